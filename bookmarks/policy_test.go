@@ -1,0 +1,46 @@
+package bookmarks
+
+import (
+	"testing"
+	"time"
+)
+
+func TestPolicyNext(t *testing.T) {
+	now := epoch.Add(time.Hour)
+	policy := Policy{Frequency: time.Minute, PreDeadlineOffset: 2 * time.Second}
+	tests := []struct {
+		name         string
+		policy       Policy
+		deadline     time.Time
+		floorReached bool
+		want         time.Time
+		wantOK       bool
+	}{
+		{"floor not reached: due at once, even with a far deadline", policy, now.Add(time.Hour), false, now, true},
+		{"floor not reached: due at once, even past the pre-deadline", policy, now.Add(time.Second), false, now, true},
+		{"no deadline: heartbeat", policy, time.Time{}, true, now.Add(time.Minute), true},
+		{"far deadline: heartbeat", policy, now.Add(30 * time.Minute), true, now.Add(time.Minute), true},
+		{"deadline within a period: pre-deadline bookmark", policy, now.Add(30 * time.Second), true, now.Add(28 * time.Second), true},
+		{"pre-deadline exactly now: still due", policy, now.Add(2 * time.Second), true, now, true},
+		{"pre-deadline passed: never", policy, now.Add(time.Second), true, time.Time{}, false},
+		{"deadline passed: never", policy, now.Add(-time.Second), true, time.Time{}, false},
+		{"pre-deadline equal to heartbeat", policy, now.Add(62 * time.Second), true, now.Add(time.Minute), true},
+		{"configured frequency", Policy{Frequency: 5 * time.Second, PreDeadlineOffset: time.Second}, now.Add(time.Minute), true, now.Add(5 * time.Second), true},
+		{"configured offset", Policy{Frequency: time.Minute, PreDeadlineOffset: 10 * time.Second}, now.Add(40 * time.Second), true, now.Add(30 * time.Second), true},
+		{"zero offset: bookmark at the deadline", Policy{Frequency: time.Minute}, now.Add(40 * time.Second), true, now.Add(40 * time.Second), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tc.policy.Next(now, tc.deadline, tc.floorReached)
+			if ok != tc.wantOK || !got.Equal(tc.want) {
+				t.Errorf("Next() = (%v, %v), want (%v, %v)", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+func TestDefaultPolicyIsUpstreams(t *testing.T) {
+	if got := DefaultPolicy(); got.Frequency != time.Minute || got.PreDeadlineOffset != 2*time.Second {
+		t.Errorf("DefaultPolicy() = %+v, want 1m and 2s", got)
+	}
+}
