@@ -1,0 +1,139 @@
+package options
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Upstream's hardcoded values, which are the defaults here.
+const (
+	DefaultBookmarkFrequency         = time.Minute
+	DefaultBookmarkPreDeadlineOffset = 2 * time.Second
+	DefaultBookmarkGranularity       = time.Second
+	DefaultBookmarkJitter            = 0.25
+	// DefaultHistoryMargin is what the history keeps beyond one bookmark
+	// period when no window is set, so the newest bookmark is still resumable.
+	DefaultHistoryMargin = 15 * time.Second
+)
+
+// Flag names, for error messages and for callers that look flags up.
+const (
+	FlagBookmarkFrequency         = "watch-cache-bookmark-frequency"
+	FlagBookmarkPreDeadlineOffset = "watch-cache-bookmark-pre-deadline-offset"
+	FlagEventsHistoryWindow       = "watch-cache-events-history-window"
+	FlagBookmarkGranularity       = "watch-cache-bookmark-granularity"
+	FlagBookmarkJitter            = "watch-cache-bookmark-jitter"
+)
+
+// WatchCacheOptions configures the watch cache of every resource.
+type WatchCacheOptions struct {
+	// BookmarkFrequency is how often a watcher that asked for bookmarks gets
+	// one. Upstream: 1m.
+	BookmarkFrequency time.Duration
+	// BookmarkPreDeadlineOffset is how long before a watch's deadline it gets a
+	// last bookmark, so its client resumes instead of relisting. Upstream: 2s.
+	BookmarkPreDeadlineOffset time.Duration
+	// EventsHistoryWindow is how long past events are kept for clients
+	// resuming a watch. 0 means BookmarkFrequency + 15s, upstream's rule.
+	EventsHistoryWindow time.Duration
+	// BookmarkGranularity is the width of a bookmark calendar slot and the
+	// base period of its tick: a bookmark due at X goes out within
+	// (X - granularity, X + granularity). Upstream: 1s.
+	BookmarkGranularity time.Duration
+	// BookmarkJitter is the tick's jitter factor: each tick waits
+	// granularity * (1 + r*jitter) for a fresh random r in [0, 1), so ticks of
+	// many resources and servers do not line up. 0 means no jitter.
+	// Upstream: 0.25.
+	BookmarkJitter float64
+}
+
+// NewWatchCacheOptions returns the options with upstream's values.
+func NewWatchCacheOptions() *WatchCacheOptions {
+	return &WatchCacheOptions{
+		BookmarkFrequency:         DefaultBookmarkFrequency,
+		BookmarkPreDeadlineOffset: DefaultBookmarkPreDeadlineOffset,
+		BookmarkGranularity:       DefaultBookmarkGranularity,
+		BookmarkJitter:            DefaultBookmarkJitter,
+	}
+}
+
+// AddFlags registers the options' flags on fs.
+func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.DurationVar(&o.BookmarkFrequency, FlagBookmarkFrequency, o.BookmarkFrequency,
+		"How often a watch that allows bookmarks gets one, even when nothing changed. "+
+			"Must be > 0 and >= --"+FlagBookmarkGranularity+". Upstream hardcodes 1m.")
+	fs.DurationVar(&o.BookmarkPreDeadlineOffset, FlagBookmarkPreDeadlineOffset, o.BookmarkPreDeadlineOffset,
+		"How long before a watch's deadline it gets a last bookmark, so the client resumes from it instead of relisting. "+
+			"Must be >= 0 and < --"+FlagBookmarkFrequency+". Upstream hardcodes 2s.")
+	fs.DurationVar(&o.EventsHistoryWindow, FlagEventsHistoryWindow, o.EventsHistoryWindow,
+		"How long past events are kept for clients resuming a watch; older resourceVersions get 410 Gone. "+
+			"0 means --"+FlagBookmarkFrequency+" + 15s. When set, must be >= --"+FlagBookmarkFrequency+" + --"+FlagBookmarkGranularity+
+			" so the newest bookmark is always resumable. Upstream hardcodes 75s (1m + 15s).")
+	fs.DurationVar(&o.BookmarkGranularity, FlagBookmarkGranularity, o.BookmarkGranularity,
+		"Width of a bookmark calendar slot and base period of the bookmark tick: a bookmark due at X is sent within "+
+			"(X - granularity, X + granularity). Must be > 0. Upstream hardcodes 1s.")
+	fs.Float64Var(&o.BookmarkJitter, FlagBookmarkJitter, o.BookmarkJitter,
+		"Jitter factor of the bookmark tick: each tick waits granularity * (1 + r*jitter), r random in [0, 1). "+
+			"0 disables jitter. Must be >= 0 and < 1. Upstream hardcodes 0.25.")
+}
+
+// EffectiveEventsHistoryWindow is the history window in force: the configured
+// one, or BookmarkFrequency + 15s when none is set.
+func (o *WatchCacheOptions) EffectiveEventsHistoryWindow() time.Duration {
+	if o.EventsHistoryWindow == 0 {
+		return o.BookmarkFrequency + DefaultHistoryMargin
+	}
+	return o.EventsHistoryWindow
+}
+
+// Validate returns every problem with the options, each naming its flag and
+// the rule it breaks; nil when they are valid.
+func (o *WatchCacheOptions) Validate() []error {
+	if o == nil {
+		return nil
+	}
+	var errs []error
+	bad := func(flag string, value any, rule string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s=%v: %s", flag, value, fmt.Sprintf(rule, args...)))
+	}
+
+	if o.BookmarkGranularity <= 0 {
+		bad(FlagBookmarkGranularity, o.BookmarkGranularity, "must be greater than 0")
+	}
+	if o.BookmarkFrequency <= 0 {
+		bad(FlagBookmarkFrequency, o.BookmarkFrequency, "must be greater than 0")
+	} else if o.BookmarkGranularity > 0 && o.BookmarkFrequency < o.BookmarkGranularity {
+		bad(FlagBookmarkFrequency, o.BookmarkFrequency, "must be at least --%s (%v): a bookmark cannot be scheduled finer than a slot",
+			FlagBookmarkGranularity, o.BookmarkGranularity)
+	}
+	if o.BookmarkPreDeadlineOffset < 0 {
+		bad(FlagBookmarkPreDeadlineOffset, o.BookmarkPreDeadlineOffset, "must not be negative")
+	} else if o.BookmarkFrequency > 0 && o.BookmarkPreDeadlineOffset >= o.BookmarkFrequency {
+		bad(FlagBookmarkPreDeadlineOffset, o.BookmarkPreDeadlineOffset, "must be less than --%s (%v)",
+			FlagBookmarkFrequency, o.BookmarkFrequency)
+	}
+	if o.EventsHistoryWindow < 0 {
+		bad(FlagEventsHistoryWindow, o.EventsHistoryWindow, "must not be negative (0 means --%s + %v)",
+			FlagBookmarkFrequency, DefaultHistoryMargin)
+	} else if o.BookmarkFrequency > 0 && o.BookmarkGranularity > 0 {
+		minWindow := o.BookmarkFrequency + o.BookmarkGranularity
+		switch window := o.EffectiveEventsHistoryWindow(); {
+		case window >= minWindow:
+		case o.EventsHistoryWindow > 0:
+			bad(FlagEventsHistoryWindow, window,
+				"must be at least --%s + --%s (%v) so the newest bookmark is always resumable",
+				FlagBookmarkFrequency, FlagBookmarkGranularity, minWindow)
+		default:
+			bad(FlagEventsHistoryWindow, o.EventsHistoryWindow,
+				"defaults to --%s + %v (%v), which is less than --%s + --%s (%v): set it explicitly so the newest bookmark is always resumable",
+				FlagBookmarkFrequency, DefaultHistoryMargin, window, FlagBookmarkFrequency, FlagBookmarkGranularity, minWindow)
+		}
+	}
+	// Written as a negation so NaN is refused too.
+	if !(o.BookmarkJitter >= 0 && o.BookmarkJitter < 1) {
+		bad(FlagBookmarkJitter, o.BookmarkJitter, "must be at least 0 and less than 1")
+	}
+	return errs
+}
