@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Checks that must stay green: formatting, go vet, a tidy go.mod.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fail=0
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change these files (run gofmt -w):"
+  echo "$unformatted"
+  fail=1
+fi
+
+echo "go vet ./..."
+go vet ./... || fail=1
+
+# go.mod and go.sum must already be what go mod tidy makes of them.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cp go.mod go.sum "$tmp/"
+go mod tidy
+if ! diff -q "$tmp/go.mod" go.mod >/dev/null || ! diff -q "$tmp/go.sum" go.sum >/dev/null; then
+  echo "go.mod/go.sum are not tidy (run go mod tidy):"
+  diff -u "$tmp/go.mod" go.mod || true
+  cp "$tmp/go.mod" "$tmp/go.sum" .
+  fail=1
+fi
+
+if [ "$fail" -ne 0 ]; then
+  echo "verify: FAILED"
+  exit 1
+fi
+echo "verify: OK"
