@@ -1,0 +1,310 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/storage"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/watchkeeper/watchkeeper/bookmarks"
+	"github.com/watchkeeper/watchkeeper/watchlist"
+)
+
+// incomingBuffer bounds the events applied to the cache but not yet handed
+// to watchers; when it is full the reflector waits, and etcd buffers for us.
+const incomingBuffer = 1000
+
+// Cacher is one resource's watch cache. It implements storage.Interface.
+type Cacher struct {
+	cfg            Config
+	storage        storage.Interface
+	versioner      storage.Versioner
+	groupResource  schema.GroupResource
+	resourcePrefix string
+	newFunc        func() runtime.Object
+	clock          clock.WithTicker
+	policy         bookmarks.Policy
+	metrics        *resourceMetrics
+	// watchContext tags the cache's own watch and its progress requests with
+	// the same gRPC metadata, so etcd answers a progress request on the
+	// stream the cache actually reads.
+	watchMetadata metadata.MD
+
+	stopCh   chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	incoming chan *event
+	// forcedEvictionLog limits the capacity warning; only the reflector uses it.
+	forcedEvictionLog everyInterval
+
+	// mu guards everything below. Writers: the reflector applying an event,
+	// watchers registering and leaving, the tick.
+	mu       sync.RWMutex
+	ready    readiness
+	rv       uint64
+	advanced chan struct{} // closed and replaced whenever rv moves
+	store    cache.Indexer
+	history  *history
+	watchers map[*watcher]struct{}
+	calendar *bookmarks.Calendar[*watcher]
+	// compactedRV is the highest etcd compaction the history has honoured.
+	compactedRV uint64
+}
+
+var _ storage.Interface = (*Cacher)(nil)
+
+// New starts a watch cache over cfg.Storage. It returns at once; the cache
+// is not ready (ReadinessCheck fails, reads that need it get 429) until the
+// first list is in.
+func New(cfg Config) (*Cacher, error) {
+	if err := cfg.complete(); err != nil {
+		return nil, err
+	}
+	c := &Cacher{
+		cfg:               cfg,
+		storage:           cfg.Storage,
+		versioner:         cfg.Versioner,
+		groupResource:     cfg.GroupResource,
+		resourcePrefix:    cfg.ResourcePrefix,
+		newFunc:           cfg.NewFunc,
+		clock:             cfg.Clock,
+		policy:            bookmarks.Policy{Frequency: cfg.BookmarkFrequency, PreDeadlineOffset: cfg.BookmarkPreDeadlineOffset},
+		metrics:           newResourceMetrics(cfg.GroupResource),
+		watchMetadata:     metadata.New(map[string]string{"source": "watchkeeper"}),
+		stopCh:            make(chan struct{}),
+		incoming:          make(chan *event, incomingBuffer),
+		advanced:          make(chan struct{}),
+		store:             newStore(cfg.Indexers),
+		history:           newHistory(cfg.EventsHistoryWindow, cfg.HistoryCapacity),
+		watchers:          make(map[*watcher]struct{}),
+		calendar:          bookmarks.NewCalendar[*watcher](cfg.Clock, cfg.BookmarkGranularity),
+		forcedEvictionLog: everyInterval{interval: 10 * time.Second},
+	}
+	c.ready.init(c.clock.Now())
+	if utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {
+		// The store estimates object sizes for list cost from the keys it is
+		// told exist; the cache knows them without asking etcd.
+		if err := c.storage.EnableResourceSizeEstimation(c.keys); err != nil {
+			return nil, fmt.Errorf("enabling size estimation for %v: %w", c.groupResource, err)
+		}
+	}
+	c.wg.Add(2)
+	go c.reflectLoop()
+	go c.dispatchLoop()
+	klog.InfoS("Watch cache started", "resource", c.groupResource.String(),
+		"bookmarkFrequency", cfg.BookmarkFrequency, "preDeadlineOffset", cfg.BookmarkPreDeadlineOffset,
+		"historyWindow", cfg.EventsHistoryWindow, "granularity", cfg.BookmarkGranularity, "jitter", cfg.BookmarkJitter)
+	return c, nil
+}
+
+// Stop ends every watcher and the cache's goroutines and waits for them. It
+// does not stop the wrapped storage. Calling it twice is fine.
+func (c *Cacher) Stop() {
+	c.stopOnce.Do(func() {
+		close(c.stopCh)
+		c.mu.Lock()
+		c.ready.stop()
+		c.terminateAllLocked()
+		c.mu.Unlock()
+		c.wg.Wait()
+	})
+}
+
+// Ready reports whether the cache has its first list in and is serving.
+func (c *Cacher) Ready() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.ready.state == stateReady
+}
+
+// WaitReady blocks until the cache is ready, ctx ends or the cache stops.
+func (c *Cacher) WaitReady(ctx context.Context) error {
+	for {
+		c.mu.RLock()
+		state, changed := c.ready.state, c.ready.changed
+		c.mu.RUnlock()
+		switch state {
+		case stateReady:
+			return nil
+		case stateStopped:
+			return fmt.Errorf("watch cache of %v stopped", c.groupResource)
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// setRVLocked moves the cache's RV forward and wakes whoever waits for it.
+func (c *Cacher) setRVLocked(rv uint64) {
+	if rv <= c.rv {
+		return
+	}
+	c.rv = rv
+	close(c.advanced)
+	c.advanced = make(chan struct{})
+	c.metrics.setResourceVersion(rv)
+}
+
+// fileLocked puts a watcher on the bookmark calendar when it wants one.
+func (c *Cacher) fileLocked(w *watcher, now time.Time) {
+	if !w.bookmarks {
+		return
+	}
+	if next, ok := c.policy.Next(now, w.deadline, w.floorReached()); ok {
+		c.calendar.Add(w, next)
+	}
+}
+
+// forgetWatcher removes w. graceful lets it deliver what it has queued and
+// then close; otherwise it closes at once. Either way nothing more is queued.
+func (c *Cacher) forgetWatcher(w *watcher, graceful bool) {
+	c.mu.Lock()
+	_, live := c.watchers[w]
+	if live {
+		c.removeLocked(w)
+	}
+	c.mu.Unlock()
+	if !live {
+		w.stop()
+		return
+	}
+	if graceful {
+		// Only the dispatcher sends on input, and only it calls this with
+		// graceful set, so closing here cannot race a send.
+		close(w.input)
+		return
+	}
+	w.stop()
+}
+
+// terminateSlow closes a watcher that could not keep up. One whose client
+// has been handed its initial-events-end bookmark but not read it yet is
+// drained and closed gracefully, so the client resumes from that bookmark
+// instead of relisting; the others are cut off.
+func (c *Cacher) terminateSlow(w *watcher) {
+	w.mu.Lock()
+	graceful := w.tracker.State() == watchlist.BookmarkReceived
+	w.mu.Unlock()
+	c.metrics.terminatedWatchers.Inc()
+	klog.V(2).InfoS("Closing a watcher that cannot keep up", "resource", c.groupResource.String(), "graceful", graceful)
+	c.forgetWatcher(w, graceful)
+}
+
+// terminateAllLocked closes every watcher: after a relist the cache cannot
+// tell them what they missed, so they resume or relist on their own.
+func (c *Cacher) terminateAllLocked() {
+	for w := range c.watchers {
+		c.removeLocked(w)
+		w.stop()
+	}
+}
+
+func (c *Cacher) removeLocked(w *watcher) {
+	delete(c.watchers, w)
+	w.mu.Lock()
+	c.metrics.watcherLeft(w.tracker.State())
+	w.mu.Unlock()
+}
+
+// expireHistoryLocked drops events older than the window, and those etcd
+// has compacted away.
+func (c *Cacher) expireHistoryLocked(now time.Time) {
+	c.history.expire(now)
+	c.forgetCompactedLocked()
+	c.metrics.historyEvents.Set(float64(c.history.len()))
+}
+
+// forgetCompactedLocked drops the history etcd has compacted: a client
+// resuming from there must relist, as it would against etcd itself.
+func (c *Cacher) forgetCompactedLocked() {
+	if rev := c.storage.CompactRevision(); rev > 0 && uint64(rev) > c.compactedRV {
+		c.compactedRV = uint64(rev)
+		c.history.forget(c.compactedRV)
+	}
+}
+
+// keys lists the cached keys once the cache has caught up with etcd.
+func (c *Cacher) keys(ctx context.Context) ([]string, error) {
+	rv, err := c.storage.GetCurrentResourceVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.waitFresh(ctx, rv); err != nil {
+		return nil, err
+	}
+	return c.store.ListKeys(), nil
+}
+
+// Versioner implements storage.Interface.
+func (c *Cacher) Versioner() storage.Versioner { return c.versioner }
+
+// Create implements storage.Interface by writing through.
+func (c *Cacher) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
+	return c.storage.Create(ctx, key, obj, out, ttl)
+}
+
+// Delete implements storage.Interface by writing through, with the cached
+// object as the hint the interface allows.
+func (c *Cacher) Delete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
+	validateDeletion storage.ValidateObjectFunc, _ runtime.Object, opts storage.DeleteOptions) error {
+	return c.storage.Delete(ctx, key, out, preconditions, validateDeletion, c.cachedCopy(key), opts)
+}
+
+// GuaranteedUpdate implements storage.Interface by writing through, with the
+// cached object as the hint.
+func (c *Cacher) GuaranteedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
+	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc, _ runtime.Object) error {
+	return c.storage.GuaranteedUpdate(ctx, key, destination, ignoreNotFound, preconditions, tryUpdate, c.cachedCopy(key))
+}
+
+// cachedCopy is the cached object under key, copied because the storage
+// layer may set its resourceVersion; nil when the cache does not have it.
+func (c *Cacher) cachedCopy(key string) runtime.Object {
+	item, ok, err := c.store.GetByKey(key)
+	if err != nil || !ok {
+		return nil
+	}
+	return item.(*object).obj.DeepCopyObject()
+}
+
+// Stats implements storage.Interface.
+func (c *Cacher) Stats(ctx context.Context) (storage.Stats, error) { return c.storage.Stats(ctx) }
+
+// ReadinessCheck implements storage.Interface.
+func (c *Cacher) ReadinessCheck() error {
+	if !c.Ready() {
+		return storage.ErrStorageNotReady
+	}
+	return nil
+}
+
+// RequestWatchProgress implements storage.Interface.
+func (c *Cacher) RequestWatchProgress(ctx context.Context) error {
+	return c.storage.RequestWatchProgress(ctx)
+}
+
+// GetCurrentResourceVersion implements storage.Interface.
+func (c *Cacher) GetCurrentResourceVersion(ctx context.Context) (uint64, error) {
+	return c.storage.GetCurrentResourceVersion(ctx)
+}
+
+// EnableResourceSizeEstimation implements storage.Interface.
+func (c *Cacher) EnableResourceSizeEstimation(f storage.KeysFunc) error {
+	return c.storage.EnableResourceSizeEstimation(f)
+}
+
+// CompactRevision implements storage.Interface.
+func (c *Cacher) CompactRevision() int64 { return c.storage.CompactRevision() }

@@ -1,0 +1,94 @@
+package cacher
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+
+	"github.com/watchkeeper/watchkeeper/bookmarks"
+)
+
+// Defaults for the knobs Config leaves at zero.
+const (
+	// DefaultHistoryCapacity bounds the event history under a write storm
+	// when the window alone would let it grow without limit.
+	DefaultHistoryCapacity = 100_000
+	// DefaultWatcherBuffer is how many events a watcher may have queued
+	// before the dispatcher has to wait for it.
+	DefaultWatcherBuffer = 100
+	// freshnessTimeout is how long a read or watch waits for the cache to
+	// reach a resourceVersion before it gives up (upstream: 3s).
+	freshnessTimeout = 3 * time.Second
+)
+
+// Config describes one resource's watch cache. The first block mirrors what a
+// generic.StorageDecorator receives; the second is watchkeeper's schedule.
+type Config struct {
+	// Storage is the wrapped storage, normally the resource's etcd3 store.
+	Storage        storage.Interface
+	Versioner      storage.Versioner
+	GroupResource  schema.GroupResource
+	ResourcePrefix string
+	KeyFunc        func(runtime.Object) (string, error)
+	NewFunc        func() runtime.Object
+	NewListFunc    func() runtime.Object
+	GetAttrsFunc   storage.AttrFunc
+	// IndexerFuncs are trigger functions: a watcher whose field selector pins
+	// one of these fields only hears about events whose object or previous
+	// object has that value.
+	IndexerFuncs storage.IndexerFuncs
+	// Indexers are the store's indexes, used to serve lists whose selector
+	// matches one exactly.
+	Indexers *cache.Indexers
+	Clock    clock.WithTicker
+
+	BookmarkFrequency         time.Duration
+	BookmarkPreDeadlineOffset time.Duration
+	// EventsHistoryWindow is how long events are kept for resuming watches.
+	EventsHistoryWindow time.Duration
+	BookmarkGranularity time.Duration
+	BookmarkJitter      float64
+	// HistoryCapacity caps the number of events kept, whatever the window.
+	HistoryCapacity int
+	// WatcherBuffer is each watcher's queue length.
+	WatcherBuffer int
+}
+
+func (c *Config) complete() error {
+	if c.Storage == nil {
+		return fmt.Errorf("cacher: Storage is required")
+	}
+	if c.Versioner == nil {
+		c.Versioner = storage.APIObjectVersioner{}
+	}
+	if c.ResourcePrefix == "" {
+		return fmt.Errorf("cacher: ResourcePrefix is required")
+	}
+	if c.KeyFunc == nil || c.NewFunc == nil || c.NewListFunc == nil || c.GetAttrsFunc == nil {
+		return fmt.Errorf("cacher: KeyFunc, NewFunc, NewListFunc and GetAttrsFunc are required")
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.BookmarkFrequency == 0 {
+		c.BookmarkFrequency = bookmarks.DefaultFrequency
+	}
+	if c.BookmarkGranularity == 0 {
+		c.BookmarkGranularity = bookmarks.DefaultGranularity
+	}
+	if c.EventsHistoryWindow == 0 {
+		c.EventsHistoryWindow = c.BookmarkFrequency + 15*time.Second
+	}
+	if c.HistoryCapacity <= 0 {
+		c.HistoryCapacity = DefaultHistoryCapacity
+	}
+	if c.WatcherBuffer <= 0 {
+		c.WatcherBuffer = DefaultWatcherBuffer
+	}
+	return nil
+}

@@ -1,0 +1,52 @@
+package cacher
+
+import (
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// object is a cached object with the attributes selectors look at, computed
+// once when it enters the cache instead of once per watcher.
+type object struct {
+	key    string
+	obj    runtime.Object
+	labels labels.Set
+	fields fields.Set
+}
+
+// event is one change as the cache saw it. prev is the object before the
+// change (nil for an addition), so a watcher whose selector the object moved
+// into or out of sees an ADDED or DELETED rather than a MODIFIED.
+type event struct {
+	typ  watch.EventType
+	rv   uint64
+	cur  *object
+	prev *object
+	// recorded is when the cache applied the event, for the history window.
+	recordedNanos int64
+}
+
+// progress marks that the cache has seen everything up to rv without an
+// event: a storage-layer bookmark. It moves the dispatcher's resourceVersion
+// and is never forwarded as such.
+func progress(rv uint64) *event { return &event{typ: watch.Bookmark, rv: rv} }
+
+func (e *event) isProgress() bool { return e.typ == watch.Bookmark }
+
+// matches reports whether the object (cur, or prev for the side it left)
+// passes the predicate.
+func matches(pred storage.SelectionPredicate, o *object) bool {
+	if o == nil {
+		return false
+	}
+	if pred.Label != nil && !pred.Label.Empty() && !pred.Label.Matches(o.labels) {
+		return false
+	}
+	if pred.Field != nil && !pred.Field.Empty() && !pred.Field.Matches(o.fields) {
+		return false
+	}
+	return true
+}

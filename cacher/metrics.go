@@ -1,0 +1,149 @@
+package cacher
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
+	compbasemetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/watchkeeper/watchkeeper/watchlist"
+)
+
+// Where a metric means what upstream's does, it is upstream's own collector
+// (apiserver_watch_cache_*), so dashboards keep working and a server that
+// runs both caches registers each name once. The rest are ours.
+const (
+	namespace = "watchkeeper"
+	subsystem = "watch_cache"
+)
+
+var (
+	bookmarksSent = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "bookmarks_sent_total",
+		Help:           "Bookmarks queued for watchers by the bookmark tick, by resource.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+	storageBookmarks = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "storage_bookmarks_total",
+		Help:           "Progress notifications received from the storage layer: they move the cache's resourceVersion and are deliberately not forwarded to watchers.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+	tickDuration = compbasemetrics.NewHistogramVec(&compbasemetrics.HistogramOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "bookmark_tick_duration_seconds",
+		Help:           "Time one bookmark tick took: popping due watchers, queueing their bookmark and filing them again.",
+		Buckets:        compbasemetrics.ExponentialBuckets(0.00001, 4, 10),
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+	watchersDue = compbasemetrics.NewHistogramVec(&compbasemetrics.HistogramOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "bookmark_tick_watchers_due",
+		Help:           "Watchers whose bookmark was due on a tick that had any.",
+		Buckets:        compbasemetrics.ExponentialBuckets(1, 4, 10),
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+	watchersByState = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "watchers",
+		Help:           "Open watchers by WatchList state (a plain watch is BookmarkSent).",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource", "state"})
+	historyEvents = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "history_events",
+		Help:           "Events held in the history for resuming watches.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+	historyForcedEvictions = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "history_forced_evictions_total",
+		Help:           "Events dropped from the history before the window elapsed because the history was at capacity.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+	expiredWatches = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "expired_watches_total",
+		Help:           "Watches refused with 410 Expired because their resourceVersion left the history.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+
+	registerOnce sync.Once
+)
+
+func registerMetrics() {
+	registerOnce.Do(func() {
+		upstream.Register()
+		for _, m := range []compbasemetrics.Registerable{
+			bookmarksSent, storageBookmarks, tickDuration, watchersDue, watchersByState,
+			historyEvents, historyForcedEvictions, expiredWatches,
+		} {
+			legacyregistry.MustRegister(m)
+		}
+	})
+}
+
+// resourceMetrics are one resource's series, resolved once.
+type resourceMetrics struct {
+	eventsReceived          compbasemetrics.CounterMetric
+	eventsDispatched        compbasemetrics.CounterMetric
+	terminatedWatchers      compbasemetrics.CounterMetric
+	initializations         compbasemetrics.CounterMetric
+	initializationErrors    compbasemetrics.CounterMetric
+	consistentReadFallbacks compbasemetrics.CounterMetric
+	gr                      schema.GroupResource
+
+	bookmarksSent          compbasemetrics.CounterMetric
+	storageBookmarks       compbasemetrics.CounterMetric
+	tickDuration           compbasemetrics.ObserverMetric
+	watchersDue            compbasemetrics.ObserverMetric
+	historyEvents          compbasemetrics.GaugeMetric
+	historyForcedEvictions compbasemetrics.CounterMetric
+	expiredWatches         compbasemetrics.CounterMetric
+	byState                [3]compbasemetrics.GaugeMetric
+}
+
+func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
+	registerMetrics()
+	g, r := gr.Group, gr.Resource
+	m := &resourceMetrics{
+		eventsReceived:          upstream.EventsReceivedCounter.WithLabelValues(g, r),
+		eventsDispatched:        upstream.EventsCounter.WithLabelValues(g, r),
+		terminatedWatchers:      upstream.TerminatedWatchersCounter.WithLabelValues(g, r),
+		initializations:         upstream.WatchCacheInitializations.WithLabelValues(g, r),
+		initializationErrors:    upstream.WatchCacheInitializationErrors.WithLabelValues(g, r),
+		consistentReadFallbacks: upstream.ConsistentReadTotal.WithLabelValues(g, r, "false", "true"),
+		gr:                      gr,
+		bookmarksSent:           bookmarksSent.WithLabelValues(g, r),
+		storageBookmarks:        storageBookmarks.WithLabelValues(g, r),
+		tickDuration:            tickDuration.WithLabelValues(g, r),
+		watchersDue:             watchersDue.WithLabelValues(g, r),
+		historyEvents:           historyEvents.WithLabelValues(g, r),
+		historyForcedEvictions:  historyForcedEvictions.WithLabelValues(g, r),
+		expiredWatches:          expiredWatches.WithLabelValues(g, r),
+	}
+	for _, s := range []watchlist.State{watchlist.WaitingForBookmark, watchlist.BookmarkReceived, watchlist.BookmarkSent} {
+		m.byState[s] = watchersByState.WithLabelValues(g, r, s.String())
+	}
+	return m
+}
+
+func (m *resourceMetrics) watcherArrived(s watchlist.State) { m.byState[s].Inc() }
+func (m *resourceMetrics) watcherLeft(s watchlist.State)    { m.byState[s].Dec() }
+func (m *resourceMetrics) watcherMoved(from, to watchlist.State) {
+	m.byState[from].Dec()
+	m.byState[to].Inc()
+}
+
+func (m *resourceMetrics) setResourceVersion(rv uint64) { upstream.RecordResourceVersion(m.gr, rv) }
+
+// everyInterval runs a function at most once per interval: for log lines
+// that a storm would otherwise repeat thousands of times.
+type everyInterval struct {
+	interval time.Duration
+	last     time.Time
+}
+
+func (e *everyInterval) Do(now time.Time, f func()) {
+	if !e.last.IsZero() && now.Sub(e.last) < e.interval {
+		return
+	}
+	e.last = now
+	f()
+}

@@ -1,0 +1,235 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sort"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/conversion"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/cacher/delegator"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// progressRequestPeriod is how often a reader waiting for the cache to catch
+// up asks etcd for a progress notification.
+const progressRequestPeriod = 100 * time.Millisecond
+
+// Get implements storage.Interface. Any RV but "" is served from the cache
+// at or above it. RV "" goes to etcd, as upstream does: a consistent read of
+// one key costs etcd about what the progress request to catch the cache up
+// would, and etcd also knows objects stored under a key other than the one
+// KeyFunc gives them, which the conformance suite relies on.
+func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, objPtr runtime.Object) error {
+	key, err := storage.PrepareKey(c.resourcePrefix, key, false)
+	if err != nil {
+		return err
+	}
+	rv, err := c.versioner.ParseResourceVersion(opts.ResourceVersion)
+	if err != nil {
+		return err
+	}
+	if opts.ResourceVersion == "" || !c.Ready() {
+		// Etcd can answer any Get; the cache is only faster.
+		return c.storage.Get(ctx, key, opts, objPtr)
+	}
+	if err := c.waitFresh(ctx, rv); err != nil {
+		return err
+	}
+	c.mu.RLock()
+	item, ok, _ := c.store.GetByKey(key)
+	cacheRV := c.rv
+	c.mu.RUnlock()
+	if !ok {
+		if opts.IgnoreNotFound {
+			return runtime.SetZeroValue(objPtr)
+		}
+		return storage.NewKeyNotFoundError(key, int64(cacheRV))
+	}
+	return setObject(objPtr, item.(*object).obj)
+}
+
+// GetList implements storage.Interface. Lists the cache can serve exactly
+// (RV "0", not-older-than, consistent once the cache caught up) come from
+// memory; exact-RV and paginated lists go to etcd, which has the snapshots.
+func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	if _, _, err := storage.ValidateListOptions(c.resourcePrefix, c.versioner, opts); err != nil {
+		return err
+	}
+	decision, err := delegator.ShouldDelegateList(opts, delegator.CacheWithoutSnapshots{})
+	if err != nil {
+		return err
+	}
+	if decision.ShouldDelegate {
+		return c.storage.GetList(ctx, key, opts, listObj)
+	}
+	preparedKey, err := storage.PrepareKey(c.resourcePrefix, key, opts.Recursive)
+	if err != nil {
+		return err
+	}
+	rv, err := c.versioner.ParseResourceVersion(opts.ResourceVersion)
+	if err != nil {
+		return err
+	}
+	if !c.Ready() {
+		if delegateWhileNotReady(opts) {
+			return c.storage.GetList(ctx, key, opts, listObj)
+		}
+		c.mu.RLock()
+		since := c.ready.since
+		c.mu.RUnlock()
+		return notReadyError(c.clock.Now(), since)
+	}
+	if decision.ConsistentRead {
+		if rv, err = c.consistentRV(ctx); err != nil {
+			return c.storage.GetList(ctx, key, opts, listObj)
+		}
+	}
+	if err := c.waitFresh(ctx, rv); err != nil {
+		if decision.ConsistentRead && storage.IsTooLargeResourceVersion(err) {
+			c.metrics.consistentReadFallbacks.Inc()
+			return c.storage.GetList(ctx, key, opts, listObj)
+		}
+		return err
+	}
+	return c.listFromCache(preparedKey, opts, listObj)
+}
+
+func (c *Cacher) listFromCache(key string, opts storage.ListOptions, listObj runtime.Object) error {
+	listPtr, err := meta.GetItemsPtr(listObj)
+	if err != nil {
+		return err
+	}
+	listVal, err := conversion.EnforcePtr(listPtr)
+	if err != nil {
+		return err
+	}
+	if listVal.Kind() != reflect.Slice {
+		return fmt.Errorf("need a pointer to slice, got %v", listVal.Kind())
+	}
+	c.mu.RLock()
+	objs := c.objectsLocked(key, opts.Recursive)
+	cacheRV := c.rv
+	c.mu.RUnlock()
+
+	// A limit on RV "0" is ignored, as upstream does: such a list accepts
+	// any state, and the first page from the cache is as good as all of it.
+	limit := opts.Predicate.Limit
+	if opts.ResourceVersion == "0" {
+		limit = 0
+	}
+	pred := opts.Predicate
+	selected := make([]*object, 0, len(objs))
+	hasMore := false
+	for i, o := range objs {
+		if !matches(pred, o) {
+			continue
+		}
+		selected = append(selected, o)
+		if limit > 0 && int64(len(selected)) >= limit {
+			hasMore = i < len(objs)-1
+			break
+		}
+	}
+	listVal.Set(reflect.MakeSlice(listVal.Type(), len(selected), len(selected)))
+	lastKey := ""
+	for i, o := range selected {
+		listVal.Index(i).Set(reflect.ValueOf(o.obj).Elem())
+		lastKey = o.key
+	}
+	// Later pages carry the RV in their continue token and go to etcd,
+	// which serves them at exactly that revision.
+	next, remaining, err := storage.PrepareContinueToken(lastKey, key, int64(cacheRV), int64(len(objs)), hasMore, opts)
+	if err != nil {
+		return err
+	}
+	return c.versioner.UpdateList(listObj, cacheRV, next, remaining)
+}
+
+// delegateWhileNotReady: a paginated list with no selectors is cheap for
+// etcd, so it does not need the cache (upstream's rule, KEP-4568).
+func delegateWhileNotReady(opts storage.ListOptions) bool {
+	pred := opts.Predicate
+	return (pred.Label == nil || pred.Label.Empty()) && (pred.Field == nil || pred.Field.Empty()) && pred.Limit > 0
+}
+
+// consistentRV is etcd's current revision: what a consistent read must see.
+func (c *Cacher) consistentRV(ctx context.Context) (uint64, error) {
+	rv, err := c.storage.GetCurrentResourceVersion(ctx)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Consistent read falls back to storage", "resource", c.groupResource.String(), "err", err)
+	}
+	return rv, err
+}
+
+// waitFresh blocks until the cache has applied rv, asking etcd for progress
+// notifications meanwhile so a quiet resource catches up without a write.
+// It gives up after freshnessTimeout with the TooLargeResourceVersion error.
+func (c *Cacher) waitFresh(ctx context.Context, rv uint64) error {
+	if rv == 0 {
+		return nil
+	}
+	var timeout, nextProgress clock.Timer
+	for {
+		c.mu.RLock()
+		cur, advanced := c.rv, c.advanced
+		c.mu.RUnlock()
+		if cur >= rv {
+			return nil
+		}
+		if timeout == nil {
+			timeout = c.clock.NewTimer(freshnessTimeout)
+			defer timeout.Stop()
+		}
+		if nextProgress == nil {
+			c.requestProgress(ctx)
+			nextProgress = c.clock.NewTimer(progressRequestPeriod)
+			defer nextProgress.Stop()
+		}
+		select {
+		case <-advanced:
+		case <-nextProgress.C():
+			c.requestProgress(ctx)
+			nextProgress.Reset(progressRequestPeriod)
+		case <-timeout.C():
+			return storage.NewTooLargeResourceVersionError(rv, cur, 1)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// requestProgress asks etcd to report progress on the cache's own watch
+// stream (hence the cache's gRPC metadata on the context).
+func (c *Cacher) requestProgress(ctx context.Context) {
+	ctx = metadata.NewOutgoingContext(ctx, c.watchMetadata)
+	if err := c.storage.RequestWatchProgress(ctx); err != nil {
+		klog.FromContext(ctx).V(4).Info("Requesting watch progress failed", "resource", c.groupResource.String(), "err", err)
+	}
+}
+
+func setObject(objPtr, obj runtime.Object) error {
+	dst, err := conversion.EnforcePtr(objPtr)
+	if err != nil {
+		return err
+	}
+	src := reflect.ValueOf(obj.DeepCopyObject())
+	if src.Kind() == reflect.Pointer {
+		src = src.Elem()
+	}
+	if !src.Type().AssignableTo(dst.Type()) {
+		return fmt.Errorf("cannot store %v in %v", src.Type(), dst.Type())
+	}
+	dst.Set(src)
+	return nil
+}
+
+func sortObjects(objs []*object) {
+	sort.Slice(objs, func(i, j int) bool { return objs[i].key < objs[j].key })
+}

@@ -1,0 +1,52 @@
+package cacher
+
+import (
+	"math"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/errors"
+)
+
+type readyState int
+
+const (
+	statePending readyState = iota // no list in yet, or relisting
+	stateReady
+	stateStopped
+)
+
+// readiness is the cache's serving state; Cacher.mu guards it.
+type readiness struct {
+	state readyState
+	// since is when the cache last stopped being ready, for Retry-After.
+	since time.Time
+	// changed is closed and replaced on every transition.
+	changed chan struct{}
+}
+
+func (r *readiness) init(now time.Time) {
+	r.state, r.since, r.changed = statePending, now, make(chan struct{})
+}
+
+func (r *readiness) set(s readyState, now time.Time) {
+	if r.state == s || r.state == stateStopped {
+		return
+	}
+	if s == statePending {
+		r.since = now
+	}
+	r.state = s
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+func (r *readiness) stop() { r.set(stateStopped, time.Time{}) }
+
+// notReadyError is the 429 a read or watch that needs the cache gets while
+// it is not ready. Retry-After grows with the downtime, from 1s to 30s, so
+// a long outage does not turn into a retry storm (upstream's rule).
+func notReadyError(now, since time.Time) error {
+	retry := math.Exp(0.06 * now.Sub(since).Seconds())
+	retry = math.Min(30, math.Max(1, retry))
+	return errors.NewTooManyRequests("storage is (re)initializing", int(retry))
+}

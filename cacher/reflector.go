@@ -1,0 +1,263 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/klog/v2"
+)
+
+// Backoff between failed list-and-watch attempts: fast at first, so a blip
+// costs little, capped so an outage does not hammer etcd.
+const (
+	initialBackoff = 100 * time.Millisecond
+	maxBackoff     = 30 * time.Second
+)
+
+// errWatchClosed means the storage watch ended without an error: resume it.
+var errWatchClosed = fmt.Errorf("storage watch closed")
+
+// reflectLoop is the reflector goroutine: it keeps the cache in step with
+// the wrapped storage, relisting when it must and backing off on failure.
+func (c *Cacher) reflectLoop() {
+	defer c.wg.Done()
+	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.watchMetadata))
+	defer cancel()
+	go func() {
+		select {
+		case <-c.stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	logger := klog.Background().WithValues("resource", c.groupResource.String())
+	backoff := initialBackoff
+	for {
+		listed, err := c.listAndWatch(ctx)
+		if c.stopping() {
+			return
+		}
+		if listed {
+			backoff = initialBackoff
+		}
+		c.metrics.initializationErrors.Inc()
+		logger.Error(err, "Watch cache lost its watch; relisting", "backoff", backoff)
+		c.mu.Lock()
+		c.ready.set(statePending, c.clock.Now())
+		c.terminateAllLocked()
+		c.mu.Unlock()
+		select {
+		case <-c.stopCh:
+			return
+		case <-c.clock.After(wait.Jitter(backoff, 0.5)):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+func (c *Cacher) stopping() bool {
+	select {
+	case <-c.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// listAndWatch lists the resource, makes it the cache's state, and follows
+// the storage watch from there until it fails in a way a re-watch cannot
+// mend. listed reports whether the list succeeded.
+func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
+	rv, err := c.list(ctx)
+	if err != nil {
+		return false, err
+	}
+	for {
+		rv, err = c.watchFrom(ctx, rv)
+		if err == errWatchClosed && ctx.Err() == nil {
+			// A watch that just ended (etcd restarted, stream reset) resumes
+			// from where it was; only an error forces a relist.
+			continue
+		}
+		return true, err
+	}
+}
+
+func (c *Cacher) list(ctx context.Context) (uint64, error) {
+	start := c.clock.Now()
+	list := c.cfg.NewListFunc()
+	opts := storage.ListOptions{ResourceVersion: "", Recursive: true, Predicate: storage.Everything}
+	if err := c.storage.GetList(ctx, c.resourcePrefix, opts, list); err != nil {
+		return 0, fmt.Errorf("listing %v: %w", c.groupResource, err)
+	}
+	listMeta, err := meta.ListAccessor(list)
+	if err != nil {
+		return 0, err
+	}
+	rv, err := c.versioner.ParseResourceVersion(listMeta.GetResourceVersion())
+	if err != nil {
+		return 0, err
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return 0, err
+	}
+	objs := make([]any, 0, len(items))
+	for _, item := range items {
+		o, err := c.newObject(item)
+		if err != nil {
+			return 0, err
+		}
+		objs = append(objs, o)
+	}
+
+	c.mu.Lock()
+	c.terminateAllLocked()
+	if err := c.store.Replace(objs, strconv.FormatUint(rv, 10)); err != nil {
+		c.mu.Unlock()
+		return 0, err
+	}
+	c.history.reset(rv)
+	c.rv = 0 // a relist may legitimately land below a progress RV seen earlier
+	c.setRVLocked(rv)
+	c.ready.set(stateReady, c.clock.Now())
+	c.mu.Unlock()
+	c.push(progress(rv))
+	c.metrics.initializations.Inc()
+	klog.InfoS("Watch cache listed", "resource", c.groupResource.String(), "objects", len(objs), "resourceVersion", rv, "took", c.clock.Since(start))
+	return rv, nil
+}
+
+// watchFrom follows the storage watch from rv and returns the last RV it
+// applied and why it stopped.
+func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (uint64, error) {
+	opts := storage.ListOptions{
+		ResourceVersion: strconv.FormatUint(rv, 10),
+		Recursive:       true,
+		Predicate: storage.SelectionPredicate{
+			Label: labels.Everything(), Field: fields.Everything(), AllowWatchBookmarks: true,
+		},
+		// etcd's progress notifications move the cache's RV on a quiet
+		// resource; they are not forwarded to watchers.
+		ProgressNotify: true,
+	}
+	w, err := c.storage.Watch(ctx, c.resourcePrefix, opts)
+	if err != nil {
+		return rv, fmt.Errorf("watching %v from %d: %w", c.groupResource, rv, err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return rv, ctx.Err()
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return rv, errWatchClosed
+			}
+			switch ev.Type {
+			case watch.Error:
+				err := errors.FromObject(ev.Object)
+				return rv, fmt.Errorf("watching %v from %d: %w", c.groupResource, rv, err)
+			case watch.Bookmark:
+				next, err := c.versioner.ObjectResourceVersion(ev.Object)
+				if err != nil {
+					return rv, err
+				}
+				c.metrics.storageBookmarks.Inc()
+				c.mu.Lock()
+				c.setRVLocked(next)
+				c.mu.Unlock()
+				c.push(progress(next))
+				rv = max(rv, next)
+			default:
+				next, err := c.apply(ev)
+				if err != nil {
+					return rv, err
+				}
+				rv = next
+			}
+		}
+	}
+}
+
+// apply records one change in the store and the history and queues it for
+// the dispatcher.
+func (c *Cacher) apply(ev watch.Event) (uint64, error) {
+	obj := ev.Object
+	if wrapped, ok := obj.(storage.WatchEventWithRecordTime); ok {
+		obj = wrapped.Unwrap()
+	}
+	rv, err := c.versioner.ObjectResourceVersion(obj)
+	if err != nil {
+		return 0, err
+	}
+	cur, err := c.newObject(obj)
+	if err != nil {
+		return 0, err
+	}
+	now := c.clock.Now()
+	e := &event{typ: ev.Type, rv: rv, cur: cur, recordedNanos: now.UnixNano()}
+
+	c.mu.Lock()
+	if item, ok, _ := c.store.GetByKey(cur.key); ok {
+		e.prev = item.(*object)
+	}
+	if ev.Type == watch.Deleted {
+		if e.prev == nil {
+			e.prev = cur
+		}
+		err = c.store.Delete(cur)
+	} else {
+		err = c.store.Update(cur)
+	}
+	if err != nil {
+		c.mu.Unlock()
+		return 0, err
+	}
+	forced := c.history.add(e, now)
+	c.setRVLocked(rv)
+	c.mu.Unlock()
+
+	c.metrics.eventsReceived.Inc()
+	if forced {
+		c.metrics.historyForcedEvictions.Inc()
+		c.forcedEvictionLog.Do(now, func() {
+			klog.InfoS("Watch cache history is at capacity: dropping events younger than the window; clients resuming from them will relist",
+				"resource", c.groupResource.String(), "capacity", c.cfg.HistoryCapacity, "window", c.cfg.EventsHistoryWindow)
+		})
+	}
+	c.push(e)
+	return rv, nil
+}
+
+// push hands an applied event to the dispatcher, waiting when it is behind.
+func (c *Cacher) push(e *event) {
+	select {
+	case c.incoming <- e:
+	case <-c.stopCh:
+	}
+}
+
+func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
+	key, err := c.cfg.KeyFunc(obj)
+	if err != nil {
+		return nil, fmt.Errorf("computing the key of %T: %w", obj, err)
+	}
+	l, f, err := c.cfg.GetAttrsFunc(obj)
+	if err != nil {
+		return nil, fmt.Errorf("computing the attributes of %s: %w", key, err)
+	}
+	return &object{key: key, obj: obj, labels: l, fields: f}, nil
+}

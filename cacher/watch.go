@@ -1,0 +1,177 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
+
+	"github.com/watchkeeper/watchkeeper/watchlist"
+)
+
+// Watch implements storage.Interface.
+//
+// The starting point follows the API's resourceVersion rules: unset or "0"
+// without sendInitialEvents starts with the current state as ADDED events;
+// sendInitialEvents=true sends the state, then the bookmark ending it at or
+// above the WatchList floor; any other RV replays the history after it, or
+// gets 410 Expired when the history no longer reaches back that far.
+func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	key, err := storage.PrepareKey(c.resourcePrefix, key, opts.Recursive)
+	if err != nil {
+		return nil, err
+	}
+	requestedRV, err := c.versioner.ParseResourceVersion(opts.ResourceVersion)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.RLock()
+	state, since := c.ready.state, c.ready.since
+	c.mu.RUnlock()
+	if state != stateReady {
+		return nil, notReadyError(c.clock.Now(), since)
+	}
+
+	sendInitial := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+	requiredRV := requestedRV
+	if opts.ResourceVersion == "" && opts.SendInitialEvents != nil {
+		// A consistent start: the state must include every write etcd has.
+		if requiredRV, err = c.storage.GetCurrentResourceVersion(ctx); err != nil {
+			return newErrWatcher(err), nil
+		}
+	}
+	if requiredRV > 0 {
+		if err := c.waitFresh(ctx, requiredRV); err != nil {
+			return newErrWatcher(err), nil
+		}
+	}
+
+	w := &watcher{
+		c:         c,
+		pred:      opts.Predicate,
+		key:       key,
+		recursive: opts.Recursive,
+		bookmarks: opts.Predicate.AllowWatchBookmarks,
+		input:     make(chan *event, c.cfg.WatcherBuffer),
+		result:    make(chan watch.Event, resultBuffer),
+		done:      make(chan struct{}),
+	}
+	w.deadline, _ = ctx.Deadline()
+
+	var initial []watch.Event
+	var endBookmark *event
+	c.mu.Lock()
+	if c.ready.state != stateReady {
+		c.mu.Unlock()
+		return nil, notReadyError(c.clock.Now(), c.ready.since)
+	}
+	switch {
+	case sendInitial || (requestedRV == 0 && opts.SendInitialEvents == nil):
+		initial = initialAdded(c.objectsLocked(key, opts.Recursive), opts.Predicate)
+		w.startRV = c.rv
+	case requestedRV == 0:
+		w.startRV = c.rv
+	default:
+		c.forgetCompactedLocked()
+		events, ok := c.history.since(requestedRV)
+		if !ok {
+			oldest := c.history.startRV
+			c.mu.Unlock()
+			c.metrics.expiredWatches.Inc()
+			return newErrWatcher(errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", requestedRV, oldest))), nil
+		}
+		for _, e := range events {
+			if w.interested(e) {
+				if out, ok := w.convert(e); ok {
+					initial = append(initial, out)
+				}
+			}
+		}
+		w.startRV = max(requestedRV, c.rv)
+	}
+	floor := uint64(0)
+	if sendInitial && w.bookmarks {
+		floor = max(watchlist.Floor(opts.ResourceVersion, requestedRV, requiredRV, c.rv), 1)
+	}
+	w.tracker = watchlist.NewTracker(floor)
+	if floor > 0 && c.rv >= floor {
+		// The cache already holds the floor: end the initial events now
+		// rather than on the next tick (kubernetes issue 122277).
+		endBookmark = progress(c.rv)
+		w.tracker.Accept(endBookmark.rv)
+	}
+	c.watchers[w] = struct{}{}
+	c.metrics.watcherArrived(w.tracker.State())
+	c.fileLocked(w, c.clock.Now())
+	c.mu.Unlock()
+
+	c.wg.Add(1)
+	go w.run(ctx, initial, endBookmark)
+	return w, nil
+}
+
+// currentRV is the RV of the newest event or progress the cache applied.
+func (c *Cacher) currentRV() uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.rv
+}
+
+// objectsLocked returns the cached objects under key, sorted by key.
+func (c *Cacher) objectsLocked(key string, recursive bool) []*object {
+	if !recursive {
+		item, ok, _ := c.store.GetByKey(key)
+		if !ok {
+			return nil
+		}
+		return []*object{item.(*object)}
+	}
+	items := c.store.List()
+	out := make([]*object, 0, len(items))
+	for _, item := range items {
+		o := item.(*object)
+		if len(o.key) >= len(key) && o.key[:len(key)] == key {
+			out = append(out, o)
+		}
+	}
+	sortObjects(out)
+	return out
+}
+
+// errWatcher delivers one error event and closes: once a watch request has
+// been accepted, failures are reported in the stream, as etcd3 does.
+type errWatcher struct{ result chan watch.Event }
+
+func newErrWatcher(err error) watch.Interface {
+	ev := watch.Event{Type: watch.Error}
+	switch err := err.(type) {
+	case *errors.StatusError:
+		ev.Object = &err.ErrStatus
+	case runtime.Object:
+		ev.Object = err
+	default:
+		ev.Object = &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Message: err.Error(),
+			Reason:  metav1.StatusReasonInternalError,
+			Code:    http.StatusInternalServerError,
+		}
+	}
+	w := &errWatcher{result: make(chan watch.Event, 1)}
+	w.result <- ev
+	close(w.result)
+	return w
+}
+
+func (w *errWatcher) ResultChan() <-chan watch.Event { return w.result }
+func (w *errWatcher) Stop()                          {}
+
+// signalInitialized tells API priority and fairness that the watch's
+// initial burst is out, so it stops counting the request as in flight.
+func signalInitialized(ctx context.Context) { utilflowcontrol.WatchInitialized(ctx) }

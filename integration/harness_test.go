@@ -1,0 +1,210 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/kubernetes"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apiserver/pkg/apis/example"
+	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
+	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/etcd3"
+	"k8s.io/apiserver/pkg/storage/etcd3/testserver"
+	storagetesting "k8s.io/apiserver/pkg/storage/testing"
+	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+
+	"github.com/watchkeeper/watchkeeper/cacher"
+)
+
+var (
+	scheme = runtime.NewScheme()
+	codecs = serializer.NewCodecFactory(scheme)
+	// The codec and transformer upstream's cacher tests use.
+	protoCodec  runtime.Codec
+	transformer = identity.NewEncryptCheckTransformer()
+)
+
+func init() {
+	metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
+	utilruntime.Must(example.AddToScheme(scheme))
+	utilruntime.Must(examplev1.AddToScheme(scheme))
+	pb := protobuf.NewSerializer(scheme, scheme)
+	protoCodec = codecs.CodecForVersions(pb, pb, schema.GroupVersions{examplev1.SchemeGroupVersion}, nil)
+}
+
+func newPod() runtime.Object     { return &example.Pod{} }
+func newPodList() runtime.Object { return &example.PodList{} }
+
+func podAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
+	pod, ok := obj.(*example.Pod)
+	if !ok {
+		return nil, nil, fmt.Errorf("not a pod: %T", obj)
+	}
+	f := fields.Set{
+		"spec.nodeName":      pod.Spec.NodeName,
+		"spec.restartPolicy": string(pod.Spec.RestartPolicy),
+		"status.phase":       string(pod.Status.Phase),
+		"metadata.name":      pod.Name,
+		"metadata.namespace": pod.Namespace,
+	}
+	return labels.Set(pod.Labels), f, nil
+}
+
+// env is one resource's cache over a real etcd, as the tests drive it.
+type env struct {
+	cacher   *cacher.Cacher
+	raw      storage.Interface
+	client   *kubernetes.Client
+	recorder *storagetesting.KubernetesRecorder
+}
+
+type setupOption func(*cacher.Config)
+
+// clusterScoped keys pods by name alone, as a cluster-scoped resource.
+func clusterScoped(c *cacher.Config) {
+	c.KeyFunc = func(obj runtime.Object) (string, error) { return storage.NoNamespaceKeyFunc("/pods/", obj) }
+}
+
+// nodeNameIndex adds the trigger and indexers upstream's tests use.
+func nodeNameIndex(c *cacher.Config) {
+	c.IndexerFuncs = storage.IndexerFuncs{
+		"spec.nodeName": func(obj runtime.Object) string { return obj.(*example.Pod).Spec.NodeName },
+	}
+	c.Indexers = &cache.Indexers{
+		"f:spec.nodeName":      func(obj any) ([]string, error) { return []string{obj.(*example.Pod).Spec.NodeName}, nil },
+		"f:metadata.namespace": func(obj any) ([]string, error) { return []string{obj.(*example.Pod).Namespace}, nil },
+	}
+}
+
+// withSchedule sets short bookmark timings for end-to-end tests.
+func withSchedule(frequency, offset, window time.Duration) setupOption {
+	return func(c *cacher.Config) {
+		c.BookmarkFrequency, c.BookmarkPreDeadlineOffset, c.EventsHistoryWindow = frequency, offset, window
+	}
+}
+
+// setup starts etcd, the etcd3 store over it and our cache over that, and
+// waits for the cache to be ready.
+func setup(t *testing.T, opts ...setupOption) *env {
+	t.Helper()
+	client := testserver.RunEtcd(t, nil)
+	versioner := storage.APIObjectVersioner{}
+	compactor := etcd3.NewCompactor(client.Client, 0, clock.RealClock{}, nil)
+	t.Cleanup(compactor.Stop)
+	raw, err := etcd3.New(client, compactor, protoCodec, newPod, newPodList, "/registry", "/pods/",
+		schema.GroupResource{Resource: "pods"}, transformer, etcd3.NewDefaultLeaseManagerConfig(),
+		etcd3.NewDefaultDecoder(protoCodec, versioner), versioner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(raw.Close)
+
+	cfg := cacher.Config{
+		Storage:        raw,
+		Versioner:      versioner,
+		GroupResource:  schema.GroupResource{Resource: "pods"},
+		ResourcePrefix: "/pods/",
+		KeyFunc:        func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) },
+		NewFunc:        newPod,
+		NewListFunc:    newPodList,
+		GetAttrsFunc:   podAttrs,
+		// Upstream's schedule, as its conformance expectations assume.
+		BookmarkFrequency:         time.Minute,
+		BookmarkPreDeadlineOffset: 2 * time.Second,
+		BookmarkJitter:            0.25,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := cacher.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatalf("cache not ready: %v", err)
+	}
+	rec, _ := client.Kubernetes.(*storagetesting.KubernetesRecorder)
+	return &env{cacher: c, raw: raw, client: client, recorder: rec}
+}
+
+func increaseRV(client *clientv3.Client) storagetesting.IncreaseRVFunc {
+	return func(ctx context.Context, t *testing.T) int64 {
+		resp, err := client.KV.Put(ctx, "increaseRV", "ok")
+		if err != nil {
+			t.Fatalf("increasing the RV: %v", err)
+		}
+		return resp.Header.Revision
+	}
+}
+
+// compaction compacts etcd at rv and waits until the store has seen it, as
+// the cache learns of compactions through the store.
+func compaction(e *env) storagetesting.Compaction {
+	return func(ctx context.Context, t *testing.T, resourceVersion string) {
+		rv, err := storage.APIObjectVersioner{}.ParseResourceVersion(resourceVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var current int64
+		current, _, _, err = etcd3.Compact(ctx, e.client.Client, current, int64(rv))
+		if err != nil {
+			_, _, _, err = etcd3.Compact(ctx, e.client.Client, current, int64(rv))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot) {
+			// The etcd3 store tracks compactions only for list snapshots.
+			return
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for e.raw.CompactRevision() < int64(rv) {
+			if time.Now().After(deadline) {
+				t.Fatalf("store did not observe compaction at %d (has %d)", rv, e.raw.CompactRevision())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// createAndWait wraps Create so the object is in the cache before the test
+// goes on, for tests that read back through the cache at once.
+type createAndWait struct {
+	storage.Interface
+	c *cacher.Cacher
+}
+
+func (s createAndWait) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
+	if err := s.Interface.Create(ctx, key, obj, out, ttl); err != nil {
+		return err
+	}
+	rv := out.(metav1.Object).GetResourceVersion()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		got := &example.Pod{}
+		err := s.Interface.Get(ctx, key, storage.GetOptions{ResourceVersion: "0"}, got)
+		if err == nil && got.ResourceVersion == rv {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("object %s at RV %s never reached the cache", key, rv)
+}
