@@ -13,6 +13,9 @@ const (
 	DefaultBookmarkPreDeadlineOffset = 2 * time.Second
 	DefaultBookmarkGranularity       = time.Second
 	DefaultBookmarkJitter            = 0.25
+	// DefaultEventsHistoryCapacity bounds the history's memory under a write
+	// storm: at 100,000 events of ~2KB, about 200MB per resource at worst.
+	DefaultEventsHistoryCapacity = 100_000
 	// DefaultHistoryMargin is what the history keeps beyond one bookmark
 	// period when no window is set, so the newest bookmark is still resumable.
 	DefaultHistoryMargin = 15 * time.Second
@@ -25,6 +28,7 @@ const (
 	FlagEventsHistoryWindow       = "watch-cache-events-history-window"
 	FlagBookmarkGranularity       = "watch-cache-bookmark-granularity"
 	FlagBookmarkJitter            = "watch-cache-bookmark-jitter"
+	FlagEventsHistoryCapacity     = "watch-cache-events-history-capacity"
 )
 
 // WatchCacheOptions configures the watch cache of every resource.
@@ -47,6 +51,13 @@ type WatchCacheOptions struct {
 	// many resources and servers do not line up. 0 means no jitter.
 	// Upstream: 0.25.
 	BookmarkJitter float64
+	// EventsHistoryCapacity caps how many events one resource's history
+	// holds, whatever the window. When a write storm hits it, events younger
+	// than the window are dropped (counted in
+	// watchkeeper_watch_cache_history_forced_evictions_total and logged), and
+	// clients resuming from them relist. Upstream sizes its history
+	// dynamically up to a similar fixed bound.
+	EventsHistoryCapacity int
 }
 
 // NewWatchCacheOptions returns the options with upstream's values.
@@ -56,6 +67,7 @@ func NewWatchCacheOptions() *WatchCacheOptions {
 		BookmarkPreDeadlineOffset: DefaultBookmarkPreDeadlineOffset,
 		BookmarkGranularity:       DefaultBookmarkGranularity,
 		BookmarkJitter:            DefaultBookmarkJitter,
+		EventsHistoryCapacity:     DefaultEventsHistoryCapacity,
 	}
 }
 
@@ -77,6 +89,10 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.BookmarkJitter, FlagBookmarkJitter, o.BookmarkJitter,
 		"Jitter factor of the bookmark tick: each tick waits granularity * (1 + r*jitter), r random in [0, 1). "+
 			"0 disables jitter. Must be >= 0 and < 1. Upstream hardcodes 0.25.")
+	fs.IntVar(&o.EventsHistoryCapacity, FlagEventsHistoryCapacity, o.EventsHistoryCapacity,
+		"Most events one resource's history keeps, whatever the window: a bound on memory under a write storm. "+
+			"When it forces out events younger than the window, clients resuming from them get 410 and relist, "+
+			"and watchkeeper_watch_cache_history_forced_evictions_total counts it. Must be > 0.")
 }
 
 // EffectiveEventsHistoryWindow is the history window in force: the configured
@@ -130,6 +146,9 @@ func (o *WatchCacheOptions) Validate() []error {
 				"defaults to --%s + %v (%v), which is less than --%s + --%s (%v): set it explicitly so the newest bookmark is always resumable",
 				FlagBookmarkFrequency, DefaultHistoryMargin, window, FlagBookmarkFrequency, FlagBookmarkGranularity, minWindow)
 		}
+	}
+	if o.EventsHistoryCapacity <= 0 {
+		bad(FlagEventsHistoryCapacity, o.EventsHistoryCapacity, "must be greater than 0")
 	}
 	// Written as a negation so NaN is refused too.
 	if !(o.BookmarkJitter >= 0 && o.BookmarkJitter < 1) {

@@ -28,6 +28,7 @@ func TestDefaultsAreUpstreams(t *testing.T) {
 		BookmarkPreDeadlineOffset: 2 * time.Second,
 		BookmarkGranularity:       time.Second,
 		BookmarkJitter:            0.25,
+		EventsHistoryCapacity:     100_000,
 	}
 	if diff := cmp.Diff(want, o); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -122,6 +123,16 @@ func TestParseAndValidate(t *testing.T) {
 			wantErrors: []string{"--watch-cache-bookmark-jitter=-0.1: must be at least 0 and less than 1"},
 		},
 		{
+			name:       "zero capacity",
+			args:       []string{"--watch-cache-events-history-capacity=0"},
+			wantErrors: []string{"--watch-cache-events-history-capacity=0: must be greater than 0"},
+		},
+		{
+			name: "capacity set",
+			args: []string{"--watch-cache-events-history-capacity=500"},
+			want: func(o *WatchCacheOptions) bool { return o.EventsHistoryCapacity == 500 },
+		},
+		{
 			name:       "NaN jitter",
 			args:       []string{"--watch-cache-bookmark-jitter=NaN"},
 			wantErrors: []string{"--watch-cache-bookmark-jitter=NaN: must be at least 0 and less than 1"},
@@ -134,12 +145,14 @@ func TestParseAndValidate(t *testing.T) {
 				"--watch-cache-events-history-window=-1s",
 				"--watch-cache-bookmark-granularity=-1s",
 				"--watch-cache-bookmark-jitter=2",
+				"--watch-cache-events-history-capacity=-1",
 			},
 			wantErrors: []string{
 				"--watch-cache-bookmark-granularity=-1s: must be greater than 0",
 				"--watch-cache-bookmark-frequency=-1s: must be greater than 0",
 				"--watch-cache-bookmark-pre-deadline-offset=-1s: must not be negative",
 				"--watch-cache-events-history-window=-1s: must not be negative",
+				"--watch-cache-events-history-capacity=-1: must be greater than 0",
 				"--watch-cache-bookmark-jitter=2: must be at least 0 and less than 1",
 			},
 		},
@@ -189,6 +202,7 @@ func TestHelpNamesDefaultsAndUpstream(t *testing.T) {
 		"--watch-cache-events-history-window duration", "Upstream hardcodes 75s",
 		"--watch-cache-bookmark-granularity duration", "(default 1s)", "Upstream hardcodes 1s.",
 		"--watch-cache-bookmark-jitter float", "(default 0.25)", "Upstream hardcodes 0.25.",
+		"--watch-cache-events-history-capacity int", "(default 100000)",
 	} {
 		if !strings.Contains(usage, want) {
 			t.Errorf("flag usage lacks %q:\n%s", want, usage)
