@@ -32,6 +32,7 @@ type Cacher struct {
 	groupResource  schema.GroupResource
 	resourcePrefix string
 	newFunc        func() runtime.Object
+	trigger        *trigger
 	clock          clock.WithTicker
 	policy         bookmarks.Policy
 	metrics        *resourceMetrics
@@ -55,7 +56,7 @@ type Cacher struct {
 	advanced chan struct{} // closed and replaced whenever rv moves
 	store    cache.Indexer
 	history  *history
-	watchers map[*watcher]struct{}
+	watchers watcherSet
 	calendar *bookmarks.Calendar[*watcher]
 	// compactedRV is the highest etcd compaction the history has honoured.
 	compactedRV uint64
@@ -70,7 +71,12 @@ func New(cfg Config) (*Cacher, error) {
 	if err := cfg.complete(); err != nil {
 		return nil, err
 	}
+	trig, err := newTrigger(cfg.IndexerFuncs)
+	if err != nil {
+		return nil, err
+	}
 	c := &Cacher{
+		trigger:           trig,
 		cfg:               cfg,
 		storage:           cfg.Storage,
 		versioner:         cfg.Versioner,
@@ -86,7 +92,7 @@ func New(cfg Config) (*Cacher, error) {
 		advanced:          make(chan struct{}),
 		store:             newStore(cfg.Indexers),
 		history:           newHistory(cfg.EventsHistoryWindow, cfg.HistoryCapacity),
-		watchers:          make(map[*watcher]struct{}),
+		watchers:          newWatcherSet(),
 		calendar:          bookmarks.NewCalendar[*watcher](cfg.Clock, cfg.BookmarkGranularity),
 		forcedEvictionLog: everyInterval{interval: 10 * time.Second},
 	}
@@ -172,7 +178,7 @@ func (c *Cacher) fileLocked(w *watcher, now time.Time) {
 // then close; otherwise it closes at once. Either way nothing more is queued.
 func (c *Cacher) forgetWatcher(w *watcher, graceful bool) {
 	c.mu.Lock()
-	_, live := c.watchers[w]
+	live := c.watchers.has(w)
 	if live {
 		c.removeLocked(w)
 	}
@@ -206,14 +212,14 @@ func (c *Cacher) terminateSlow(w *watcher) {
 // terminateAllLocked closes every watcher: after a relist the cache cannot
 // tell them what they missed, so they resume or relist on their own.
 func (c *Cacher) terminateAllLocked() {
-	for w := range c.watchers {
+	for w := range c.watchers.all {
 		c.removeLocked(w)
 		w.stop()
 	}
 }
 
 func (c *Cacher) removeLocked(w *watcher) {
-	delete(c.watchers, w)
+	c.watchers.remove(w)
 	w.mu.Lock()
 	c.metrics.watcherLeft(w.tracker.State())
 	w.mu.Unlock()

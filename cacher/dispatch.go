@@ -19,10 +19,11 @@ type dispatcher struct {
 	// rv is the RV of the last event or progress handed to watchers. A
 	// bookmark carries it: every event at or below it is already queued
 	// ahead of the bookmark, so the bookmark never overtakes an event.
-	rv       uint64
-	due      [][]*watcher
-	matching []*watcher
-	blocked  []*watcher
+	rv         uint64
+	due        [][]*watcher
+	candidates []*watcher
+	matching   []*watcher
+	blocked    []*watcher
 }
 
 // dispatchLoop is the dispatcher goroutine: events in order, and the
@@ -55,12 +56,14 @@ func (d *dispatcher) dispatch(e *event) {
 	c := d.c
 	d.matching = d.matching[:0]
 	c.mu.RLock()
-	for w := range c.watchers {
+	d.candidates = c.watchers.candidates(d.candidates[:0], e)
+	c.mu.RUnlock()
+	for _, w := range d.candidates {
 		if w.interested(e) {
 			d.matching = append(d.matching, w)
 		}
 	}
-	c.mu.RUnlock()
+	clear(d.candidates)
 
 	d.blocked = d.blocked[:0]
 	for _, w := range d.matching {
@@ -124,7 +127,7 @@ func (d *dispatcher) tick() {
 	c.mu.Lock()
 	for _, slot := range d.due {
 		for _, w := range slot {
-			if _, live := c.watchers[w]; live {
+			if c.watchers.has(w) {
 				c.fileLocked(w, now)
 			}
 		}

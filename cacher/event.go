@@ -25,6 +25,9 @@ type event struct {
 	rv   uint64
 	cur  *object
 	prev *object
+	// curTrigger and prevTrigger are the trigger field's values before and
+	// after the change, when the resource has a trigger.
+	curTrigger, prevTrigger string
 	// recorded is when the cache applied the event, for the history window.
 	recordedNanos int64
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/metadata"
@@ -98,10 +99,10 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		}
 		return err
 	}
-	return c.listFromCache(preparedKey, opts, listObj)
+	return c.listFromCache(ctx, preparedKey, opts, listObj)
 }
 
-func (c *Cacher) listFromCache(key string, opts storage.ListOptions, listObj runtime.Object) error {
+func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
 	listPtr, err := meta.GetItemsPtr(listObj)
 	if err != nil {
 		return err
@@ -114,7 +115,10 @@ func (c *Cacher) listFromCache(key string, opts storage.ListOptions, listObj run
 		return fmt.Errorf("need a pointer to slice, got %v", listVal.Kind())
 	}
 	c.mu.RLock()
-	objs := c.objectsLocked(key, opts.Recursive)
+	objs, indexed := c.indexedLocked(ctx, key, opts)
+	if !indexed {
+		objs = c.objectsLocked(key, opts.Recursive)
+	}
 	cacheRV := c.rv
 	c.mu.RUnlock()
 
@@ -150,6 +154,35 @@ func (c *Cacher) listFromCache(key string, opts storage.ListOptions, listObj run
 		return err
 	}
 	return c.versioner.UpdateList(listObj, cacheRV, next, remaining)
+}
+
+// indexedLocked narrows a recursive list with the first of the resource's
+// indexers that the selector pins to one value (pods on one node, objects in
+// one namespace), instead of scanning every object. The predicate still
+// runs on what it returns.
+func (c *Cacher) indexedLocked(ctx context.Context, key string, opts storage.ListOptions) ([]*object, bool) {
+	if !opts.Recursive {
+		return nil, false
+	}
+	indexers := c.store.GetIndexers()
+	for _, mv := range opts.Predicate.MatcherIndex(ctx) {
+		if _, ok := indexers[mv.IndexName]; !ok {
+			continue
+		}
+		items, err := c.store.ByIndex(mv.IndexName, mv.Value)
+		if err != nil {
+			return nil, false
+		}
+		out := make([]*object, 0, len(items))
+		for _, item := range items {
+			if o := item.(*object); strings.HasPrefix(o.key, key) {
+				out = append(out, o)
+			}
+		}
+		sortObjects(out)
+		return out, true
+	}
+	return nil, false
 }
 
 // delegateWhileNotReady: a paginated list with no selectors is cheap for

@@ -214,10 +214,18 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 	if item, ok, _ := c.store.GetByKey(cur.key); ok {
 		e.prev = item.(*object)
 	}
-	if ev.Type == watch.Deleted {
-		if e.prev == nil {
-			e.prev = cur
+	if ev.Type == watch.Deleted && e.prev == nil {
+		e.prev = cur
+	}
+	if c.trigger != nil {
+		e.curTrigger = c.trigger.value(cur.obj)
+		if e.prev != nil {
+			e.prevTrigger = c.trigger.value(e.prev.obj)
+		} else {
+			e.prevTrigger = e.curTrigger
 		}
+	}
+	if ev.Type == watch.Deleted {
 		err = c.store.Delete(cur)
 	} else {
 		err = c.store.Update(cur)

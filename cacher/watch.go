@@ -63,6 +63,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		done:      make(chan struct{}),
 	}
 	w.deadline, _ = ctx.Deadline()
+	w.triggerValue, w.triggered = c.trigger.valueFor(opts.Predicate)
 
 	var initial []watch.Event
 	var endBookmark *event
@@ -106,7 +107,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		endBookmark = progress(c.rv)
 		w.tracker.Accept(endBookmark.rv)
 	}
-	c.watchers[w] = struct{}{}
+	c.watchers.add(w)
 	c.metrics.watcherArrived(w.tracker.State())
 	c.fileLocked(w, c.clock.Now())
 	c.mu.Unlock()

@@ -23,6 +23,10 @@ type watcher struct {
 	key       string // exact key, or prefix when recursive
 	recursive bool
 	deadline  time.Time
+	// triggerValue is the trigger field's value the watcher's selector pins,
+	// when triggered; see watcherSet.
+	triggerValue string
+	triggered    bool
 	// bookmarks is whether the client asked for bookmarks at all.
 	bookmarks bool
 
