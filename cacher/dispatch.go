@@ -112,17 +112,20 @@ func (d *dispatcher) tick() {
 
 	b := progress(d.rv)
 	sent, count := 0, 0
+	// A watcher closed since it was filed is skipped. Only this goroutine
+	// closes a watcher's input (gracefully), so a watcher still in the set
+	// has an open input; offering never blocks, so holding the read lock is
+	// cheap.
+	c.mu.RLock()
 	for _, slot := range d.due {
 		for _, w := range slot {
 			count++
-			if w.stopped() {
-				continue
-			}
-			if w.offerBookmark(b) {
+			if c.watchers.has(w) && w.offerBookmark(b) {
 				sent++
 			}
 		}
 	}
+	c.mu.RUnlock()
 	now := c.clock.Now()
 	c.mu.Lock()
 	for _, slot := range d.due {

@@ -110,9 +110,11 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	c.watchers.add(w)
 	c.metrics.watcherArrived(w.tracker.State())
 	c.fileLocked(w, c.clock.Now())
+	// Counted under the lock that saw the cache ready, so Stop, which marks
+	// it stopped under the same lock, waits for this goroutine too.
+	c.wg.Add(1)
 	c.mu.Unlock()
 
-	c.wg.Add(1)
 	go w.run(ctx, initial, endBookmark)
 	return w, nil
 }
