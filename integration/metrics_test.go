@@ -1,0 +1,124 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/watchkeeper/watchkeeper/cacher"
+)
+
+// metricValue sums the samples of one metric whose labels include want.
+func metricValue(t *testing.T, name string, want map[string]string) (float64, bool) {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, found := 0.0, false
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if !hasLabels(m, want) {
+				continue
+			}
+			found = true
+			switch {
+			case m.Counter != nil:
+				total += m.Counter.GetValue()
+			case m.Gauge != nil:
+				total += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				total += float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return total, found
+}
+
+func hasLabels(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		ok := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == k && l.GetValue() == v {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// The cache reports under upstream's names where the meaning is the same,
+// and under its own for what upstream has no name for.
+func TestMetrics(t *testing.T) {
+	gr := schema.GroupResource{Group: "metrics.test", Resource: "pods"}
+	e := setup(t, withSchedule(time.Second, 500*time.Millisecond, 10*time.Second), func(c *cacher.Config) { c.GroupResource = gr })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	pred := storage.Everything
+	pred.AllowWatchBookmarks = true
+	w, err := e.cacher.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: pred})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	out := &example.Pod{}
+	if err := e.cacher.Create(ctx, "/pods/ns/a", &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}}, out, 0); err != nil {
+		t.Fatal(err)
+	}
+	gotEvent, gotBookmark := false, false
+	for !gotEvent || !gotBookmark {
+		select {
+		case ev := <-w.ResultChan():
+			gotEvent = gotEvent || ev.Type == watch.Added
+			gotBookmark = gotBookmark || ev.Type == watch.Bookmark
+		case <-ctx.Done():
+			t.Fatal("no event and bookmark within 30s")
+		}
+	}
+
+	labels := map[string]string{"group": gr.Group, "resource": gr.Resource}
+	for _, name := range []string{
+		"apiserver_watch_cache_events_received_total",
+		"apiserver_watch_cache_events_dispatched_total",
+		"apiserver_watch_cache_initializations_total",
+		"apiserver_watch_cache_resource_version",
+		"watchkeeper_watch_cache_bookmarks_sent_total",
+		"watchkeeper_watch_cache_bookmark_tick_duration_seconds",
+		"watchkeeper_watch_cache_bookmark_tick_watchers_due",
+	} {
+		if v, ok := metricValue(t, name, labels); !ok || v <= 0 {
+			t.Errorf("%s%v = %v (present %v), want > 0", name, labels, v, ok)
+		}
+	}
+	sent := map[string]string{"group": gr.Group, "resource": gr.Resource, "state": "BookmarkSent"}
+	if v, _ := metricValue(t, "watchkeeper_watch_cache_watchers", sent); v != 1 {
+		t.Errorf("watchers in BookmarkSent = %v, want 1", v)
+	}
+	w.Stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, _ := metricValue(t, "watchkeeper_watch_cache_watchers", sent)
+		if v == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("watchers gauge still %v after Stop", v)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
