@@ -59,7 +59,9 @@ func (d *dispatcher) dispatch(e *event) {
 	d.candidates = c.watchers.candidates(d.candidates[:0], e)
 	c.mu.RUnlock()
 	for _, w := range d.candidates {
-		if w.interested(e) {
+		// A watcher that started from a state at or after this event already
+		// has it; queueing it would only take a slot in its buffer.
+		if e.rv > w.startRV && w.interested(e) {
 			d.matching = append(d.matching, w)
 		}
 	}
