@@ -12,8 +12,8 @@ import (
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func flatten(slots [][]int) []int {
-	var out []int
+func flatten[W any](slots [][]W) []W {
+	var out []W
 	for _, s := range slots {
 		out = append(out, s...)
 	}
@@ -115,27 +115,19 @@ func TestCalendarClampsPastTimesToTheNextUnpoppedSlot(t *testing.T) {
 				t.Fatalf("watcher lost: Len() = %d", cal.Len())
 			}
 			// The current slot is already popped, so the watcher is due in the next.
-			if got := flatten2(cal.PopDue(nil)); len(got) != 0 {
+			if got := flatten(cal.PopDue(nil)); len(got) != 0 {
 				t.Fatalf("popped %v again in the slot that was already popped", got)
 			}
 			clk.Step(time.Second)
-			if got := flatten2(cal.PopDue(nil)); !slices.Equal(got, []string{"w"}) {
+			if got := flatten(cal.PopDue(nil)); !slices.Equal(got, []string{"w"}) {
 				t.Fatalf("popped %v one slot later, want [w]", got)
 			}
 			clk.Step(time.Second)
-			if got := flatten2(cal.PopDue(nil)); len(got) != 0 {
+			if got := flatten(cal.PopDue(nil)); len(got) != 0 {
 				t.Fatalf("watcher fired twice: %v", got)
 			}
 		})
 	}
-}
-
-func flatten2(slots [][]string) []string {
-	var out []string
-	for _, s := range slots {
-		out = append(out, s...)
-	}
-	return out
 }
 
 // A bookmark asked for at X arrives within (X - granularity, X + granularity)

@@ -67,9 +67,12 @@ func (c *Cacher) reflectLoop() {
 	}
 }
 
-func (c *Cacher) stopping() bool {
+func (c *Cacher) stopping() bool { return closed(c.stopCh) }
+
+// closed reports whether ch, a channel only ever closed, has been.
+func closed(ch <-chan struct{}) bool {
 	select {
-	case <-c.stopCh:
+	case <-ch:
 		return true
 	default:
 		return false
