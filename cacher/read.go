@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/metadata"
+	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/conversion"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,7 +33,7 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 	if err != nil {
 		return err
 	}
-	rv, err := c.versioner.ParseResourceVersion(opts.ResourceVersion)
+	rv, err := parseRV(c.versioner, opts.ResourceVersion)
 	if err != nil {
 		return err
 	}
@@ -245,6 +246,17 @@ func (c *Cacher) requestProgress(ctx context.Context) {
 	if err := c.storage.RequestWatchProgress(ctx); err != nil {
 		klog.FromContext(ctx).V(4).Info("Requesting watch progress failed", "resource", c.groupResource.String(), "err", err)
 	}
+}
+
+// parseRV parses a client's resourceVersion. A malformed one is the
+// client's mistake: 400, as a list already answers, rather than the storage
+// package's InvalidError, which the registry would pass on as a 500.
+func parseRV(v storage.Versioner, rv string) (uint64, error) {
+	parsed, err := v.ParseResourceVersion(rv)
+	if err != nil {
+		return 0, errors.NewBadRequest(fmt.Sprintf("invalid resource version: %v", err))
+	}
+	return parsed, nil
 }
 
 func setObject(objPtr, obj runtime.Object) error {

@@ -27,7 +27,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	if err != nil {
 		return nil, err
 	}
-	requestedRV, err := c.versioner.ParseResourceVersion(opts.ResourceVersion)
+	requestedRV, err := parseRV(c.versioner, opts.ResourceVersion)
 	if err != nil {
 		return nil, err
 	}

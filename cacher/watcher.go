@@ -56,7 +56,6 @@ func (w *watcher) Stop() { w.c.forgetWatcher(w, false) }
 // stop ends the watcher's goroutine without delivering what is queued.
 func (w *watcher) stop() { w.once.Do(func() { close(w.done) }) }
 
-
 // interested is whether e concerns this watcher: its key, and its selector
 // on the object either before or after the change.
 func (w *watcher) interested(e *event) bool {
