@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checks that must stay green: formatting, go vet, a tidy go.mod.
+# Checks that must stay green: formatting, go vet, a tidy go.mod, fresh
+# generated code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,11 @@ if ! diff -q "$tmp/go.mod" go.mod >/dev/null || ! diff -q "$tmp/go.sum" go.sum >
   cp "$tmp/go.mod" "$tmp/go.sum" .
   fail=1
 fi
+
+# Generated code (deepcopy, conversions, defaults, OpenAPI, clientset) must be
+# what hack/update-codegen.sh makes of the API types.
+echo "hack/verify-codegen.sh"
+hack/verify-codegen.sh || fail=1
 
 if [ "$fail" -ne 0 ]; then
   echo "verify: FAILED"
