@@ -6,7 +6,7 @@ PKGS ?= ./...
 # their own embedded etcd, so nothing else has to be running.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all build test verify run bench-bookmarks
+.PHONY: all build test verify run bench-bookmarks update-codegen
 
 all: build
 
@@ -19,8 +19,13 @@ test:
 verify:
 	hack/verify.sh
 
+# Regenerates the sample apiserver's generated code (hack/verify.sh checks it).
+update-codegen:
+	hack/update-codegen.sh
+
+# make run ARGS="--watch-cache-bookmark-frequency=5s"
 run:
-	hack/run.sh
+	hack/run.sh $(ARGS)
 
 bench-bookmarks:
 	$(GO) test -run XXX -bench . -benchmem ./bookmarks/

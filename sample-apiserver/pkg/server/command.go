@@ -1,0 +1,52 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/component-base/term"
+)
+
+// NewCommand is the sample apiserver's command line. Invalid options make it
+// fail, listing every problem, before anything starts or binds a port.
+func NewCommand(ctx context.Context, out io.Writer) *cobra.Command {
+	o := NewOptions()
+	cmd := &cobra.Command{
+		Use:   "sample-apiserver",
+		Short: "An aggregated apiserver for demo.watchkeeper.io whose watch cache is watchkeeper",
+		Long: `sample-apiserver serves the demo.watchkeeper.io API group (widgets, namespaced; gadgets,
+cluster-scoped) with watchkeeper's watch cache in front of etcd.
+
+Standalone (no --kubeconfig, not in a cluster): it starts an embedded etcd under --data-dir
+unless --etcd-servers is given, serves TLS with a self-signed certificate, and writes an
+admin kubeconfig. Aggregated (--kubeconfig, or in a cluster): delegated authentication and
+authorization against the cluster, registered through an APIService.`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.bindAddressSet = cmd.Flags().Changed("bind-address")
+			o.Complete()
+			if errs := o.Validate(); len(errs) > 0 {
+				return fmt.Errorf("invalid options:\n%w", utilerrors.NewAggregate(errs))
+			}
+			if err := logsapi.ValidateAndApply(o.Logs, utilfeature.DefaultFeatureGate); err != nil {
+				return err
+			}
+			return Run(cmd.Context(), o, out)
+		},
+	}
+	cmd.SetContext(ctx)
+	fss := o.Flags()
+	fs := cmd.Flags()
+	for _, f := range fss.FlagSets {
+		fs.AddFlagSet(f)
+	}
+	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
+	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
+	return cmd
+}

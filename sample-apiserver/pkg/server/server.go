@@ -1,0 +1,227 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/openapi"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	netutils "k8s.io/utils/net"
+
+	"github.com/watchkeeper/watchkeeper/decorator"
+	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo"
+	demoopenapi "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/openapi"
+	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/registry"
+)
+
+// Server is a running sample apiserver.
+type Server struct {
+	Generic *genericapiserver.GenericAPIServer
+	// KubeconfigPath is the admin kubeconfig written in standalone mode.
+	KubeconfigPath string
+	// URL is where it serves.
+	URL string
+
+	stopEtcd func()
+}
+
+// Run builds the server from validated options and serves until ctx ends.
+func Run(ctx context.Context, o *Options, out io.Writer) error {
+	s, err := New(o, out)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return s.Generic.PrepareRun().RunWithContext(ctx)
+}
+
+// New builds the server: the embedded etcd when standalone needs one, the
+// generic apiserver config, watchkeeper as every resource's storage
+// decorator, and the demo API group.
+func New(o *Options, out io.Writer) (_ *Server, err error) {
+	s := &Server{stopEtcd: func() {}}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	standalone := o.Standalone()
+	if standalone && o.embeddedEtcd() {
+		e, url, err := startEmbeddedEtcd(filepath.Join(o.DataDir, "etcd"))
+		if err != nil {
+			return nil, err
+		}
+		s.stopEtcd = sync.OnceFunc(e.Close)
+		o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{url}
+	}
+
+	d, err := decorator.New(o.WatchCache)
+	if err != nil {
+		return nil, err
+	}
+	caches := &cacheSet{}
+
+	if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil,
+		[]net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {
+		return nil, fmt.Errorf("creating the self-signed certificate: %w", err)
+	}
+	config := genericapiserver.NewRecommendedConfig(Codecs)
+	config.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+	config.FeatureGate = utilfeature.DefaultFeatureGate
+	namer := openapi.NewDefinitionNamer(Scheme)
+	config.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(demoopenapi.GetOpenAPIDefinitions, namer)
+	config.OpenAPIConfig.Info.Title, config.OpenAPIConfig.Info.Version = "watchkeeper demo", "v1alpha1"
+	config.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(demoopenapi.GetOpenAPIDefinitions, namer)
+	config.OpenAPIV3Config.Info.Title, config.OpenAPIV3Config.Info.Version = "watchkeeper demo", "v1alpha1"
+
+	recommended := *o.Recommended
+	var token string
+	if standalone {
+		// Nothing to delegate to: authentication is the admin token,
+		// authorization is system:masters, and the pieces that need the core
+		// API (admission webhooks, priority and fairness) are off.
+		recommended.Authentication, recommended.Authorization = nil, nil
+		recommended.CoreAPI, recommended.Admission = nil, nil
+		features := *recommended.Features
+		features.EnablePriorityAndFairness = false
+		recommended.Features = &features
+		klog.InfoS("Standalone mode: admission webhooks and API priority and fairness are off (they need a core Kubernetes API); authentication is the admin token in the data directory")
+	}
+	if err := recommended.ApplyTo(config); err != nil {
+		return nil, err
+	}
+	if standalone {
+		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+			return nil, err
+		}
+		if token, err = loadOrCreateToken(filepath.Join(o.DataDir, "admin-token")); err != nil {
+			return nil, err
+		}
+		config.Authentication.Authenticator = standaloneAuthenticator(map[string]*user.DefaultInfo{
+			token: {Name: AdminUser, Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}},
+		})
+		config.Authorization.Authorizer = authorizer.AuthorizerFunc(standaloneAuthorize)
+	}
+	// The one line that makes watchkeeper every resource's watch cache.
+	config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, caches.track(d))
+
+	generic, err := config.Complete().New("watchkeeper-sample-apiserver", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, err
+	}
+	s.Generic = generic
+	storageMap, err := registry.NewStorage(Scheme, config.RESTOptionsGetter)
+	if err != nil {
+		return nil, err
+	}
+	group := genericapiserver.NewDefaultAPIGroupInfo(demo.GroupName, Scheme, metav1.ParameterCodec, Codecs)
+	group.VersionedResourcesStorageMap["v1alpha1"] = storageMap
+	if err := generic.InstallAPIGroup(&group); err != nil {
+		return nil, err
+	}
+	if err := generic.AddReadyzChecks(caches.readyz()); err != nil {
+		return nil, err
+	}
+
+	host := "127.0.0.1"
+	if a := o.Recommended.SecureServing.BindAddress; a != nil && !a.IsUnspecified() {
+		host = a.String()
+	}
+	s.URL = "https://" + net.JoinHostPort(host, strconv.Itoa(o.Recommended.SecureServing.BindPort))
+	if standalone {
+		if err := s.writeKubeconfig(o, token, out); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Close stops what New started outside the generic server (the embedded
+// etcd). The generic server stops with its context.
+func (s *Server) Close() { s.stopEtcd() }
+
+func (s *Server) writeKubeconfig(o *Options, token string, out io.Writer) error {
+	certFile := o.Recommended.SecureServing.ServerCert.CertKey.CertFile
+	if certFile == "" {
+		certFile = filepath.Join(o.Recommended.SecureServing.ServerCert.CertDirectory, o.Recommended.SecureServing.ServerCert.PairName+".crt")
+	}
+	// The self-signed certificate file holds the serving certificate and
+	// the CA that signed it; trusting the file trusts the server.
+	caData, err := os.ReadFile(certFile)
+	if err != nil {
+		return fmt.Errorf("reading the serving certificate for the kubeconfig: %w", err)
+	}
+	path, err := filepath.Abs(filepath.Join(o.DataDir, "admin.kubeconfig"))
+	if err != nil {
+		return err
+	}
+	if err := writeAdminKubeconfig(path, s.URL, caData, token); err != nil {
+		return err
+	}
+	s.KubeconfigPath = path
+	fmt.Fprintf(out, "\nwatchkeeper sample apiserver: serving %s\nadmin kubeconfig: %s\ntry:\n  export KUBECONFIG=%s\n  kubectl api-resources --api-group=%s\n\n",
+		s.URL, path, path, demo.GroupName)
+	return nil
+}
+
+// cacheSet remembers the storage each resource got, so /readyz can wait
+// for every watch cache to have synced.
+type cacheSet struct {
+	mu     sync.Mutex
+	stores map[string]storage.Interface
+}
+
+func (c *cacheSet) track(d generic.StorageDecorator) generic.StorageDecorator {
+	return func(config *storagebackend.ConfigForResource, prefix string, keyFunc func(runtime.Object) (string, error),
+		newFunc, newListFunc func() runtime.Object, attrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers,
+	) (storage.Interface, factory.DestroyFunc, error) {
+		s, destroy, err := d(config, prefix, keyFunc, newFunc, newListFunc, attrs, triggers, indexers)
+		if err == nil {
+			c.mu.Lock()
+			if c.stores == nil {
+				c.stores = map[string]storage.Interface{}
+			}
+			c.stores[config.GroupResource.String()] = s
+			c.mu.Unlock()
+		}
+		return s, destroy, err
+	}
+}
+
+func (c *cacheSet) readyz() healthz.HealthChecker {
+	return healthz.NamedCheck("watch-caches", func(*http.Request) error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		var errs []error
+		for name, s := range c.stores {
+			if err := s.ReadinessCheck(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+		if len(c.stores) == 0 {
+			errs = append(errs, fmt.Errorf("no watch cache created yet"))
+		}
+		return errors.Join(errs...)
+	})
+}
