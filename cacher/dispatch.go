@@ -81,9 +81,9 @@ func (d *dispatcher) dispatch(e *event) {
 	}
 	timer := c.clock.NewTimer(dispatchBudget)
 	defer timer.Stop()
-	expired := false
+	budgetLeft := true
 	for _, w := range d.blocked {
-		if !expired {
+		if budgetLeft {
 			select {
 			case w.input <- e:
 				c.metrics.eventsDispatched.Inc()
@@ -91,10 +91,18 @@ func (d *dispatcher) dispatch(e *event) {
 			case <-w.done:
 				continue
 			case <-timer.C():
-				expired = true
+				budgetLeft = false
 			}
 		}
-		c.terminateSlow(w)
+		// Once the budget is spent, a watcher still gets one last try without
+		// waiting: it may have made room while others were waited for.
+		select {
+		case w.input <- e:
+			c.metrics.eventsDispatched.Inc()
+		case <-w.done:
+		default:
+			c.terminateSlow(w)
+		}
 	}
 }
 

@@ -192,8 +192,12 @@ func (w *watcher) sendBookmark(b *event, lastRV *uint64) bool {
 }
 
 func (w *watcher) send(e watch.Event) bool {
+	// The cache stopping ends even a watcher that is draining gracefully
+	// towards a client that does not read, so Stop never waits on a client.
 	select {
 	case <-w.done:
+		return false
+	case <-w.c.stopCh:
 		return false
 	default:
 	}
@@ -201,6 +205,8 @@ func (w *watcher) send(e watch.Event) bool {
 	case w.result <- e:
 		return true
 	case <-w.done:
+		return false
+	case <-w.c.stopCh:
 		return false
 	}
 }

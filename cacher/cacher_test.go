@@ -1,0 +1,1511 @@
+package cacher
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+)
+
+// go.uber.org/goleak is in the module graph but not required by go.mod, so
+// it cannot be imported without changing go.mod. TestMain and
+// expectNoCacherGoroutines do the same job with runtime.Stack: TestMain fails
+// the run if any goroutine started during the tests outlives them, and every
+// test cacher's cleanup checks that Stop left none of the cacher's goroutines
+// (nor any the test started) behind.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if !testing.Verbose() {
+		// The cache logs every start and list; keep failures readable.
+		fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+		klog.InitFlags(fs)
+		_ = fs.Set("logtostderr", "false")
+		_ = fs.Set("stderrthreshold", "FATAL")
+		klog.SetOutput(io.Discard)
+	}
+	before := goroutineIDs()
+	code := m.Run()
+	if code == 0 {
+		if leaked := waitForLeaks(func(g goroutine) bool {
+			return !before[g.id] && !ignoredBackground(g)
+		}); len(leaked) > 0 {
+			fmt.Fprintf(os.Stderr, "goroutines leaked by the tests:\n\n%s\n", strings.Join(leaked, "\n\n"))
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// ignoredBackground are dependencies' goroutines that start lazily and live
+// for the process, as goleak.IgnoreTopFunction would list them.
+func ignoredBackground(g goroutine) bool {
+	for _, f := range []string{
+		"k8s.io/klog/v2.(*flushDaemon).run",
+		"os/signal.signal_recv",
+	} {
+		if strings.Contains(g.stack, f) {
+			return true
+		}
+	}
+	return false
+}
+
+type goroutine struct {
+	id    int
+	stack string
+}
+
+var goroutineHeader = regexp.MustCompile(`^goroutine (\d+) `)
+
+// otherGoroutines is every goroutine but the caller's.
+func otherGoroutines() []goroutine {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var out []goroutine
+	for i, stack := range strings.Split(string(buf), "\n\n") {
+		if i == 0 { // runtime.Stack puts the caller first
+			continue
+		}
+		m := goroutineHeader.FindStringSubmatch(stack)
+		if m == nil {
+			continue
+		}
+		id, _ := strconv.Atoi(m[1])
+		out = append(out, goroutine{id: id, stack: stack})
+	}
+	return out
+}
+
+func goroutineIDs() map[int]bool {
+	ids := map[int]bool{}
+	for _, g := range otherGoroutines() {
+		ids[g.id] = true
+	}
+	return ids
+}
+
+// waitForLeaks polls for up to waitFor until no goroutine is leaked, and
+// returns the stacks of those that still are.
+func waitForLeaks(leaked func(goroutine) bool) []string {
+	deadline := time.Now().Add(waitFor)
+	for {
+		var stacks []string
+		for _, g := range otherGoroutines() {
+			if leaked(g) {
+				stacks = append(stacks, g.stack)
+			}
+		}
+		if len(stacks) == 0 || time.Now().After(deadline) {
+			return stacks
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// cacherGoroutine is a goroutine running this package's code, other than a
+// test blocked in t.Run: the cacher's own goroutines and any a test started.
+func cacherGoroutine(g goroutine) bool {
+	return strings.Contains(g.stack, "github.com/watchkeeper/watchkeeper/cacher.") &&
+		!strings.Contains(g.stack, "testing.(*T).Run(")
+}
+
+func expectNoCacherGoroutines(t *testing.T) {
+	t.Helper()
+	if leaked := waitForLeaks(cacherGoroutine); len(leaked) > 0 {
+		t.Errorf("%d goroutines of the cacher (or of the test) still run:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+	}
+}
+
+func expectNoWatcherGoroutines(t *testing.T) {
+	t.Helper()
+	if leaked := waitForLeaks(func(g goroutine) bool {
+		return strings.Contains(g.stack, "cacher.(*watcher).run")
+	}); len(leaked) > 0 {
+		t.Errorf("%d watcher goroutines still run after their watchers ended:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+	}
+}
+
+// The cacher under test.
+
+var testEpoch = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type testCacher struct {
+	*Cacher
+	fs  *fakeStorage
+	clk *testingclock.FakeClock
+	// stopHung is set when Stop did not return: the cleanup must not call
+	// it again (sync.Once would block on the first call).
+	stopHung atomic.Bool
+}
+
+// newTestCacher starts a cacher over fs on a fake clock at testEpoch, with
+// a 1s granularity and no jitter, and stops it when the test ends. Each test
+// (or subtest) owns its cacher: the goroutine check in the cleanup looks at
+// every cacher goroutine.
+func newTestCacher(t *testing.T, fs *fakeStorage, mutate func(*Config)) *testCacher {
+	t.Helper()
+	clk := testingclock.NewFakeClock(testEpoch)
+	cfg := Config{
+		Storage:                   fs,
+		GroupResource:             schema.GroupResource{Resource: "pods"},
+		ResourcePrefix:            "/pods/",
+		KeyFunc:                   testPodKey,
+		NewFunc:                   func() kruntime.Object { return &example.Pod{} },
+		NewListFunc:               func() kruntime.Object { return &example.PodList{} },
+		GetAttrsFunc:              testPodAttrs,
+		Clock:                     clk,
+		BookmarkFrequency:         time.Minute,
+		BookmarkPreDeadlineOffset: 2 * time.Second,
+		BookmarkGranularity:       time.Second,
+		BookmarkJitter:            0,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	tc := &testCacher{Cacher: c, fs: fs, clk: clk}
+	t.Cleanup(func() {
+		if tc.stopHung.Load() {
+			return
+		}
+		c.Stop()
+		expectNoCacherGoroutines(t)
+	})
+	return tc
+}
+
+// stopWithin calls Stop and reports whether it returned within waitFor. When
+// it did not, release (if any) is called to unblock it, and the test fails.
+func (tc *testCacher) stopWithin(t *testing.T, why string, release func()) bool {
+	t.Helper()
+	stopped := make(chan struct{})
+	go func() {
+		tc.Stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		return true
+	case <-time.After(waitFor):
+	}
+	t.Errorf("Stop still blocked after %v: %s", waitFor, why)
+	if release != nil {
+		release()
+		select {
+		case <-stopped:
+			return false
+		case <-time.After(waitFor):
+		}
+	}
+	tc.stopHung.Store(true)
+	t.FailNow()
+	return false
+}
+
+func (tc *testCacher) waitReady(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := tc.WaitReady(ctx); err != nil {
+		t.Fatalf("cache not ready: %v", err)
+	}
+}
+
+// waitRV waits until the cache has applied rv.
+func (tc *testCacher) waitRV(t *testing.T, rv uint64) {
+	t.Helper()
+	poll(t, fmt.Sprintf("the cache to reach RV %d", rv), func() bool { return tc.currentRV() >= rv })
+}
+
+// waitWaiters waits until exactly n timers wait on the fake clock.
+func (tc *testCacher) waitWaiters(t *testing.T, n int) {
+	t.Helper()
+	poll(t, fmt.Sprintf("%d waiters on the fake clock", n), func() bool { return tc.clk.Waiters() == n })
+}
+
+// stepTicks steps the fake clock one granularity (1s) at a time, n times,
+// each time waiting for the dispatcher to have handled the tick: the tick
+// timer fires on the step and is re-armed only after the tick ran. armed is
+// the number of fake-clock waiters while only the tick timer (and whatever
+// else the test knows of) is armed. After each tick, check runs with the
+// step's number (from 1).
+func (tc *testCacher) stepTicks(t *testing.T, n, armed int, check func(step int)) {
+	t.Helper()
+	for step := 1; step <= n; step++ {
+		tc.waitWaiters(t, armed)
+		tc.clk.Step(time.Second)
+		tc.waitWaiters(t, armed)
+		if check != nil {
+			check(step)
+		}
+	}
+}
+
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", waitFor, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func everything(bookmarks bool) storage.SelectionPredicate {
+	return storage.SelectionPredicate{
+		Label: labels.Everything(), Field: fields.Everything(), GetAttrs: testPodAttrs, AllowWatchBookmarks: bookmarks,
+	}
+}
+
+func labelled(selector string) storage.SelectionPredicate {
+	p := everything(false)
+	p.Label = labels.SelectorFromSet(mustParseSet(selector))
+	return p
+}
+
+func mustParseSet(s string) labels.Set {
+	set, err := labels.ConvertSelectorToLabelsMap(s)
+	if err != nil {
+		panic(err)
+	}
+	return set
+}
+
+// startWatch watches every pod and stops the watch when the test ends.
+func (tc *testCacher) startWatch(t *testing.T, ctx context.Context, rv string, pred storage.SelectionPredicate) watch.Interface {
+	t.Helper()
+	w, err := tc.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: rv, Recursive: true, Predicate: pred})
+	if err != nil {
+		t.Fatalf("Watch(rv=%q): %v", rv, err)
+	}
+	t.Cleanup(w.Stop)
+	return w
+}
+
+// Reading watches.
+
+func nextEvent(t *testing.T, w watch.Interface) watch.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-w.ResultChan():
+		if !ok {
+			t.Fatalf("watch closed, want an event")
+		}
+		return ev
+	case <-time.After(waitFor):
+		t.Fatalf("no event within %v", waitFor)
+	}
+	return watch.Event{}
+}
+
+// expectQuiet checks that nothing arrives within grace. It can only miss an
+// event in flight, never flake: the grace lets the watcher's goroutine move
+// an already queued event along.
+func expectQuiet(t *testing.T, w watch.Interface, grace time.Duration, when string) {
+	t.Helper()
+	select {
+	case ev, ok := <-w.ResultChan():
+		if !ok {
+			t.Fatalf("%s: watch closed, want it open and quiet", when)
+		}
+		t.Fatalf("%s: got %s, want nothing", when, describe(ev))
+	case <-time.After(grace):
+	}
+}
+
+// drainUntilClosed returns what was still queued once the watch closes.
+func drainUntilClosed(t *testing.T, w watch.Interface) []watch.Event {
+	t.Helper()
+	var out []watch.Event
+	timeout := time.After(waitFor)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return out
+			}
+			out = append(out, ev)
+		case <-timeout:
+			t.Fatalf("watch not closed within %v (drained %d events)", waitFor, len(out))
+		}
+	}
+}
+
+const quietGrace = 50 * time.Millisecond
+
+func eventRV(t *testing.T, ev watch.Event) uint64 {
+	t.Helper()
+	rv, err := storage.APIObjectVersioner{}.ObjectResourceVersion(ev.Object)
+	if err != nil {
+		t.Fatalf("RV of %s: %v", describe(ev), err)
+	}
+	return rv
+}
+
+func describe(ev watch.Event) string {
+	if m, err := meta.Accessor(ev.Object); err == nil {
+		return fmt.Sprintf("%s %s@%s labels=%v", ev.Type, m.GetName(), m.GetResourceVersion(), m.GetLabels())
+	}
+	if s, ok := ev.Object.(*metav1.Status); ok {
+		return fmt.Sprintf("%s status %d %s: %s", ev.Type, s.Code, s.Reason, s.Message)
+	}
+	return fmt.Sprintf("%s %T", ev.Type, ev.Object)
+}
+
+func errorStatus(t *testing.T, ev watch.Event) *metav1.Status {
+	t.Helper()
+	if ev.Type != watch.Error {
+		t.Fatalf("got %s, want an Error event", describe(ev))
+	}
+	s, ok := ev.Object.(*metav1.Status)
+	if !ok {
+		t.Fatalf("Error event carries %T, want *metav1.Status", ev.Object)
+	}
+	return s
+}
+
+func podName(i int) string { return fmt.Sprintf("pod-%02d", i) }
+
+// --- 2. Readiness ---
+
+func TestNotReadyRetryAfter(t *testing.T) {
+	tests := []struct {
+		down time.Duration
+		want int
+	}{
+		{0, 1},
+		{10 * time.Second, 1},
+		{20 * time.Second, 3},  // e^1.2
+		{40 * time.Second, 11}, // e^2.4
+		{56 * time.Second, 28}, // e^3.36
+		{60 * time.Second, 30}, // e^3.6 = 36.6, capped
+		{time.Hour, 30},        // capped
+		{-time.Minute, 1},      // clock went backwards: at least 1s
+		{1500 * time.Millisecond, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.down.String(), func(t *testing.T) {
+			err := notReadyError(testEpoch.Add(tc.down), testEpoch)
+			if !apierrors.IsTooManyRequests(err) {
+				t.Fatalf("notReadyError = %v, want 429", err)
+			}
+			got, ok := apierrors.SuggestsClientDelay(err)
+			if !ok || got != tc.want {
+				t.Errorf("Retry-After = %d (%v), want %d", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+func TestReadiness(t *testing.T) {
+	tests := []struct {
+		name         string
+		listFailures int
+	}{
+		{name: "first list succeeds", listFailures: 0},
+		{name: "first list fails", listFailures: 1},
+		{name: "three lists fail", listFailures: 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+			fs.failLists(tc.listFailures)
+			tc2 := newTestCacher(t, fs, nil)
+
+			for attempt := 1; attempt <= tc.listFailures; attempt++ {
+				// The reflector backs off on the fake clock: tick + backoff.
+				poll(t, "the reflector to back off", func() bool {
+					return fs.listCount() == attempt && tc2.clk.Waiters() == 2
+				})
+				if tc2.Ready() {
+					t.Fatalf("Ready() = true after %d failed lists", attempt)
+				}
+				if err := tc2.ReadinessCheck(); err != storage.ErrStorageNotReady {
+					t.Fatalf("ReadinessCheck() = %v, want ErrStorageNotReady", err)
+				}
+				w, err := tc2.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)})
+				if err == nil {
+					w.Stop()
+					t.Fatalf("Watch before the first list: got a watch, want 429")
+				}
+				if !apierrors.IsTooManyRequests(err) {
+					t.Fatalf("Watch before the first list: %v, want 429 TooManyRequests", err)
+				}
+				if retry, ok := apierrors.SuggestsClientDelay(err); !ok || retry < 1 {
+					t.Errorf("Watch before the first list: Retry-After = %d (%v), want >= 1", retry, ok)
+				}
+				tc2.clk.Step(time.Second) // past any backoff (<= 0.6s here)
+			}
+
+			tc2.waitReady(t)
+			if !tc2.Ready() {
+				t.Fatalf("Ready() = false after WaitReady returned")
+			}
+			if err := tc2.ReadinessCheck(); err != nil {
+				t.Fatalf("ReadinessCheck() = %v once ready", err)
+			}
+			if got := fs.listCount(); got != tc.listFailures+1 {
+				t.Errorf("GetList called %d times, want %d", got, tc.listFailures+1)
+			}
+			w := tc2.startWatch(t, context.Background(), "0", everything(false))
+			if ev := nextEvent(t, w); ev.Type != watch.Added || eventRV(t, ev) != 100 {
+				t.Errorf("first event once ready: %s, want ADDED a@100", describe(ev))
+			}
+		})
+	}
+}
+
+// Watch while not ready at the start: a 429 whose Retry-After is 1s.
+func TestWatchBeforeFirstListIs429(t *testing.T) {
+	fs := newFakeStorage(100)
+	fs.failLists(1)
+	tc := newTestCacher(t, fs, nil)
+	poll(t, "the reflector to back off", func() bool { return fs.listCount() == 1 && tc.clk.Waiters() == 2 })
+	_, err := tc.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "100", Recursive: true, Predicate: everything(true)})
+	if !apierrors.IsTooManyRequests(err) {
+		t.Fatalf("Watch = %v, want 429", err)
+	}
+	if retry, ok := apierrors.SuggestsClientDelay(err); !ok || retry != 1 {
+		t.Errorf("Retry-After = %d (%v), want 1", retry, ok)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := tc.WaitReady(ctx); err == nil {
+		t.Errorf("WaitReady returned nil before the first list succeeded")
+	}
+}
+
+// --- 3. Bookmark schedule ---
+
+func TestBookmarkHeartbeat(t *testing.T) {
+	tests := []struct {
+		name          string
+		bookmarks     bool
+		wantBookmarks []int // steps (seconds) after which a bookmark arrives
+	}{
+		{name: "allowWatchBookmarks", bookmarks: true, wantBookmarks: []int{10, 20, 30}},
+		{name: "no allowWatchBookmarks", bookmarks: false, wantBookmarks: nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+			c := newTestCacher(t, fs, func(cfg *Config) {
+				cfg.BookmarkFrequency = 10 * time.Second
+				cfg.EventsHistoryWindow = time.Minute
+			})
+			c.waitReady(t)
+			sw, _ := fs.waitWatch(t, 1)
+			w := c.startWatch(t, context.Background(), "100", everything(tc.bookmarks))
+
+			var got []int
+			lastEventRV := uint64(100)
+			c.stepTicks(t, 30, 1, func(step int) {
+				if slices.Contains(tc.wantBookmarks, step) {
+					ev := nextEvent(t, w)
+					if ev.Type != watch.Bookmark {
+						t.Fatalf("after %ds: got %s, want a bookmark", step, describe(ev))
+					}
+					if rv := eventRV(t, ev); rv < lastEventRV {
+						t.Errorf("bookmark after %ds at RV %d, below the last event's %d", step, rv, lastEventRV)
+					}
+					got = append(got, step)
+				}
+				expectQuiet(t, w, quietGrace, fmt.Sprintf("after %ds", step))
+				if step == 15 {
+					// One event between two heartbeats; none in the next period.
+					sw.send(t, watch.Modified, newTestPod("a", 105, map[string]string{"x": "y"}, ""))
+					ev := nextEvent(t, w)
+					if ev.Type != watch.Modified || eventRV(t, ev) != 105 {
+						t.Fatalf("got %s, want MODIFIED a@105", describe(ev))
+					}
+					lastEventRV = 105
+				}
+			})
+			if !slices.Equal(got, tc.wantBookmarks) {
+				t.Errorf("bookmarks after %v s, want %v", got, tc.wantBookmarks)
+			}
+		})
+	}
+}
+
+// Bookmarks carry exactly the RV of the newest event or storage progress
+// the cache has dispatched.
+func TestBookmarkCarriesDispatchedRV(t *testing.T) {
+	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	c := newTestCacher(t, fs, func(cfg *Config) { cfg.BookmarkFrequency = 2 * time.Second })
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	w := c.startWatch(t, context.Background(), "100", labelled("app=web"))
+	// The watcher's selector matches none of these; only the RV moves.
+	wb := c.startWatch(t, context.Background(), "100", func() storage.SelectionPredicate {
+		p := labelled("app=web")
+		p.AllowWatchBookmarks = true
+		return p
+	}())
+	_ = w
+	sw.send(t, watch.Modified, newTestPod("a", 103, map[string]string{"app": "db"}, ""))
+	c.waitRV(t, 103)
+	c.stepTicks(t, 2, 1, nil)
+	if ev := nextEvent(t, wb); ev.Type != watch.Bookmark || eventRV(t, ev) != 103 {
+		t.Fatalf("got %s, want a bookmark at 103", describe(ev))
+	}
+	sw.sendBookmark(t, 110) // storage progress: no event, but the RV moves
+	c.waitRV(t, 110)
+	c.stepTicks(t, 2, 1, nil)
+	if ev := nextEvent(t, wb); ev.Type != watch.Bookmark || eventRV(t, ev) != 110 {
+		t.Fatalf("got %s, want a bookmark at 110 (the storage progress)", describe(ev))
+	}
+	expectQuiet(t, w, quietGrace, "watcher without bookmarks")
+}
+
+// --- 4. Pre-deadline bookmark ---
+
+func TestPreDeadlineBookmark(t *testing.T) {
+	tests := []struct {
+		name      string
+		deadline  time.Duration // after the watch starts
+		offset    time.Duration
+		wantFirst int // step of the first bookmark; 0: none at all
+	}{
+		{name: "deadline before the heartbeat", deadline: 5 * time.Second, offset: 2 * time.Second, wantFirst: 3},
+		{name: "another offset", deadline: 7 * time.Second, offset: 3 * time.Second, wantFirst: 4},
+		{name: "heartbeat before the deadline", deadline: 30 * time.Second, offset: 2 * time.Second, wantFirst: 10},
+		{name: "pre-deadline time already passed", deadline: time.Second, offset: 2 * time.Second, wantFirst: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFakeStorage(100)
+			c := newTestCacher(t, fs, func(cfg *Config) {
+				cfg.BookmarkFrequency = 10 * time.Second
+				cfg.BookmarkPreDeadlineOffset = tc.offset
+			})
+			c.waitReady(t)
+			// The deadline is on the fake clock, years ahead of the real one,
+			// so the context never actually expires during the test.
+			ctx, cancel := context.WithDeadline(context.Background(), c.clk.Now().Add(tc.deadline))
+			defer cancel()
+			w := c.startWatch(t, ctx, "100", everything(true))
+
+			var got []int
+			last := int((tc.deadline - tc.offset) / time.Second)
+			c.stepTicks(t, 12, 1, func(step int) {
+				select {
+				case ev := <-w.ResultChan():
+					if ev.Type != watch.Bookmark {
+						t.Fatalf("after %ds: got %s, want only bookmarks", step, describe(ev))
+					}
+					got = append(got, step)
+				case <-time.After(quietGrace):
+				}
+			})
+			switch {
+			case tc.wantFirst == 0 && len(got) > 0:
+				t.Errorf("bookmarks after %v s, want none", got)
+			case tc.wantFirst == 0:
+			case len(got) == 0 || got[0] != tc.wantFirst:
+				t.Errorf("bookmarks after %v s, want the first after %ds", got, tc.wantFirst)
+			case tc.deadline < 10*time.Second && got[len(got)-1] > last+1:
+				t.Errorf("bookmarks after %v s: after the pre-deadline one at %ds the watch should only wait for its deadline", got, last)
+			}
+			t.Logf("bookmarks after %v s", got)
+		})
+	}
+}
+
+// --- 5. Event conversion ---
+
+func TestWatchEventConversion(t *testing.T) {
+	web := map[string]string{"app": "web"}
+	db := map[string]string{"app": "db"}
+	type step struct {
+		typ  watch.EventType
+		pod  *example.Pod
+		want watch.EventType // "" for no event
+		// wantLabels are the labels of the object the watcher gets: the old
+		// ones when an update moved the object out of the selector.
+		wantLabels map[string]string
+	}
+	steps := []step{
+		{typ: watch.Modified, pod: newTestPod("a", 101, db, ""), want: watch.Deleted, wantLabels: web},     // matching -> not
+		{typ: watch.Modified, pod: newTestPod("b", 102, web, ""), want: watch.Added, wantLabels: web},      // not -> matching
+		{typ: watch.Deleted, pod: newTestPod("c", 103, web, ""), want: watch.Deleted, wantLabels: web},     // delete of a matching one
+		{typ: watch.Deleted, pod: newTestPod("a", 104, db, ""), want: ""},                                  // delete of a non-matching one
+		{typ: watch.Modified, pod: newTestPod("b", 105, web, "n1"), want: watch.Modified, wantLabels: web}, // matching -> matching
+		{typ: watch.Added, pod: newTestPod("d", 106, db, ""), want: ""},
+		{typ: watch.Added, pod: newTestPod("e", 107, web, ""), want: watch.Added, wantLabels: web},
+		{typ: watch.Modified, pod: newTestPod("d", 108, db, "n2"), want: ""}, // not -> not
+	}
+	sentinel := newTestPod("z", 200, web, "")
+	for _, mode := range []string{"live", "replayed from history"} {
+		t.Run(mode, func(t *testing.T) {
+			fs := newFakeStorage(100,
+				newTestPod("a", 90, web, ""), newTestPod("b", 91, db, ""), newTestPod("c", 92, web, ""))
+			c := newTestCacher(t, fs, nil)
+			c.waitReady(t)
+			sw, _ := fs.waitWatch(t, 1)
+			var w watch.Interface
+			if mode == "live" {
+				w = c.startWatch(t, context.Background(), "100", labelled("app=web"))
+			}
+			for _, s := range steps {
+				sw.send(t, s.typ, s.pod)
+			}
+			sw.send(t, watch.Added, sentinel)
+			c.waitRV(t, 200)
+			if mode != "live" {
+				w = c.startWatch(t, context.Background(), "100", labelled("app=web"))
+			}
+			for _, s := range steps {
+				if s.want == "" {
+					continue
+				}
+				ev := nextEvent(t, w)
+				rv := eventRV(t, ev)
+				m, _ := meta.Accessor(ev.Object)
+				if ev.Type != s.want || m.GetName() != s.pod.Name || strconv.FormatUint(rv, 10) != s.pod.ResourceVersion {
+					t.Fatalf("storage %s %s@%s: got %s, want %s %s@%s",
+						s.typ, s.pod.Name, s.pod.ResourceVersion, describe(ev), s.want, s.pod.Name, s.pod.ResourceVersion)
+				}
+				if !labels.Equals(m.GetLabels(), s.wantLabels) {
+					t.Errorf("storage %s %s@%s: got labels %v, want %v", s.typ, s.pod.Name, s.pod.ResourceVersion, m.GetLabels(), s.wantLabels)
+				}
+			}
+			// Nothing else came between: the next event is the sentinel.
+			if ev := nextEvent(t, w); ev.Type != watch.Added || eventRV(t, ev) != 200 {
+				t.Fatalf("got %s, want the sentinel ADDED z@200", describe(ev))
+			}
+		})
+	}
+}
+
+// The DELETED sent when an update moves an object out of the selector must
+// not share the cached object: changing its RV must not change the cache.
+func TestMovedOutDeleteDoesNotMutateCache(t *testing.T) {
+	fs := newFakeStorage(100, newTestPod("a", 90, map[string]string{"app": "web"}, ""))
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	before := c.startWatch(t, context.Background(), "0", everything(false))
+	if ev := nextEvent(t, before); ev.Type != watch.Added || eventRV(t, ev) != 90 {
+		t.Fatalf("got %s, want ADDED a@90", describe(ev))
+	}
+	w := c.startWatch(t, context.Background(), "100", labelled("app=web"))
+	sw.send(t, watch.Modified, newTestPod("a", 101, map[string]string{"app": "db"}, ""))
+	if ev := nextEvent(t, w); ev.Type != watch.Deleted || eventRV(t, ev) != 101 {
+		t.Fatalf("got %s, want DELETED a@101", describe(ev))
+	}
+	// Replaying from 100 converts the same history event again; the old
+	// object the first conversion copied must still be at 90.
+	for _, e := range mustSince(t, c.history, 100) {
+		if e.prev != nil {
+			if rv, _ := c.versioner.ObjectResourceVersion(e.prev.obj); rv != 90 {
+				t.Errorf("the cached previous object's RV is %d after conversion, want 90", rv)
+			}
+		}
+	}
+}
+
+// --- 6. Watch errors: too old, too new ---
+
+func TestWatchTooOldResourceVersion(t *testing.T) {
+	tests := []struct {
+		name    string
+		prepare func(t *testing.T, c *testCacher, sw *fakeWatch)
+		rv      string
+		want410 bool
+		wantRVs []uint64 // when not 410: the events replayed
+	}{
+		{name: "below the list RV", rv: "50", want410: true},
+		{name: "just below the list RV", rv: "99", want410: true},
+		{name: "the list RV", rv: "100", wantRVs: []uint64{101, 102, 103, 104, 105}},
+		{
+			name:    "expired by the window",
+			prepare: expireAll,
+			rv:      "104", want410: true,
+		},
+		{
+			name:    "expired by the window, from the newest",
+			prepare: expireAll,
+			rv:      "105", wantRVs: nil,
+		},
+		{
+			name:    "compacted by etcd",
+			prepare: func(t *testing.T, c *testCacher, sw *fakeWatch) { c.fs.setCompactRevision(103) },
+			rv:      "102", want410: true,
+		},
+		{
+			name:    "compacted by etcd, from the compaction",
+			prepare: func(t *testing.T, c *testCacher, sw *fakeWatch) { c.fs.setCompactRevision(103) },
+			rv:      "103", wantRVs: []uint64{104, 105},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFakeStorage(100)
+			c := newTestCacher(t, fs, func(cfg *Config) {
+				cfg.BookmarkFrequency = 5 * time.Second
+				cfg.EventsHistoryWindow = 10 * time.Second
+			})
+			c.waitReady(t)
+			sw, _ := fs.waitWatch(t, 1)
+			for rv := uint64(101); rv <= 105; rv++ {
+				sw.send(t, watch.Added, newTestPod(podName(int(rv)), rv, nil, ""))
+			}
+			c.waitRV(t, 105)
+			if tc.prepare != nil {
+				tc.prepare(t, c, sw)
+			}
+			w := c.startWatch(t, context.Background(), tc.rv, everything(false))
+			if tc.want410 {
+				s := errorStatus(t, nextEvent(t, w))
+				if s.Code != 410 || s.Reason != metav1.StatusReasonExpired {
+					t.Errorf("got status %d %s (%q), want 410 Expired", s.Code, s.Reason, s.Message)
+				}
+				if rest := drainUntilClosed(t, w); len(rest) != 0 {
+					t.Errorf("events after the error: %d", len(rest))
+				}
+				return
+			}
+			for _, want := range tc.wantRVs {
+				if ev := nextEvent(t, w); ev.Type != watch.Added || eventRV(t, ev) != want {
+					t.Fatalf("got %s, want ADDED @%d", describe(ev), want)
+				}
+			}
+			sw.send(t, watch.Added, newTestPod("sentinel", 300, nil, ""))
+			if ev := nextEvent(t, w); eventRV(t, ev) != 300 {
+				t.Fatalf("got %s, want the sentinel @300", describe(ev))
+			}
+		})
+	}
+}
+
+// expireAll steps the fake clock past the history window (10s), tick by
+// tick, so the dispatcher's tick ages every event out.
+func expireAll(t *testing.T, c *testCacher, _ *fakeWatch) {
+	c.stepTicks(t, 11, 1, nil)
+}
+
+func TestWatchTooLargeResourceVersion(t *testing.T) {
+	tests := []struct {
+		name string
+		// catchUp is what the storage sends while the watch waits; nil: nothing.
+		catchUp func(t *testing.T, sw *fakeWatch)
+	}{
+		{name: "the cache never gets there"},
+		{name: "a storage progress notification gets it there", catchUp: func(t *testing.T, sw *fakeWatch) { sw.sendBookmark(t, 200) }},
+		{name: "an event gets it there", catchUp: func(t *testing.T, sw *fakeWatch) {
+			sw.send(t, watch.Added, newTestPod("late", 200, nil, ""))
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFakeStorage(100)
+			c := newTestCacher(t, fs, nil)
+			c.waitReady(t)
+			sw, _ := fs.waitWatch(t, 1)
+
+			type result struct {
+				w   watch.Interface
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "200", Recursive: true, Predicate: everything(false)})
+				done <- result{w, err}
+			}()
+			// Waiting: the tick, the freshness timeout and the progress timer
+			// are armed, and etcd was asked for progress once.
+			poll(t, "the watch to wait for RV 200", func() bool { return fs.progressCount() == 1 && c.clk.Waiters() == 3 })
+			// Every progressRequestPeriod it asks again.
+			c.clk.Step(progressRequestPeriod)
+			poll(t, "a second progress request", func() bool { return fs.progressCount() == 2 && c.clk.Waiters() == 3 })
+			c.clk.Step(freshnessTimeout - 2*progressRequestPeriod)
+			select {
+			case r := <-done:
+				t.Fatalf("Watch returned (%v) before the freshness timeout", r.err)
+			case <-time.After(quietGrace):
+			}
+
+			if tc.catchUp != nil {
+				tc.catchUp(t, sw)
+				r := <-done
+				if r.err != nil {
+					t.Fatalf("Watch: %v", r.err)
+				}
+				defer r.w.Stop()
+				sw.send(t, watch.Added, newTestPod("after", 201, nil, ""))
+				if ev := nextEvent(t, r.w); ev.Type != watch.Added || eventRV(t, ev) != 201 {
+					t.Fatalf("got %s, want ADDED after@201 (nothing at or below 200)", describe(ev))
+				}
+				return
+			}
+
+			c.clk.Step(2 * progressRequestPeriod) // reaches the 3s timeout
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(waitFor):
+				t.Fatalf("Watch still waiting after the freshness timeout on the config clock")
+			}
+			if r.err != nil {
+				t.Fatalf("Watch returned the error %v; want it in the stream, as etcd3 does", r.err)
+			}
+			ev := nextEvent(t, r.w)
+			s := errorStatus(t, ev)
+			err := apierrors.FromObject(ev.Object)
+			if !storage.IsTooLargeResourceVersion(err) {
+				t.Errorf("error %v is not a TooLargeResourceVersion error", err)
+			}
+			if s.Code != 504 || s.Reason != metav1.StatusReasonTimeout {
+				t.Errorf("status %d %s, want 504 Timeout", s.Code, s.Reason)
+			}
+			// apierrors.NewTimeoutError prefixes "Timeout: ".
+			if want := "Timeout: Too large resource version: 200, current: 100"; s.Message != want {
+				t.Errorf("message %q, want %q", s.Message, want)
+			}
+			if retry, ok := apierrors.SuggestsClientDelay(err); !ok || retry != 1 {
+				t.Errorf("Retry-After = %d (%v), want 1", retry, ok)
+			}
+			if rest := drainUntilClosed(t, r.w); len(rest) != 0 {
+				t.Errorf("events after the error: %d", len(rest))
+			}
+		})
+	}
+}
+
+// --- 7. Slow watchers ---
+
+func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
+	const (
+		watcherBuffer = 2
+		// A watcher's pipeline holds its input queue, one event in its
+		// goroutine's hands and the result buffer: the slow watcher takes
+		// this many events, and the next one blocks the dispatcher.
+		fill  = watcherBuffer + 1 + resultBuffer
+		total = 60
+	)
+	for _, clockName := range []string{"fake clock", "real clock"} {
+		t.Run(clockName, func(t *testing.T) {
+			fs := newFakeStorage(100)
+			c := newTestCacher(t, fs, func(cfg *Config) {
+				cfg.WatcherBuffer = watcherBuffer
+				if clockName == "real clock" {
+					cfg.Clock = clock.RealClock{}
+				}
+			})
+			c.waitReady(t)
+			sw, _ := fs.waitWatch(t, 1)
+			reader := c.startWatch(t, context.Background(), "100", everything(false))
+			slow := c.startWatch(t, context.Background(), "100", everything(false))
+
+			got := make(chan uint64, total)
+			readerDone := make(chan struct{})
+			go func() {
+				defer close(readerDone)
+				for ev := range reader.ResultChan() {
+					rv, _ := storage.APIObjectVersioner{}.ObjectResourceVersion(ev.Object)
+					got <- rv
+					if len(got) == total {
+						return
+					}
+				}
+			}()
+			defer func() { reader.Stop(); <-readerDone }()
+			var received []uint64
+			receive := func(n int) {
+				t.Helper()
+				for len(received) < n {
+					select {
+					case rv := <-got:
+						received = append(received, rv)
+					case <-time.After(waitFor):
+						t.Fatalf("the reading watcher got %d of %d events", len(received), n)
+					}
+				}
+			}
+			send := func(i int) { sw.send(t, watch.Added, newTestPod(podName(i), uint64(100+i), nil, "")) }
+
+			// One event at a time, the reader taking each before the next, so
+			// the reader is never the watcher the dispatcher waits for.
+			for i := 1; i <= fill+1; i++ {
+				send(i)
+				receive(i)
+			}
+			// Event fill+1 found the slow watcher full: the dispatcher waits
+			// for it, at most its budget on the config clock, and closes it.
+			if clockName == "fake clock" {
+				c.waitWaiters(t, 2)
+				c.clk.Step(dispatchBudget)
+			}
+			for i := fill + 2; i <= total; i++ {
+				send(i)
+			}
+			receive(total)
+			for i, rv := range received {
+				if rv != uint64(101+i) {
+					t.Fatalf("the reading watcher got RVs %v, want 101..%d in order", received, 100+total)
+				}
+			}
+
+			rest := drainUntilClosed(t, slow)
+			if len(rest) == 0 || len(rest) > fill {
+				t.Errorf("the slow watcher delivered %d events before closing, want 1..%d", len(rest), fill)
+			}
+			for i, ev := range rest {
+				if rv := eventRV(t, ev); rv != uint64(101+i) {
+					t.Fatalf("the slow watcher's queued events are not 101.. in order: #%d is %s", i, describe(ev))
+				}
+			}
+		})
+	}
+}
+
+// A watcher that was blocked when an event came, but made room while the
+// dispatcher waited for another blocked watcher, must get the event: only a
+// watcher "still full after" the budget is closed (dispatch.go). Upstream
+// tries every blocked watcher once more without blocking after the timer
+// fired. The order in which the dispatcher visits blocked watchers is map
+// order, so each round puts one such watcher among six that never read: it
+// is visited after one of them in 6 of 7 orders.
+func TestBlockedWatcherThatMadeRoomIsNotClosed(t *testing.T) {
+	const (
+		neverReaders = 6
+		rounds       = 4
+		// A watcher's pipeline holds its input queue, one event in its
+		// goroutine's hands and the result buffer.
+		watcherBuffer = 2
+		fill          = watcherBuffer + 1 + resultBuffer
+	)
+	for round := 1; round <= rounds; round++ {
+		t.Run(fmt.Sprintf("round %d", round), func(t *testing.T) {
+			fs := newFakeStorage(100)
+			c := newTestCacher(t, fs, func(cfg *Config) { cfg.WatcherBuffer = watcherBuffer })
+			c.waitReady(t)
+			sw, _ := fs.waitWatch(t, 1)
+			var all []*watcher
+			for range neverReaders {
+				all = append(all, c.startWatch(t, context.Background(), "100", everything(false)).(*watcher))
+			}
+			drained := c.startWatch(t, context.Background(), "100", everything(false)).(*watcher)
+			all = append(all, drained)
+
+			for i := 1; i <= fill+1; i++ {
+				sw.send(t, watch.Added, newTestPod(podName(i), uint64(100+i), nil, ""))
+			}
+			// Events 1..fill fill every pipeline; event fill+1 blocks the
+			// dispatcher, which arms its budget timer.
+			poll(t, "every watcher to be full", func() bool {
+				for _, w := range all {
+					if len(w.result) != resultBuffer || len(w.input) != watcherBuffer {
+						return false
+					}
+				}
+				return true
+			})
+			c.waitWaiters(t, 2)
+
+			// One watcher's client catches up while the dispatcher waits.
+			for i := 1; i <= fill; i++ {
+				if ev := nextEvent(t, drained); eventRV(t, ev) != uint64(100+i) {
+					t.Fatalf("got %s, want @%d", describe(ev), 100+i)
+				}
+			}
+			c.clk.Step(dispatchBudget)
+
+			ev, ok := <-drained.ResultChan()
+			if !ok {
+				t.Fatalf("the watcher that made room was closed with the never-readers; want it to get event %d", 100+fill+1)
+			}
+			if rv := eventRV(t, ev); rv != uint64(100+fill+1) {
+				t.Fatalf("got %s, want @%d", describe(ev), 100+fill+1)
+			}
+			for _, w := range all[:neverReaders] {
+				drainUntilClosed(t, w)
+			}
+		})
+	}
+}
+
+// --- WatchList watchers closed for being slow ---
+
+// watchListSetup starts a WatchList watch (sendInitialEvents=true, RV "",
+// bookmarks) over more objects than the result buffer, never reads it, and
+// pushes events until the dispatcher closes it for being slow. Its end
+// bookmark was accepted but not sent, so it is closed gracefully.
+func watchListSetup(t *testing.T) (*testCacher, watch.Interface, context.CancelFunc) {
+	t.Helper()
+	const pods = resultBuffer + 2
+	var list []*example.Pod
+	for i := range pods {
+		list = append(list, newTestPod(podName(i), uint64(10+i), nil, ""))
+	}
+	fs := newFakeStorage(100, list...)
+	c := newTestCacher(t, fs, func(cfg *Config) {
+		cfg.WatcherBuffer = 2
+		cfg.BookmarkFrequency = 10 * time.Second
+	})
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := c.Watch(ctx, "/pods/", storage.ListOptions{
+		ResourceVersion: "", SendInitialEvents: ptr.To(true), Recursive: true, Predicate: everything(true),
+	})
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	t.Cleanup(w.Stop)
+	for rv := uint64(101); rv <= 103; rv++ {
+		sw.send(t, watch.Modified, newTestPod(podName(0), rv, nil, ""))
+	}
+	c.waitWaiters(t, 2) // the dispatcher waits for the watcher
+	c.clk.Step(dispatchBudget)
+	// The timer left the fake clock on the step; the dispatcher closes the
+	// watcher right after.
+	poll(t, "the dispatcher to close the slow watcher", func() bool {
+		c.mu.RLock()
+		defer c.mu.RUnlock()
+		return !c.watchers.has(w.(*watcher))
+	})
+	return c, w, cancel
+}
+
+func TestSlowWatchListWatcherIsDrainedGracefully(t *testing.T) {
+	_, w, _ := watchListSetup(t)
+	events := drainUntilClosed(t, w)
+	var types []string
+	for _, ev := range events {
+		types = append(types, describe(ev))
+	}
+	if len(events) < resultBuffer+3 {
+		t.Fatalf("got %d events, want the %d initial ones and the end bookmark:\n%s", len(events), resultBuffer+3, strings.Join(types, "\n"))
+	}
+	for i := range resultBuffer + 2 {
+		if m, _ := meta.Accessor(events[i].Object); events[i].Type != watch.Added || m.GetName() != podName(i) {
+			t.Fatalf("event #%d: %s, want ADDED %s", i, describe(events[i]), podName(i))
+		}
+	}
+	end := events[resultBuffer+2]
+	if marked, _ := storage.HasInitialEventsEndBookmarkAnnotation(end.Object); end.Type != watch.Bookmark || !marked || eventRV(t, end) < 100 {
+		t.Fatalf("after the initial events: %s, want the initial-events-end bookmark at >= 100", describe(end))
+	}
+	last := eventRV(t, end)
+	for _, ev := range events[resultBuffer+3:] {
+		if rv := eventRV(t, ev); ev.Type != watch.Modified || rv <= last || rv > 103 {
+			t.Fatalf("after the end bookmark: %s, want MODIFIED in 101..103 in order", describe(ev))
+		}
+		last = eventRV(t, ev)
+	}
+}
+
+// Stop ends every watcher and waits for their goroutines (cacher.go). A
+// watcher closed gracefully for being slow has left the watcher set but its
+// goroutine still waits for its client.
+func TestStopEndsGracefullyClosingWatcher(t *testing.T) {
+	c, w, cancel := watchListSetup(t)
+	// When Stop hangs, the client going away is what frees it.
+	c.stopWithin(t, "it waits for a gracefully closed watcher whose client does not read, and never stops it", cancel)
+	drainUntilClosed(t, w)
+}
+
+// A watcher closed gracefully keeps its slot on the bookmark calendar; when
+// the slot comes up, the tick must not send on its closed input. A panic on
+// the dispatcher goroutine kills the process, so the scenario runs in a
+// child process.
+func TestBookmarkTickAfterGracefulClose(t *testing.T) {
+	if !runInChild(t) {
+		return
+	}
+	c, w, _ := watchListSetup(t)
+	// The watcher was filed for a heartbeat 10s after it started.
+	c.stepTicks(t, 12, 1, nil)
+	events := drainUntilClosed(t, w)
+	if len(events) < resultBuffer+3 {
+		t.Fatalf("got %d events, want at least the initial ones and the end bookmark", len(events))
+	}
+}
+
+const childEnv = "WATCHKEEPER_CACHER_TEST_CHILD"
+
+// runInChild reports whether the caller is the child process that must run
+// the test's body; in the parent it runs the test in a child process and
+// fails when the child fails or crashes.
+func runInChild(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(childEnv) == t.Name() {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), childEnv+"="+t.Name())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("the test failed in its child process (%v):\n%s", err, tailLines(out, 40))
+	}
+	return false
+}
+
+func tailLines(b []byte, n int) string {
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[:n] // the panic and the dispatcher's stack come first
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// --- 8. Storage watch errors: relist ---
+
+func TestStorageWatchErrorRelists(t *testing.T) {
+	tests := []struct {
+		name string
+		// fail ends the storage watch.
+		fail       func(t *testing.T, sw *fakeWatch)
+		wantRelist bool
+	}{
+		{
+			name: "410 Gone (compacted)",
+			fail: func(t *testing.T, sw *fakeWatch) {
+				sw.sendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
+			},
+			wantRelist: true,
+		},
+		{
+			name: "500 Internal error",
+			fail: func(t *testing.T, sw *fakeWatch) {
+				sw.sendError(t, &apierrors.NewInternalError(fmt.Errorf("boom")).ErrStatus)
+			},
+			wantRelist: true,
+		},
+		{
+			name:       "stream closed without an error",
+			fail:       func(t *testing.T, sw *fakeWatch) { sw.closeStream() },
+			wantRelist: false,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+			c := newTestCacher(t, fs, nil)
+			c.waitReady(t)
+			sw, opts := fs.waitWatch(t, 1)
+			if opts.ResourceVersion != "100" || !opts.ProgressNotify || !opts.Predicate.AllowWatchBookmarks {
+				t.Errorf("storage watch opened with RV %q, progressNotify %v, bookmarks %v; want 100, true, true",
+					opts.ResourceVersion, opts.ProgressNotify, opts.Predicate.AllowWatchBookmarks)
+			}
+			plain := c.startWatch(t, context.Background(), "100", everything(false))
+			withBookmarks := c.startWatch(t, context.Background(), "0", everything(true))
+			if ev := nextEvent(t, withBookmarks); ev.Type != watch.Added {
+				t.Fatalf("got %s, want the initial ADDED", describe(ev))
+			}
+			sw.send(t, watch.Modified, newTestPod("a", 101, map[string]string{"v": "1"}, ""))
+			c.waitRV(t, 101)
+			for _, w := range []watch.Interface{plain, withBookmarks} {
+				if ev := nextEvent(t, w); eventRV(t, ev) != 101 {
+					t.Fatalf("got %s, want @101", describe(ev))
+				}
+			}
+			fs.setList(300, newTestPod("a", 250, nil, ""), newTestPod("b", 300, nil, ""))
+
+			tc.fail(t, sw)
+			if tc.wantRelist {
+				// The reflector backs off on the config clock before relisting.
+				poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == 2 })
+				c.clk.Step(time.Second)
+			}
+			sw2, opts2 := fs.waitWatch(t, 2)
+			if !sw.isStopped() {
+				t.Errorf("the failed storage watch was not stopped")
+			}
+
+			if !tc.wantRelist {
+				if opts2.ResourceVersion != "101" {
+					t.Errorf("storage watch resumed from RV %q, want 101 (the last applied)", opts2.ResourceVersion)
+				}
+				if n := fs.listCount(); n != 1 {
+					t.Errorf("GetList called %d times, want 1: a closed stream resumes without a relist", n)
+				}
+				if !c.Ready() {
+					t.Errorf("not ready after a resumed watch")
+				}
+				sw2.send(t, watch.Modified, newTestPod("a", 102, map[string]string{"v": "2"}, ""))
+				for _, w := range []watch.Interface{plain, withBookmarks} {
+					if ev := nextEvent(t, w); eventRV(t, ev) != 102 {
+						t.Fatalf("after the resumed watch: got %s, want @102", describe(ev))
+					}
+				}
+				return
+			}
+
+			// fs.waitWatch(2) returned: the relist is done and the cache is ready
+			// at the new RV.
+			if n := fs.listCount(); n != 2 {
+				t.Errorf("GetList called %d times, want 2", n)
+			}
+			if opts2.ResourceVersion != "300" {
+				t.Errorf("storage watch reopened at RV %q, want 300 (the relist's)", opts2.ResourceVersion)
+			}
+			for name, w := range map[string]watch.Interface{"plain": plain, "bookmarks": withBookmarks} {
+				if rest := drainUntilClosed(t, w); len(rest) != 0 {
+					t.Errorf("%s watcher: %d events after the storage watch failed, want none", name, len(rest))
+				}
+			}
+			c.waitReady(t)
+			if got := c.currentRV(); got != 300 {
+				t.Errorf("cache RV %d after the relist, want 300", got)
+			}
+			w := c.startWatch(t, context.Background(), "0", everything(false))
+			for _, want := range []string{"a@250", "b@300"} {
+				ev := nextEvent(t, w)
+				m, _ := meta.Accessor(ev.Object)
+				if got := m.GetName() + "@" + m.GetResourceVersion(); ev.Type != watch.Added || got != want {
+					t.Fatalf("after the relist: got %s, want ADDED %s", describe(ev), want)
+				}
+			}
+			// The history starts over at the relist: older RVs are gone.
+			old := c.startWatch(t, context.Background(), "101", everything(false))
+			if s := errorStatus(t, nextEvent(t, old)); s.Code != 410 {
+				t.Errorf("watch from 101 after the relist at 300: status %d, want 410", s.Code)
+			}
+		})
+	}
+}
+
+// Between the failure and the relist (a backoff on the config clock), the
+// cache is not ready and says so.
+func TestNotReadyWhileRelisting(t *testing.T) {
+	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	w := c.startWatch(t, context.Background(), "100", everything(false))
+	fs.setList(300)
+	fs.failLists(1)
+	sw.sendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
+
+	poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == 2 })
+	drainUntilClosed(t, w)
+	c.clk.Step(time.Second)
+	poll(t, "the relist to fail and back off", func() bool { return fs.listCount() == 2 && c.clk.Waiters() == 2 })
+	if c.Ready() {
+		t.Fatalf("Ready() = true while relisting")
+	}
+	if err := c.ReadinessCheck(); err == nil {
+		t.Errorf("ReadinessCheck() = nil while relisting")
+	}
+	if _, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "100", Recursive: true, Predicate: everything(false)}); !apierrors.IsTooManyRequests(err) {
+		t.Errorf("Watch while relisting = %v, want 429", err)
+	}
+	c.clk.Step(time.Second)
+	c.waitReady(t)
+	if _, opts := fs.waitWatch(t, 2); opts.ResourceVersion != "300" {
+		t.Errorf("storage watch reopened at %q, want 300", opts.ResourceVersion)
+	}
+}
+
+// --- 9. Stop and goroutines ---
+
+func TestStop(t *testing.T) {
+	fs := newFakeStorage(100, newTestPod("a", 100, map[string]string{"app": "web"}, "n1"))
+	c := newTestCacher(t, fs, func(cfg *Config) { cfg.BookmarkFrequency = 5 * time.Second })
+	c.waitReady(t)
+	deadlineCtx, cancel := context.WithDeadline(context.Background(), c.clk.Now().Add(time.Hour))
+	defer cancel()
+	watchers := map[string]watch.Interface{
+		"from 0":    c.startWatch(t, context.Background(), "0", everything(false)),
+		"bookmarks": c.startWatch(t, context.Background(), "100", everything(true)),
+		"selector":  c.startWatch(t, context.Background(), "100", labelled("app=web")),
+		"deadline":  c.startWatch(t, deadlineCtx, "100", everything(true)),
+		"unread":    c.startWatch(t, context.Background(), "0", everything(false)),
+		"field sel.": c.startWatch(t, context.Background(), "100", func() storage.SelectionPredicate {
+			p := everything(false)
+			p.Field = fields.OneTermEqualSelector("spec.nodeName", "n1")
+			return p
+		}()),
+	}
+	if ev := nextEvent(t, watchers["from 0"]); ev.Type != watch.Added {
+		t.Fatalf("got %s, want the initial ADDED", describe(ev))
+	}
+
+	c.stopWithin(t, "watchers still open", nil)
+	for name, w := range watchers {
+		t.Logf("draining the %q watcher", name)
+		drainUntilClosed(t, w)
+	}
+	expectNoCacherGoroutines(t)
+	c.Stop() // twice is fine
+
+	if c.Ready() {
+		t.Errorf("Ready() = true after Stop")
+	}
+	if err := c.ReadinessCheck(); err == nil {
+		t.Errorf("ReadinessCheck() = nil after Stop")
+	}
+	if w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}); err == nil {
+		t.Errorf("Watch after Stop returned a watch")
+		w.Stop()
+	}
+	ctx, cancelWait := context.WithTimeout(context.Background(), waitFor)
+	defer cancelWait()
+	if err := c.WaitReady(ctx); err == nil || ctx.Err() != nil {
+		t.Errorf("WaitReady after Stop = %v (ctx %v), want an immediate error", err, ctx.Err())
+	}
+	for _, w := range watchers {
+		w.Stop() // after the cacher stopped: fine
+	}
+}
+
+// A watcher's goroutine ends when its client stops it or its context ends,
+// while the cache goes on.
+func TestWatcherGoroutinesEnd(t *testing.T) {
+	tests := []struct {
+		name string
+		end  func(w watch.Interface, cancel context.CancelFunc)
+	}{
+		{name: "Stop", end: func(w watch.Interface, _ context.CancelFunc) { w.Stop() }},
+		{name: "context cancelled", end: func(_ watch.Interface, cancel context.CancelFunc) { cancel() }},
+		{name: "Stop twice and cancel", end: func(w watch.Interface, cancel context.CancelFunc) { w.Stop(); w.Stop(); cancel() }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+			c := newTestCacher(t, fs, nil)
+			c.waitReady(t)
+			sw, _ := fs.waitWatch(t, 1)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			w := c.startWatch(t, ctx, "0", everything(true))
+			// The unread initial event is in flight when the watch ends.
+			tc.end(w, cancel)
+			drainUntilClosed(t, w)
+			expectNoWatcherGoroutines(t)
+			// The cache still serves: events flow to a new watcher.
+			w2 := c.startWatch(t, context.Background(), "100", everything(false))
+			sw.send(t, watch.Modified, newTestPod("a", 101, nil, ""))
+			if ev := nextEvent(t, w2); eventRV(t, ev) != 101 {
+				t.Fatalf("got %s, want @101", describe(ev))
+			}
+		})
+	}
+}
+
+// --- WatchList (sendInitialEvents) ---
+
+func TestWatchListInitialEventsAndEndBookmark(t *testing.T) {
+	tests := []struct {
+		name        string
+		rv          string
+		sendInitial *bool
+		bookmarks   bool
+		currentRV   uint64 // etcd's RV, when ahead of the cache's 100
+		wantInitial bool
+		wantEndRV   uint64 // 0: no end bookmark
+	}{
+		{name: "consistent (RV unset)", rv: "", sendInitial: ptr.To(true), bookmarks: true, wantInitial: true, wantEndRV: 100},
+		{name: "consistent, etcd ahead of the cache", rv: "", sendInitial: ptr.To(true), bookmarks: true, currentRV: 150, wantInitial: true, wantEndRV: 150},
+		{name: "any state (RV 0)", rv: "0", sendInitial: ptr.To(true), bookmarks: true, wantInitial: true, wantEndRV: 100},
+		{name: "exact RV", rv: "100", sendInitial: ptr.To(true), bookmarks: true, wantInitial: true, wantEndRV: 100},
+		{name: "legacy RV 0 watch", rv: "0", sendInitial: nil, bookmarks: true, wantInitial: true},
+		{name: "sendInitialEvents=false, RV 0", rv: "0", sendInitial: ptr.To(false), bookmarks: true},
+		{name: "sendInitialEvents=false, RV unset", rv: "", sendInitial: ptr.To(false), bookmarks: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFakeStorage(100, newTestPod("b", 60, nil, ""), newTestPod("a", 50, nil, ""))
+			c := newTestCacher(t, fs, nil)
+			c.waitReady(t)
+			sw, _ := fs.waitWatch(t, 1)
+			liveRV := uint64(101)
+			if tc.currentRV > 0 {
+				fs.setCurrentRV(tc.currentRV)
+				liveRV = tc.currentRV + 1
+			}
+
+			type result struct {
+				w   watch.Interface
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{
+					ResourceVersion: tc.rv, SendInitialEvents: tc.sendInitial, Recursive: true, Predicate: everything(tc.bookmarks),
+				})
+				done <- result{w, err}
+			}()
+			if tc.currentRV > 0 {
+				// The watch waits for the cache to reach etcd's RV, and asks
+				// etcd for progress; the progress notification gets it there.
+				poll(t, "a progress request", func() bool { return fs.progressCount() >= 1 })
+				sw.sendBookmark(t, tc.currentRV)
+			}
+			var r result
+			select {
+			case r = <-done:
+			case <-time.After(waitFor):
+				t.Fatalf("Watch did not return within %v", waitFor)
+			}
+			if r.err != nil {
+				t.Fatalf("Watch: %v", r.err)
+			}
+			defer r.w.Stop()
+
+			if tc.wantInitial {
+				for _, want := range []string{"a@50", "b@60"} {
+					ev := nextEvent(t, r.w)
+					m, _ := meta.Accessor(ev.Object)
+					if got := m.GetName() + "@" + m.GetResourceVersion(); ev.Type != watch.Added || got != want {
+						t.Fatalf("initial event: %s, want ADDED %s (in key order)", describe(ev), want)
+					}
+				}
+			}
+			if tc.wantEndRV > 0 {
+				ev := nextEvent(t, r.w)
+				marked, _ := storage.HasInitialEventsEndBookmarkAnnotation(ev.Object)
+				if ev.Type != watch.Bookmark || !marked || eventRV(t, ev) != tc.wantEndRV {
+					t.Fatalf("after the initial events: %s (marked %v), want the initial-events-end bookmark at %d", describe(ev), marked, tc.wantEndRV)
+				}
+			}
+			sw.send(t, watch.Modified, newTestPod("a", liveRV, map[string]string{"v": "1"}, ""))
+			if ev := nextEvent(t, r.w); ev.Type != watch.Modified || eventRV(t, ev) != liveRV {
+				t.Fatalf("first live event: %s, want MODIFIED a@%d", describe(ev), liveRV)
+			}
+		})
+	}
+}

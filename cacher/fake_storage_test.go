@@ -1,0 +1,283 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// waitFor is the real-time bound for waiting on goroutines (never for
+// asserting timing): generous, so a loaded CI machine does not flake.
+const waitFor = 5 * time.Second
+
+// fakeStorage is an in-memory storage.Interface for the cacher's tests: a
+// settable list result, storage watches the test drives by hand, and counters
+// for the calls the cacher makes. Writes are not supported: the cacher only
+// passes them through.
+type fakeStorage struct {
+	mu sync.Mutex
+
+	listItems    []example.Pod
+	listRV       uint64
+	listFailures int // GetList fails this many more times
+	listCalls    int
+
+	currentRV     uint64
+	compactRV     int64
+	progressCalls int
+	sizeKeys      storage.KeysFunc
+
+	watches   []*fakeWatch
+	watchOpts []storage.ListOptions
+}
+
+var _ storage.Interface = (*fakeStorage)(nil)
+
+func newFakeStorage(rv uint64, pods ...*example.Pod) *fakeStorage {
+	s := &fakeStorage{}
+	s.setList(rv, pods...)
+	return s
+}
+
+// setList sets what the next GetList returns, and the current RV with it.
+func (s *fakeStorage) setList(rv uint64, pods ...*example.Pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listItems = s.listItems[:0]
+	for _, p := range pods {
+		s.listItems = append(s.listItems, *p.DeepCopy())
+	}
+	s.listRV = rv
+	s.currentRV = max(s.currentRV, rv)
+}
+
+// failLists makes the next n GetList calls fail.
+func (s *fakeStorage) failLists(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listFailures = n
+}
+
+func (s *fakeStorage) setCurrentRV(rv uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.currentRV = rv
+}
+
+func (s *fakeStorage) setCompactRevision(rv int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.compactRV = rv
+}
+
+func (s *fakeStorage) listCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listCalls
+}
+
+func (s *fakeStorage) progressCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.progressCalls
+}
+
+func (s *fakeStorage) watchCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.watches)
+}
+
+// waitWatch waits until the cacher has opened its n-th storage watch (n from
+// 1) and returns it with the options it was opened with.
+func (s *fakeStorage) waitWatch(t *testing.T, n int) (*fakeWatch, storage.ListOptions) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		s.mu.Lock()
+		if len(s.watches) >= n {
+			w, opts := s.watches[n-1], s.watchOpts[n-1]
+			s.mu.Unlock()
+			return w, opts
+		}
+		s.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("the cacher did not open storage watch #%d within %v (has %d)", n, waitFor, s.watchCount())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (s *fakeStorage) Versioner() storage.Versioner { return storage.APIObjectVersioner{} }
+
+func (s *fakeStorage) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listCalls++
+	if s.listFailures > 0 {
+		s.listFailures--
+		return storage.NewUnreachableError(key, 0)
+	}
+	list, ok := listObj.(*example.PodList)
+	if !ok {
+		return fmt.Errorf("fake storage lists pods, got %T", listObj)
+	}
+	list.Items = make([]example.Pod, len(s.listItems))
+	for i := range s.listItems {
+		s.listItems[i].DeepCopyInto(&list.Items[i])
+	}
+	list.ResourceVersion = strconv.FormatUint(s.listRV, 10)
+	return nil
+}
+
+func (s *fakeStorage) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := &fakeWatch{ch: make(chan watch.Event, 1000), stopped: make(chan struct{})}
+	s.watches = append(s.watches, w)
+	s.watchOpts = append(s.watchOpts, opts)
+	return w, nil
+}
+
+func (s *fakeStorage) RequestWatchProgress(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.progressCalls++
+	return nil
+}
+
+func (s *fakeStorage) GetCurrentResourceVersion(ctx context.Context) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.currentRV, nil
+}
+
+func (s *fakeStorage) CompactRevision() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.compactRV
+}
+
+func (s *fakeStorage) EnableResourceSizeEstimation(f storage.KeysFunc) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sizeKeys = f
+	return nil
+}
+
+func (s *fakeStorage) Get(ctx context.Context, key string, opts storage.GetOptions, objPtr runtime.Object) error {
+	return fmt.Errorf("fake storage: Get not supported")
+}
+
+func (s *fakeStorage) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
+	return fmt.Errorf("fake storage: Create not supported")
+}
+
+func (s *fakeStorage) Delete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
+	validateDeletion storage.ValidateObjectFunc, cachedExistingObject runtime.Object, opts storage.DeleteOptions) error {
+	return fmt.Errorf("fake storage: Delete not supported")
+}
+
+func (s *fakeStorage) GuaranteedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
+	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc, cachedExistingObject runtime.Object) error {
+	return fmt.Errorf("fake storage: GuaranteedUpdate not supported")
+}
+
+func (s *fakeStorage) Stats(ctx context.Context) (storage.Stats, error) { return storage.Stats{}, nil }
+
+func (s *fakeStorage) ReadinessCheck() error { return nil }
+
+// fakeWatch is one storage watch. The test sends on it; the cacher reads it
+// and stops it. closeStream ends it as etcd ending a stream would; it must
+// only be called from the goroutine that sends.
+type fakeWatch struct {
+	ch       chan watch.Event
+	stopOnce sync.Once
+	stopped  chan struct{}
+}
+
+func (w *fakeWatch) ResultChan() <-chan watch.Event { return w.ch }
+
+func (w *fakeWatch) Stop() { w.stopOnce.Do(func() { close(w.stopped) }) }
+
+func (w *fakeWatch) isStopped() bool {
+	select {
+	case <-w.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
+// send queues ev for the cacher; it fails the test if the cacher stopped
+// this watch.
+func (w *fakeWatch) send(t *testing.T, typ watch.EventType, obj runtime.Object) {
+	t.Helper()
+	select {
+	case <-w.stopped:
+		t.Fatalf("sending %s on a storage watch the cacher already stopped", typ)
+	default:
+	}
+	select {
+	case w.ch <- watch.Event{Type: typ, Object: obj}:
+	case <-time.After(waitFor):
+		t.Fatalf("the cacher did not read the storage watch within %v", waitFor)
+	}
+}
+
+// sendBookmark sends a storage progress notification at rv.
+func (w *fakeWatch) sendBookmark(t *testing.T, rv uint64) {
+	t.Helper()
+	obj := &example.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: strconv.FormatUint(rv, 10)}}
+	w.send(t, watch.Bookmark, obj)
+}
+
+// sendError sends a watch error carrying status, as etcd3 does for a
+// compacted revision.
+func (w *fakeWatch) sendError(t *testing.T, status *metav1.Status) {
+	t.Helper()
+	w.send(t, watch.Error, status)
+}
+
+func (w *fakeWatch) closeStream() { close(w.ch) }
+
+// Pods, keyed and described as the cacher sees them.
+
+const testNamespace = "ns"
+
+func newTestPod(name string, rv uint64, lbls map[string]string, node string) *example.Pod {
+	return &example.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:       testNamespace,
+			Name:            name,
+			ResourceVersion: strconv.FormatUint(rv, 10),
+			Labels:          lbls,
+		},
+		Spec: example.PodSpec{NodeName: node},
+	}
+}
+
+func testPodKey(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) }
+
+func testPodAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
+	pod, ok := obj.(*example.Pod)
+	if !ok {
+		return nil, nil, fmt.Errorf("not a pod: %T", obj)
+	}
+	return labels.Set(pod.Labels), fields.Set{
+		"metadata.name":      pod.Name,
+		"metadata.namespace": pod.Namespace,
+		"spec.nodeName":      pod.Spec.NodeName,
+	}, nil
+}
