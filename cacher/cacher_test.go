@@ -1056,6 +1056,13 @@ func TestBlockedWatcherThatMadeRoomIsNotClosed(t *testing.T) {
 			if rv := eventRV(t, ev); rv != uint64(100+fill+1) {
 				t.Fatalf("got %s, want @%d", describe(ev), 100+fill+1)
 			}
+			// Reading a never-reader before the dispatcher has judged it would
+			// make room in it; wait until only the watcher that made room is left.
+			poll(t, "the never-readers to be closed", func() bool {
+				c.mu.RLock()
+				defer c.mu.RUnlock()
+				return c.watchers.len() == 1 && c.watchers.has(drained)
+			})
 			for _, w := range all[:neverReaders] {
 				drainUntilClosed(t, w)
 			}
