@@ -1,0 +1,281 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/component-base/cli"
+	"k8s.io/klog/v2"
+
+	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/server"
+)
+
+// What the sample apiserver answers to bad input: malformed
+// resourceVersions and selectors (400), missing credentials (401), bad
+// flags (a non-zero exit listing every problem, before anything binds).
+
+// siAnswer is what the server said to one request.
+type siAnswer struct {
+	Code   int
+	Status *metav1.Status // the Status body, or the first watch event's
+	Body   string
+}
+
+// siGet sends GET path?query with cfg's credentials. A 200 watch is read up
+// to its first event: an apiserver may report a bad watch in the stream.
+func siGet(ctx context.Context, t *testing.T, s *sampleServer, anonymous bool, path string, query url.Values) siAnswer {
+	t.Helper()
+	cfg := s.Admin
+	if anonymous {
+		cfg = s.Anonymous
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp := ssDo(ctx, t, s, cfg, path, query)
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK && query.Get("watch") != "" {
+		w := ssStream(resp)
+		defer w.Stop()
+		a := siAnswer{Code: resp.StatusCode}
+		select {
+		case ev, ok := <-w.ResultChan():
+			if ok {
+				a.Body = ssDescribe(ev)
+				if st, isStatus := ev.Object.(*metav1.Status); ev.Type == watch.Error && isStatus {
+					a.Status = st
+				}
+			}
+		case <-time.After(2 * time.Second):
+			a.Body = "(open watch, no event within 2s)"
+		}
+		return a
+	}
+	body, _ := io.ReadAll(resp.Body)
+	a := siAnswer{Code: resp.StatusCode, Body: strings.TrimSpace(string(body))}
+	st := &metav1.Status{}
+	if json.Unmarshal(body, st) == nil && st.Kind == "Status" {
+		a.Status = st
+	}
+	return a
+}
+
+func (a siAnswer) String() string {
+	if a.Status != nil {
+		return fmt.Sprintf("HTTP %d, Status code %d reason %q message %q", a.Code, a.Status.Code, a.Status.Reason, a.Status.Message)
+	}
+	body := a.Body
+	if len(body) > 300 {
+		body = body[:300] + "..."
+	}
+	return fmt.Sprintf("HTTP %d %s", a.Code, body)
+}
+
+// TestSampleServerRejectsBadInput: malformed resourceVersions and selectors
+// are the client's fault (400), on list, watch and get; a resource request
+// without credentials is 401; the health endpoints answer anyone.
+func TestSampleServerRejectsBadInput(t *testing.T) {
+	s := startSampleServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), ssTestDeadline)
+	defer cancel()
+	const ns = "input"
+	if _, err := s.Client.DemoV1alpha1().Widgets(ns).Create(ctx, ssWidget(ns, "w1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	list := ssWidgetsPath(ns)
+
+	for _, tc := range []struct {
+		name  string
+		path  string
+		query url.Values
+	}{
+		{"list rv=abc", list, url.Values{"resourceVersion": {"abc"}}},
+		{"list rv=-1", list, url.Values{"resourceVersion": {"-1"}}},
+		{"list rv=abc match=NotOlderThan", list, url.Values{"resourceVersion": {"abc"}, "resourceVersionMatch": {"NotOlderThan"}}},
+		{"watch rv=abc", list, url.Values{"watch": {"1"}, "resourceVersion": {"abc"}}},
+		{"watch rv=-1", list, url.Values{"watch": {"1"}, "resourceVersion": {"-1"}}},
+		{"get rv=abc", list + "/w1", url.Values{"resourceVersion": {"abc"}}},
+		{"list labelSelector=a=(", list, url.Values{"labelSelector": {"a=("}}},
+		{"watch labelSelector=a=(", list, url.Values{"watch": {"1"}, "labelSelector": {"a=("}}},
+		{"list fieldSelector=spec.size>3", list, url.Values{"fieldSelector": {"spec.size>3"}}},
+		{"watch fieldSelector=spec.size>3", list, url.Values{"watch": {"1"}, "fieldSelector": {"spec.size>3"}}},
+		{"list fieldSelector=nosuch.field=x", list, url.Values{"fieldSelector": {"nosuch.field=x"}}},
+		{"watch fieldSelector=nosuch.field=x", list, url.Values{"watch": {"1"}, "fieldSelector": {"nosuch.field=x"}}},
+		{"gadgets list fieldSelector=spec.size=3", ssGroupPath + "/gadgets", url.Values{"fieldSelector": {"spec.size=3"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := siGet(ctx, t, s, false, tc.path, tc.query)
+			t.Logf("GET %s?%s -> %s", tc.path, tc.query.Encode(), a)
+			code := a.Code
+			if code == http.StatusOK && a.Status != nil {
+				code = int(a.Status.Code) // reported in the watch stream
+			}
+			if code != http.StatusBadRequest {
+				t.Errorf("GET %s?%s = %s, want 400 Bad Request", tc.path, tc.query.Encode(), a)
+			}
+			if a.Code != http.StatusBadRequest {
+				t.Errorf("want the 400 as the HTTP status, got HTTP %d", a.Code)
+			}
+		})
+	}
+
+	t.Run("anonymous", func(t *testing.T) {
+		for _, tc := range []struct {
+			path  string
+			query url.Values
+			want  int
+		}{
+			{list, nil, http.StatusUnauthorized},
+			{list + "/w1", nil, http.StatusUnauthorized},
+			{list, url.Values{"watch": {"1"}}, http.StatusUnauthorized},
+			{ssGroupPath + "/gadgets", nil, http.StatusUnauthorized},
+			{ssGroupPath, nil, http.StatusUnauthorized},
+			{"/healthz", nil, http.StatusOK},
+			{"/livez", nil, http.StatusOK},
+			{"/readyz", nil, http.StatusOK},
+			{"/readyz/watch-caches", nil, http.StatusOK},
+		} {
+			a := siGet(ctx, t, s, true, tc.path, tc.query)
+			t.Logf("anonymous GET %s?%s -> HTTP %d", tc.path, tc.query.Encode(), a.Code)
+			if a.Code != tc.want {
+				t.Errorf("anonymous GET %s?%s = %s, want %d", tc.path, tc.query.Encode(), a, tc.want)
+			}
+		}
+	})
+}
+
+// siLockedBuffer is an io.Writer safe for klog and cobra at once.
+type siLockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *siLockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *siLockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// siRunCommand runs the sample apiserver's command line as main would, and
+// returns its exit code and everything it wrote (cobra's stdout and stderr,
+// and klog, where cli.Run reports a failed command).
+func siRunCommand(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	out := &siLockedBuffer{}
+	// An ERROR record is written to the ERROR, WARNING and INFO outputs:
+	// keep one copy.
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+	klog.SetOutputBySeverity("INFO", out)
+	defer func() {
+		klog.Flush()
+		klog.SetOutput(os.Stderr)
+		klog.LogToStderr(true)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := server.NewCommand(ctx, out)
+	cmd.SetArgs(args)
+	cmd.SetOut(out)
+	cmd.SetErr(out)
+	done := make(chan int, 1)
+	go func() { done <- cli.Run(cmd) }()
+	select {
+	case code := <-done:
+		klog.Flush()
+		return code, out.String()
+	case <-time.After(25 * time.Second):
+		t.Fatalf("command %v still running after 25s; output:\n%s", args, out.String())
+	}
+	return 0, ""
+}
+
+func siDirEmpty(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("the failed command left %s in its data directory", e.Name())
+	}
+}
+
+// TestSampleServerRejectsBadFlags: invalid flags make the command exit
+// non-zero, listing every problem, before it starts etcd or binds a port.
+func TestSampleServerRejectsBadFlags(t *testing.T) {
+	t.Run("every problem listed", func(t *testing.T) {
+		dir := t.TempDir()
+		code, out := siRunCommand(t,
+			"--watch-cache-bookmark-frequency=0",
+			"--watch-cache-bookmark-jitter=2",
+			"--secure-port=-5",
+			"--data-dir="+dir,
+		)
+		t.Logf("exit %d, output:\n%s", code, out)
+		if code == 0 {
+			t.Errorf("exit code 0, want non-zero")
+		}
+		for _, want := range []string{
+			"--watch-cache-bookmark-frequency=0s",
+			"--watch-cache-bookmark-jitter=2",
+			"--secure-port -5",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output does not name %q", want)
+			}
+		}
+		siDirEmpty(t, dir)
+	})
+
+	t.Run("nothing binds", func(t *testing.T) {
+		dir := t.TempDir()
+		port := freeLoopbackPort(t)
+		code, out := siRunCommand(t,
+			"--watch-cache-bookmark-frequency=0",
+			"--watch-cache-bookmark-jitter=2",
+			"--watch-cache-bookmark-pre-deadline-offset=-1s",
+			"--secure-port="+strconv.Itoa(port),
+			"--data-dir="+dir,
+		)
+		t.Logf("exit %d, output:\n%s", code, out)
+		if code == 0 {
+			t.Errorf("exit code 0, want non-zero")
+		}
+		for _, want := range []string{
+			"--watch-cache-bookmark-frequency=0s",
+			"--watch-cache-bookmark-jitter=2",
+			"--watch-cache-bookmark-pre-deadline-offset=-1s",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output does not name %q", want)
+			}
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			t.Errorf("port %d is taken after the failed command: %v", port, err)
+		} else {
+			l.Close()
+		}
+		siDirEmpty(t, dir)
+	})
+}

@@ -1,0 +1,119 @@
+package integration
+
+import (
+	"context"
+	"io"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
+	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/server"
+)
+
+// sampleServer is the sample apiserver running in this test process,
+// standalone on its own embedded etcd in a temporary data directory.
+type sampleServer struct {
+	URL        string
+	Kubeconfig string
+	// Admin is a client config carrying the admin token.
+	Admin  *rest.Config
+	Client clientset.Interface
+	// Anonymous talks TLS to the server with no credentials.
+	Anonymous *rest.Config
+}
+
+// startSampleServer parses args as the binary would, on top of a free port
+// and a fresh data directory, and serves until the test ends.
+func startSampleServer(t *testing.T, args ...string) *sampleServer {
+	t.Helper()
+	port := freeLoopbackPort(t)
+	o := server.NewOptions()
+	fs := pflag.NewFlagSet("sample-apiserver", pflag.ContinueOnError)
+	for _, f := range o.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+	all := append([]string{"--data-dir=" + t.TempDir(), "--secure-port=" + strconv.Itoa(port)}, args...)
+	if err := fs.Parse(all); err != nil {
+		t.Fatalf("parsing %v: %v", all, err)
+	}
+	o.Complete()
+	if errs := o.Validate(); len(errs) > 0 {
+		t.Fatalf("options %v: %v", all, errs)
+	}
+	s, err := server.New(o, io.Discard)
+	if err != nil {
+		t.Fatalf("building the server: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Generic.PrepareRun().RunWithContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			t.Errorf("sample apiserver did not stop within 60s")
+		}
+		s.Close()
+	})
+
+	admin, err := clientcmd.BuildConfigFromFlags("", s.KubeconfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin.QPS, admin.Burst = -1, 0 // no client-side throttling in tests
+	anonymous := rest.AnonymousClientConfig(admin)
+	client, err := clientset.NewForConfig(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss := &sampleServer{URL: s.URL, Kubeconfig: s.KubeconfigPath, Admin: admin, Client: client, Anonymous: anonymous}
+	ss.waitReady(t)
+	return ss
+}
+
+func (s *sampleServer) waitReady(t *testing.T) {
+	t.Helper()
+	rc, err := rest.UnversionedRESTClientFor(withNegotiation(s.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := rc.Get().AbsPath("/readyz").DoRaw(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sample apiserver not ready after 60s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// withNegotiation fills what a raw REST client needs to decode statuses.
+func withNegotiation(c *rest.Config) *rest.Config {
+	c = rest.CopyConfig(c)
+	c.NegotiatedSerializer = server.Codecs.WithoutConversion()
+	c.GroupVersion = nil
+	c.APIPath = "/apis"
+	return c
+}
+
+func freeLoopbackPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
