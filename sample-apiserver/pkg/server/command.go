@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	cliflag "k8s.io/component-base/cli/flag"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -32,7 +32,7 @@ authorization against the cluster, registered through an APIService.`,
 			o.bindAddressSet = cmd.Flags().Changed("bind-address")
 			o.Complete()
 			if errs := o.Validate(); len(errs) > 0 {
-				return fmt.Errorf("invalid options:\n%w", utilerrors.NewAggregate(errs))
+				return invalidOptions(errs)
 			}
 			if err := logsapi.ValidateAndApply(o.Logs, utilfeature.DefaultFeatureGate); err != nil {
 				return err
@@ -49,4 +49,13 @@ authorization against the cluster, registered through an APIService.`,
 	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
 	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
 	return cmd
+}
+
+// invalidOptions lists every problem, one a line.
+func invalidOptions(errs []error) error {
+	lines := make([]string, len(errs))
+	for i, err := range errs {
+		lines[i] = "  - " + err.Error()
+	}
+	return fmt.Errorf("invalid options:\n%s", strings.Join(lines, "\n"))
 }

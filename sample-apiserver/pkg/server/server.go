@@ -123,8 +123,13 @@ func New(o *Options, out io.Writer) (_ *Server, err error) {
 		})
 		config.Authorization.Authorizer = authorizer.AuthorizerFunc(standaloneAuthorize)
 	}
-	// The one line that makes watchkeeper every resource's watch cache.
-	config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, caches.track(d))
+	if o.Recommended.Etcd.EnableWatchCache {
+		// The one line that makes watchkeeper every resource's watch cache.
+		config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, caches.track(d))
+	} else {
+		klog.InfoS("--watch-cache=false: resources are served straight from etcd")
+		caches = nil
+	}
 
 	generic, err := config.Complete().New("watchkeeper-sample-apiserver", genericapiserver.NewEmptyDelegate())
 	if err != nil {
@@ -140,8 +145,10 @@ func New(o *Options, out io.Writer) (_ *Server, err error) {
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, err
 	}
-	if err := generic.AddReadyzChecks(caches.readyz()); err != nil {
-		return nil, err
+	if caches != nil {
+		if err := generic.AddReadyzChecks(caches.readyz()); err != nil {
+			return nil, err
+		}
 	}
 
 	host := "127.0.0.1"
