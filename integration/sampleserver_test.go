@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +27,9 @@ type sampleServer struct {
 	Client clientset.Interface
 	// Anonymous talks TLS to the server with no credentials.
 	Anonymous *rest.Config
+	// Stop shuts the server down (and its embedded etcd); the test's end
+	// does it too.
+	Stop func()
 }
 
 // startSampleServer parses args as the binary would, on top of a free port
@@ -53,7 +57,7 @@ func startSampleServer(t *testing.T, args ...string) *sampleServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Generic.PrepareRun().RunWithContext(ctx) }()
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		cancel()
 		select {
 		case <-done:
@@ -62,6 +66,7 @@ func startSampleServer(t *testing.T, args ...string) *sampleServer {
 		}
 		s.Close()
 	})
+	t.Cleanup(stop)
 
 	admin, err := clientcmd.BuildConfigFromFlags("", s.KubeconfigPath)
 	if err != nil {
@@ -73,7 +78,7 @@ func startSampleServer(t *testing.T, args ...string) *sampleServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ss := &sampleServer{URL: s.URL, Kubeconfig: s.KubeconfigPath, Admin: admin, Client: client, Anonymous: anonymous}
+	ss := &sampleServer{URL: s.URL, Kubeconfig: s.KubeconfigPath, Admin: admin, Client: client, Anonymous: anonymous, Stop: stop}
 	ss.waitReady(t)
 	return ss
 }
