@@ -27,6 +27,10 @@ const (
 	// DefaultSecurePort is where the standalone server listens by default; an
 	// unprivileged port, so it runs without root.
 	DefaultSecurePort = 8443
+
+	DecoratorWatchkeeper = "watchkeeper"
+	DecoratorUpstream    = "upstream"
+	DecoratorNone        = "none"
 )
 
 func init() {
@@ -42,6 +46,9 @@ type Options struct {
 
 	// DataDir is where standalone mode keeps its state.
 	DataDir string
+	// Decorator picks each resource's watch cache, for side-by-side
+	// measurements: watchkeeper (the default), upstream or none.
+	Decorator string
 
 	// flags remembers what the command line set, to pick defaults that
 	// depend on the mode.
@@ -55,6 +62,7 @@ func NewOptions() *Options {
 		WatchCache:  wkoptions.NewWatchCacheOptions(),
 		Logs:        logsapi.NewLoggingConfiguration(),
 		DataDir:     DefaultDataDir,
+		Decorator:   DecoratorWatchkeeper,
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: demo.GroupName})
@@ -74,7 +82,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	r.Features.AddFlags(fss.FlagSet("features"))
 	r.CoreAPI.AddFlags(fss.FlagSet("core api"))
 	r.Admission.AddFlags(fss.FlagSet("admission"))
-	o.WatchCache.AddFlags(fss.FlagSet("watch cache"))
+	wc := fss.FlagSet("watch cache")
+	o.WatchCache.AddFlags(wc)
+	wc.StringVar(&o.Decorator, "watch-cache-decorator", o.Decorator,
+		"Which watch cache serves the resources: watchkeeper, upstream (k8s.io/apiserver's own, for comparisons; "+
+			"the other --watch-cache-* flags do not apply to it) or none (straight from etcd).")
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
 	utilfeature.DefaultMutableFeatureGate.AddFlag(fss.FlagSet("feature gates"))
 	fs := fss.FlagSet("standalone")
@@ -131,6 +143,11 @@ func (o *Options) Validate() []error {
 	errs = append(errs, o.WatchCache.Validate()...)
 	for _, err := range logsapi.Validate(o.Logs, utilfeature.DefaultFeatureGate, nil) {
 		errs = append(errs, fmt.Errorf("logs: %w", err))
+	}
+	switch o.Decorator {
+	case DecoratorWatchkeeper, DecoratorUpstream, DecoratorNone:
+	default:
+		errs = append(errs, fmt.Errorf("--watch-cache-decorator=%q: must be one of watchkeeper, upstream, none", o.Decorator))
 	}
 	if o.Standalone() && o.DataDir == "" {
 		errs = append(errs, fmt.Errorf("--data-dir must not be empty in standalone mode"))

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/apiserver/pkg/storage"
@@ -123,30 +124,36 @@ func New(o *Options, out io.Writer) (_ *Server, err error) {
 		})
 		config.Authorization.Authorizer = authorizer.AuthorizerFunc(standaloneAuthorize)
 	}
-	if o.Recommended.Etcd.EnableWatchCache {
+	switch {
+	case !o.Recommended.Etcd.EnableWatchCache || o.Decorator == DecoratorNone:
+		klog.InfoS("No watch cache: resources are served straight from etcd")
+		config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, generic.UndecoratedStorage)
+		caches = nil
+	case o.Decorator == DecoratorUpstream:
+		// For side-by-side measurements: the same server with upstream's cache.
+		klog.InfoS("Using upstream's watch cache (registry.StorageWithCacher) instead of watchkeeper")
+		config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, caches.track(genericregistry.StorageWithCacher()))
+	default:
 		// The one line that makes watchkeeper every resource's watch cache.
 		config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, caches.track(d))
-	} else {
-		klog.InfoS("--watch-cache=false: resources are served straight from etcd")
-		caches = nil
 	}
 
-	generic, err := config.Complete().New("watchkeeper-sample-apiserver", genericapiserver.NewEmptyDelegate())
+	gs, err := config.Complete().New("watchkeeper-sample-apiserver", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, err
 	}
-	s.Generic = generic
+	s.Generic = gs
 	storageMap, err := registry.NewStorage(Scheme, config.RESTOptionsGetter)
 	if err != nil {
 		return nil, err
 	}
 	group := genericapiserver.NewDefaultAPIGroupInfo(demo.GroupName, Scheme, metav1.ParameterCodec, Codecs)
 	group.VersionedResourcesStorageMap["v1alpha1"] = storageMap
-	if err := generic.InstallAPIGroup(&group); err != nil {
+	if err := gs.InstallAPIGroup(&group); err != nil {
 		return nil, err
 	}
 	if caches != nil {
-		if err := generic.AddReadyzChecks(caches.readyz()); err != nil {
+		if err := gs.AddReadyzChecks(caches.readyz()); err != nil {
 			return nil, err
 		}
 	}
