@@ -13,12 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/apiserver/pkg/storage/names"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo"
-	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/validation"
+	basestrategy "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/registry/internal/strategy"
 )
 
 // GetAttrs returns the labels and the selectable fields of a Gadget:
@@ -50,21 +49,18 @@ func Match(label labels.Selector, field fields.Selector) storage.SelectionPredic
 
 // strategy is the create, update and delete behaviour of gadgets.
 type strategy struct {
-	runtime.ObjectTyper
-	names.NameGenerator
+	basestrategy.Base
 }
 
 func newStrategy(typer runtime.ObjectTyper) strategy {
-	return strategy{typer, names.SimpleNameGenerator}
+	return strategy{basestrategy.NewBase(typer)}
 }
 
 func (strategy) NamespaceScoped() bool { return false }
 
 // GetResetFields: the main resource never writes status.
 func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return map[fieldpath.APIVersion]*fieldpath.Set{
-		fieldpath.APIVersion(v1alpha1.SchemeGroupVersion.String()): fieldpath.NewSet(fieldpath.MakePathOrDie("status")),
-	}
+	return basestrategy.ResetFields("status")
 }
 
 // PrepareForCreate drops any status the client sent (status is written
@@ -89,21 +85,9 @@ func (strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorLis
 	return validation.ValidateGadget(obj.(*demo.Gadget))
 }
 
-func (strategy) WarningsOnCreate(ctx context.Context, obj runtime.Object) []string { return nil }
-
-func (strategy) Canonicalize(obj runtime.Object) {}
-
-func (strategy) AllowCreateOnUpdate(ctx context.Context) bool { return false }
-
-// AllowUnconditionalUpdate lets a PUT without a resourceVersion overwrite
-// the current object.
-func (strategy) AllowUnconditionalUpdate(ctx context.Context) bool { return true }
-
 func (strategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateGadgetUpdate(obj.(*demo.Gadget), old.(*demo.Gadget))
 }
-
-func (strategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string { return nil }
 
 // statusStrategy is the update behaviour of the status subresource.
 type statusStrategy struct {
@@ -116,9 +100,7 @@ func newStatusStrategy(s strategy) statusStrategy {
 
 // GetResetFields: the status subresource never writes spec.
 func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return map[fieldpath.APIVersion]*fieldpath.Set{
-		fieldpath.APIVersion(v1alpha1.SchemeGroupVersion.String()): fieldpath.NewSet(fieldpath.MakePathOrDie("spec")),
-	}
+	return basestrategy.ResetFields("spec")
 }
 
 // PrepareForUpdate keeps the stored spec: a status update changes status
@@ -130,8 +112,4 @@ func (statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Obj
 
 func (statusStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateGadgetStatusUpdate(obj.(*demo.Gadget), old.(*demo.Gadget))
-}
-
-func (statusStrategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string {
-	return nil
 }
