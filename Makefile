@@ -6,7 +6,12 @@ PKGS ?= ./...
 # their own embedded etcd, so nothing else has to be running.
 TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all build test verify run bench-bookmarks update-codegen
+# Each fuzz target runs for FUZZTIME on top of its seed corpus (which
+# make test runs too). go test -fuzz takes one target in one package at a time.
+FUZZTIME ?= 15s
+FUZZ_FLAGS ?= -run XXX -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
+
+.PHONY: all build test fuzz verify run bench-bookmarks update-codegen
 
 all: build
 
@@ -15,6 +20,12 @@ build:
 
 test:
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+fuzz:
+	$(GO) test $(FUZZ_FLAGS) -fuzz '^FuzzCalendar$$' ./bookmarks/
+	$(GO) test $(FUZZ_FLAGS) -fuzz '^FuzzTracker$$' ./watchlist/
+	$(GO) test $(FUZZ_FLAGS) -fuzz '^FuzzFlags$$' ./options/
+	$(GO) test $(FUZZ_FLAGS) -fuzz '^FuzzParseRV$$' ./cacher/
 
 verify:
 	hack/verify.sh

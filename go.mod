@@ -9,6 +9,7 @@ require (
 	github.com/spf13/pflag v1.1.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
+	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.1
 	google.golang.org/grpc v1.83.2
 	k8s.io/apimachinery v0.37.2

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,12 +34,11 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// go.uber.org/goleak is in the module graph but not required by go.mod, so
-// it cannot be imported without changing go.mod. TestMain and
-// expectNoCacherGoroutines do the same job with runtime.Stack: TestMain fails
-// the run if any goroutine started during the tests outlives them, and every
-// test cacher's cleanup checks that Stop left none of the cacher's goroutines
-// (nor any the test started) behind.
+// TestMain fails the run, through goleak, if any goroutine outlives the
+// tests. Every test cacher's cleanup also checks, with
+// expectNoCacherGoroutines, that Stop left none of the cacher's goroutines
+// (nor any the test started) behind: that names the test that leaked, which
+// the check at the end cannot.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if !testing.Verbose() {
@@ -49,31 +49,13 @@ func TestMain(m *testing.M) {
 		_ = fs.Set("stderrthreshold", "FATAL")
 		klog.SetOutput(io.Discard)
 	}
-	before := goroutineIDs()
-	code := m.Run()
-	if code == 0 {
-		if leaked := waitForLeaks(func(g goroutine) bool {
-			return !before[g.id] && !ignoredBackground(g)
-		}); len(leaked) > 0 {
-			fmt.Fprintf(os.Stderr, "goroutines leaked by the tests:\n\n%s\n", strings.Join(leaked, "\n\n"))
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// ignoredBackground are dependencies' goroutines that start lazily and live
-// for the process, as goleak.IgnoreTopFunction would list them.
-func ignoredBackground(g goroutine) bool {
-	for _, f := range []string{
-		"k8s.io/klog/v2.(*flushDaemon).run",
-		"os/signal.signal_recv",
-	} {
-		if strings.Contains(g.stack, f) {
-			return true
-		}
-	}
-	return false
+	goleak.VerifyTestMain(m,
+		// klog's flush daemon lives for the process. klog starts it the
+		// first time it writes a log file, or when logging is set up with
+		// StartFlushDaemon (component-base's logs.InitLogs does); the tests
+		// here do neither today, but it is never ours to stop.
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+	)
 }
 
 type goroutine struct {
@@ -107,14 +89,6 @@ func otherGoroutines() []goroutine {
 		out = append(out, goroutine{id: id, stack: stack})
 	}
 	return out
-}
-
-func goroutineIDs() map[int]bool {
-	ids := map[int]bool{}
-	for _, g := range otherGoroutines() {
-		ids[g.id] = true
-	}
-	return ids
 }
 
 // waitForLeaks polls for up to waitFor until no goroutine is leaked, and

@@ -1,0 +1,164 @@
+package options
+
+import (
+	"io"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// FuzzFlags parses random values of the watch-cache flags from the command
+// line with the FlagSet AddFlags fills, and checks that Validate never
+// panics, names a flag in every error, and returns no error exactly when
+// every rule holds:
+//
+//	granularity > 0; frequency > 0 and >= granularity;
+//	0 <= pre-deadline offset < frequency;
+//	window >= 0 and the effective window >= frequency + granularity
+//	(computed without overflow);
+//	0 <= jitter < 1; capacity > 0.
+//
+// An empty value leaves its flag off the command line, so defaults are
+// fuzzed too.
+func FuzzFlags(f *testing.F) {
+	// freq, offset, window, granularity, jitter, capacity
+	f.Add("", "", "", "", "", "")                                    // every default
+	f.Add("5s", "500ms", "30s", "250ms", "0", "1")                   // valid, every flag set
+	f.Add("1s", "0s", "2s", "1s", "0.999999", "9223372036854775807") // every bound met exactly
+	// Each bound missed by the smallest step, the other values valid.
+	f.Add("999.999999ms", "0s", "2s", "1s", "0", "1")                          // frequency < granularity
+	f.Add("1s", "1s", "2s", "1s", "0", "1")                                    // offset = frequency
+	f.Add("1s", "-1ns", "2s", "1s", "0", "1")                                  // negative offset
+	f.Add("1s", "0s", "1.999999999s", "1s", "0", "1")                          // window 1ns short of frequency + granularity
+	f.Add("1s", "0s", "-1ns", "1s", "0", "1")                                  // negative window
+	f.Add("1s", "0s", "2s", "0", "0", "1")                                     // granularity 0
+	f.Add("1s", "0s", "2s", "1s", "1", "1")                                    // jitter 1
+	f.Add("1s", "0s", "2s", "1s", "-4.9e-324", "1")                            // jitter just below 0
+	f.Add("1s", "0s", "2s", "1s", "0", "0")                                    // capacity 0
+	f.Add("16s", "", "", "16s", "", "")                                        // default window 31s < frequency + granularity 32s
+	f.Add("15s", "", "", "15s", "", "")                                        // default window 30s = frequency + granularity
+	f.Add("0", "-1ns", "-1ns", "-1s", "-0.0000001", "-1")                      // everything wrong at once
+	f.Add("1ns", "0", "", "1ns", "NaN", "0x10")                                // the smallest; NaN jitter, hex capacity
+	f.Add("1m", "59.999999999s", "", "", "+Inf", "1e3")                        // offset just below frequency; Inf jitter, a float capacity
+	f.Add("1h", "", "", "2h", "-Inf", "010")                                   // granularity above frequency; octal capacity
+	f.Add("2562047h", "2562047h", "0", "1h", "", "")                           // near the largest duration
+	f.Add("9223372036854775807ns", "", "9223372036854775807ns", "1ns", "", "") // the largest duration
+	// The known bug: frequency + granularity, and frequency + 15s, overflow.
+	f.Add("2562047h47m16s", "", "1h", "1s", "", "")
+	f.Add("2562047h47m16s", "", "", "1s", "", "")
+	f.Add("2562047h47m16.854775808s", "1.5", "1e9s", "5", "0x1p-2", "99999999999999999999") // unparsable values
+	f.Add("1s=2s", "--", " 1s", "1s ", "0.5", "1_000")                                      // odd spellings
+
+	f.Fuzz(func(t *testing.T, freq, offset, window, granularity, jitter, capacity string) {
+		o := NewWatchCacheOptions()
+		fs := pflag.NewFlagSet("fuzz", pflag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		o.AddFlags(fs)
+		var args []string
+		for _, fv := range []struct{ flag, value string }{
+			{FlagBookmarkFrequency, freq},
+			{FlagBookmarkPreDeadlineOffset, offset},
+			{FlagEventsHistoryWindow, window},
+			{FlagBookmarkGranularity, granularity},
+			{FlagBookmarkJitter, jitter},
+			{FlagEventsHistoryCapacity, capacity},
+		} {
+			if fv.value != "" {
+				args = append(args, "--"+fv.flag+"="+fv.value)
+			}
+		}
+		parseErr := fs.Parse(args)
+		if parseErr == nil {
+			checkParsed(t, o, freq, offset, window, granularity, jitter, capacity)
+		}
+
+		// Validate looks at whatever the flags left, parsed or not.
+		errs := o.Validate()
+		for _, err := range errs {
+			if !namesAFlag(err.Error()) {
+				t.Errorf("error names no flag: %v", err)
+			}
+		}
+
+		broken := brokenRules(o)
+		if len(errs) == 0 && len(broken) > 0 {
+			t.Fatalf("args %q (parse error: %v): Validate accepted %+v, which breaks: %s", args, parseErr, *o, strings.Join(broken, "; "))
+		}
+		if len(errs) > 0 && len(broken) == 0 {
+			t.Fatalf("args %q (parse error: %v): Validate refused %+v, which breaks no rule: %v", args, parseErr, *o, errs)
+		}
+	})
+}
+
+// checkParsed checks that a successful parse stored each given value in its
+// field, as pflag's own parsers read it.
+func checkParsed(t *testing.T, o *WatchCacheOptions, freq, offset, window, granularity, jitter, capacity string) {
+	t.Helper()
+	for _, d := range []struct {
+		value string
+		field time.Duration
+	}{{freq, o.BookmarkFrequency}, {offset, o.BookmarkPreDeadlineOffset}, {window, o.EventsHistoryWindow}, {granularity, o.BookmarkGranularity}} {
+		if d.value == "" {
+			continue
+		}
+		if want, err := time.ParseDuration(d.value); err != nil || want != d.field {
+			t.Fatalf("%q parsed into %v, want %v (%v)", d.value, d.field, want, err)
+		}
+	}
+	if jitter != "" {
+		want, err := strconv.ParseFloat(jitter, 64)
+		if err != nil || (want != o.BookmarkJitter && !(math.IsNaN(want) && math.IsNaN(o.BookmarkJitter))) {
+			t.Fatalf("jitter %q parsed into %v, want %v (%v)", jitter, o.BookmarkJitter, want, err)
+		}
+	}
+	if capacity != "" {
+		if want, err := strconv.ParseInt(capacity, 0, 0); err != nil || int(want) != o.EventsHistoryCapacity {
+			t.Fatalf("capacity %q parsed into %v, want %v (%v)", capacity, o.EventsHistoryCapacity, want, err)
+		}
+	}
+}
+
+// brokenRules lists the rules o breaks, computing sums exactly.
+func brokenRules(o *WatchCacheOptions) []string {
+	var broken []string
+	rule := func(ok bool, what string) {
+		if !ok {
+			broken = append(broken, what)
+		}
+	}
+	rule(o.BookmarkGranularity > 0, "granularity > 0")
+	rule(o.BookmarkFrequency > 0, "frequency > 0")
+	rule(o.BookmarkFrequency >= o.BookmarkGranularity, "frequency >= granularity")
+	rule(o.BookmarkPreDeadlineOffset >= 0, "offset >= 0")
+	rule(o.BookmarkPreDeadlineOffset < o.BookmarkFrequency, "offset < frequency")
+	rule(o.EventsHistoryWindow >= 0, "window >= 0")
+	minWindow := new(big.Int).Add(big.NewInt(int64(o.BookmarkFrequency)), big.NewInt(int64(o.BookmarkGranularity)))
+	rule(big.NewInt(int64(o.EffectiveEventsHistoryWindow())).Cmp(minWindow) >= 0,
+		"effective window ("+o.EffectiveEventsHistoryWindow().String()+") >= frequency + granularity ("+minWindow.String()+"ns)")
+	rule(o.BookmarkJitter >= 0 && o.BookmarkJitter < 1, "0 <= jitter < 1")
+	for name, d := range map[string]time.Duration{
+		"frequency": o.BookmarkFrequency, "offset": o.BookmarkPreDeadlineOffset,
+		"window": o.EventsHistoryWindow, "granularity": o.BookmarkGranularity,
+	} {
+		rule(d <= MaxDuration, name+" <= MaxDuration")
+	}
+	rule(o.EventsHistoryCapacity > 0, "capacity > 0")
+	return broken
+}
+
+func namesAFlag(msg string) bool {
+	for _, flag := range []string{
+		FlagBookmarkFrequency, FlagBookmarkPreDeadlineOffset, FlagEventsHistoryWindow,
+		FlagBookmarkGranularity, FlagBookmarkJitter, FlagEventsHistoryCapacity,
+	} {
+		if strings.HasPrefix(msg, "--"+flag+"=") {
+			return true
+		}
+	}
+	return false
+}
