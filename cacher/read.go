@@ -254,7 +254,13 @@ func (c *Cacher) requestProgress(ctx context.Context) {
 func parseRV(v storage.Versioner, rv string) (uint64, error) {
 	parsed, err := v.ParseResourceVersion(rv)
 	if err != nil {
-		return 0, errors.NewBadRequest(fmt.Sprintf("invalid resource version: %v", err))
+		// Quote at most a prefix: a client's megabyte of garbage does not
+		// belong in the response, nor in the logs.
+		shown := rv
+		if len(shown) > 64 {
+			shown = shown[:64] + "..."
+		}
+		return 0, errors.NewBadRequest(fmt.Sprintf("invalid resource version %q: must be a decimal number", shown))
 	}
 	return parsed, nil
 }

@@ -16,6 +16,9 @@ const (
 	// DefaultEventsHistoryCapacity bounds the history's memory under a write
 	// storm: at 100,000 events of ~2KB, about 200MB per resource at worst.
 	DefaultEventsHistoryCapacity = 100_000
+	// MaxDuration bounds every duration flag: no schedule needs more than a
+	// year, and the bound keeps the sums Validate checks from overflowing.
+	MaxDuration = 365 * 24 * time.Hour
 	// DefaultHistoryMargin is what the history keeps beyond one bookmark
 	// period when no window is set, so the newest bookmark is still resumable.
 	DefaultHistoryMargin = 15 * time.Second
@@ -115,6 +118,22 @@ func (o *WatchCacheOptions) Validate() []error {
 		errs = append(errs, fmt.Errorf("--%s=%v: %s", flag, value, fmt.Sprintf(rule, args...)))
 	}
 
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{FlagBookmarkFrequency, o.BookmarkFrequency},
+		{FlagBookmarkPreDeadlineOffset, o.BookmarkPreDeadlineOffset},
+		{FlagEventsHistoryWindow, o.EventsHistoryWindow},
+		{FlagBookmarkGranularity, o.BookmarkGranularity},
+	} {
+		if d.value > MaxDuration {
+			bad(d.flag, d.value, "must be at most %v", MaxDuration)
+		}
+	}
+	// The window rule adds durations; with one out of range the sum could
+	// overflow and pass, so it is checked only when all are in range.
+	inRange := errs == nil
 	if o.BookmarkGranularity <= 0 {
 		bad(FlagBookmarkGranularity, o.BookmarkGranularity, "must be greater than 0")
 	}
@@ -133,7 +152,7 @@ func (o *WatchCacheOptions) Validate() []error {
 	if o.EventsHistoryWindow < 0 {
 		bad(FlagEventsHistoryWindow, o.EventsHistoryWindow, "must not be negative (0 means --%s + %v)",
 			FlagBookmarkFrequency, DefaultHistoryMargin)
-	} else if o.BookmarkFrequency > 0 && o.BookmarkGranularity > 0 {
+	} else if inRange && o.BookmarkFrequency > 0 && o.BookmarkGranularity > 0 {
 		minWindow := o.BookmarkFrequency + o.BookmarkGranularity
 		switch window := o.EffectiveEventsHistoryWindow(); {
 		case window >= minWindow:

@@ -123,6 +123,11 @@ func TestParseAndValidate(t *testing.T) {
 			wantErrors: []string{"--watch-cache-bookmark-jitter=-0.1: must be at least 0 and less than 1"},
 		},
 		{
+			name:       "durations whose sums would overflow",
+			args:       []string{"--watch-cache-bookmark-frequency=2562047h47m16s", "--watch-cache-events-history-window=1h"},
+			wantErrors: []string{"--watch-cache-bookmark-frequency=2562047h47m16s: must be at most 8760h0m0s"},
+		},
+		{
 			name:       "zero capacity",
 			args:       []string{"--watch-cache-events-history-capacity=0"},
 			wantErrors: []string{"--watch-cache-events-history-capacity=0: must be greater than 0"},
