@@ -223,59 +223,45 @@ func siDirEmpty(t *testing.T, dir string) {
 // TestSampleServerRejectsBadFlags: invalid flags make the command exit
 // non-zero, listing every problem, before it starts etcd or binds a port.
 func TestSampleServerRejectsBadFlags(t *testing.T) {
-	t.Run("every problem listed", func(t *testing.T) {
-		dir := t.TempDir()
-		code, out := siRunCommand(t,
-			"--watch-cache-bookmark-frequency=0",
-			"--watch-cache-bookmark-jitter=2",
-			"--secure-port=-5",
-			"--data-dir="+dir,
-		)
-		t.Logf("exit %d, output:\n%s", code, out)
-		if code == 0 {
-			t.Errorf("exit code 0, want non-zero")
-		}
-		for _, want := range []string{
-			"--watch-cache-bookmark-frequency=0s",
-			"--watch-cache-bookmark-jitter=2",
-			"--secure-port -5",
-		} {
-			if !strings.Contains(out, want) {
-				t.Errorf("output does not name %q", want)
+	port := freeLoopbackPort(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{
+			name: "every problem listed",
+			args: []string{"--watch-cache-bookmark-frequency=0", "--watch-cache-bookmark-jitter=2", "--secure-port=-5"},
+			want: []string{"--watch-cache-bookmark-frequency=0s", "--watch-cache-bookmark-jitter=2", "--secure-port -5"},
+		},
+		{
+			name: "nothing binds",
+			args: []string{"--watch-cache-bookmark-frequency=0", "--watch-cache-bookmark-jitter=2",
+				"--watch-cache-bookmark-pre-deadline-offset=-1s", "--secure-port=" + strconv.Itoa(port)},
+			want: []string{"--watch-cache-bookmark-frequency=0s", "--watch-cache-bookmark-jitter=2",
+				"--watch-cache-bookmark-pre-deadline-offset=-1s"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			code, out := siRunCommand(t, append(tc.args, "--data-dir="+dir)...)
+			t.Logf("exit %d, output:\n%s", code, out)
+			if code == 0 {
+				t.Errorf("exit code 0, want non-zero")
 			}
-		}
-		siDirEmpty(t, dir)
-	})
-
-	t.Run("nothing binds", func(t *testing.T) {
-		dir := t.TempDir()
-		port := freeLoopbackPort(t)
-		code, out := siRunCommand(t,
-			"--watch-cache-bookmark-frequency=0",
-			"--watch-cache-bookmark-jitter=2",
-			"--watch-cache-bookmark-pre-deadline-offset=-1s",
-			"--secure-port="+strconv.Itoa(port),
-			"--data-dir="+dir,
-		)
-		t.Logf("exit %d, output:\n%s", code, out)
-		if code == 0 {
-			t.Errorf("exit code 0, want non-zero")
-		}
-		for _, want := range []string{
-			"--watch-cache-bookmark-frequency=0s",
-			"--watch-cache-bookmark-jitter=2",
-			"--watch-cache-bookmark-pre-deadline-offset=-1s",
-		} {
-			if !strings.Contains(out, want) {
-				t.Errorf("output does not name %q", want)
+			for _, want := range tc.want {
+				if !strings.Contains(out, want) {
+					t.Errorf("output does not name %q", want)
+				}
 			}
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			t.Errorf("port %d is taken after the failed command: %v", port, err)
-		} else {
-			l.Close()
-		}
-		siDirEmpty(t, dir)
-	})
+			// Nothing started: the port is free and the data directory empty.
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err != nil {
+				t.Errorf("port %d is taken after the failed command: %v", port, err)
+			} else {
+				l.Close()
+			}
+			siDirEmpty(t, dir)
+		})
+	}
 }
