@@ -111,7 +111,7 @@ func (w *watcher) run(ctx context.Context, initial []watch.Event, endBookmark *e
 	defer stopOnCancel()
 	lastRV := w.startRV
 	for _, e := range initial {
-		if !w.send(e) {
+		if !w.send(ownCopy(e)) {
 			return
 		}
 	}
@@ -137,7 +137,7 @@ func (w *watcher) run(ctx context.Context, initial []watch.Event, endBookmark *e
 				continue
 			}
 			lastRV = e.rv
-			if out, ok := w.convert(e); ok && !w.send(out) {
+			if out, ok := w.convert(e); ok && !w.send(ownCopy(out)) {
 				return
 			}
 		}
@@ -189,6 +189,15 @@ func (w *watcher) sendBookmark(b *event, lastRV *uint64) bool {
 	}
 	*lastRV = rv
 	return w.send(watch.Event{Type: watch.Bookmark, Object: obj})
+}
+
+// ownCopy gives the client its own copy of a cached object. Every watcher
+// of an event would otherwise get the same pointer, and the apiserver's
+// encoder writes the object's kind while it encodes, so two watches encoding
+// one object at once race (the race detector saw it over HTTP).
+func ownCopy(e watch.Event) watch.Event {
+	e.Object = e.Object.DeepCopyObject()
+	return e
 }
 
 func (w *watcher) send(e watch.Event) bool {
