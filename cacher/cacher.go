@@ -244,7 +244,7 @@ func (c *Cacher) forgetCompactedLocked() {
 
 // keys lists the cached keys once the cache has caught up with etcd.
 func (c *Cacher) keys(ctx context.Context) ([]string, error) {
-	rv, err := c.storage.GetCurrentResourceVersion(ctx)
+	rv, err := c.storageRV(ctx)
 	if err != nil {
 		return nil, err
 	}

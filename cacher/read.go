@@ -195,9 +195,23 @@ func delegateWhileNotReady(opts storage.ListOptions) bool {
 
 // consistentRV is etcd's current revision: what a consistent read must see.
 func (c *Cacher) consistentRV(ctx context.Context) (uint64, error) {
-	rv, err := c.storage.GetCurrentResourceVersion(ctx)
+	rv, err := c.storageRV(ctx)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Consistent read falls back to storage", "resource", c.groupResource.String(), "err", err)
+	}
+	return rv, err
+}
+
+// storageRV asks the storage for etcd's current revision, for at most
+// freshnessTimeout: with etcd down the call would otherwise hang a watch or a
+// consistent read for as long as the outage lasts. Giving up is a 504 the
+// client retries.
+func (c *Cacher) storageRV(ctx context.Context) (uint64, error) {
+	bounded, cancel := context.WithTimeout(ctx, freshnessTimeout)
+	defer cancel()
+	rv, err := c.storage.GetCurrentResourceVersion(bounded)
+	if err != nil && ctx.Err() == nil && bounded.Err() != nil {
+		return 0, errors.NewTimeoutError(fmt.Sprintf("reading the current resourceVersion of %v took longer than %v", c.groupResource, freshnessTimeout), 1)
 	}
 	return rv, err
 }

@@ -42,7 +42,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	requiredRV := requestedRV
 	if opts.ResourceVersion == "" && opts.SendInitialEvents != nil {
 		// A consistent start: the state must include every write etcd has.
-		if requiredRV, err = c.storage.GetCurrentResourceVersion(ctx); err != nil {
+		if requiredRV, err = c.storageRV(ctx); err != nil {
 			return newErrWatcher(err), nil
 		}
 	}
