@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -139,7 +140,7 @@ func (c *Cacher) objectsLocked(key string, recursive bool) []*object {
 	out := make([]*object, 0, len(items))
 	for _, item := range items {
 		o := item.(*object)
-		if len(o.key) >= len(key) && o.key[:len(key)] == key {
+		if strings.HasPrefix(o.key, key) {
 			out = append(out, o)
 		}
 	}

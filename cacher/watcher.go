@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,7 +65,7 @@ func (w *watcher) interested(e *event) bool {
 		o = e.prev
 	}
 	if w.recursive {
-		if len(o.key) < len(w.key) || o.key[:len(w.key)] != w.key {
+		if !strings.HasPrefix(o.key, w.key) {
 			return false
 		}
 	} else if o.key != w.key {
