@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/metadata"
@@ -43,6 +44,13 @@ type Cacher struct {
 
 	stopCh   chan struct{}
 	stopOnce sync.Once
+	// ctx ends when the cache stops; background requests use it.
+	ctx       context.Context
+	cancelCtx context.CancelFunc
+	// heardNanos is when the storage watch last delivered anything; probing
+	// is whether a progress request is out. See storage_liveness.go.
+	heardNanos atomic.Int64
+	probing    atomic.Bool
 	wg       sync.WaitGroup
 	incoming chan *event
 	// forcedEvictionLog limits the capacity warning; only the reflector uses it.
@@ -60,6 +68,8 @@ type Cacher struct {
 	calendar *bookmarks.Calendar[*watcher]
 	// compactedRV is the highest etcd compaction the history has honoured.
 	compactedRV uint64
+	// watchLost, closed by the liveness check, ends the storage watch.
+	watchLost chan struct{}
 }
 
 var _ storage.Interface = (*Cacher)(nil)
@@ -96,6 +106,7 @@ func New(cfg Config) (*Cacher, error) {
 		calendar:          bookmarks.NewCalendar[*watcher](cfg.Clock, cfg.BookmarkGranularity),
 		forcedEvictionLog: everyInterval{interval: 10 * time.Second},
 	}
+	c.ctx, c.cancelCtx = context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.watchMetadata))
 	c.ready.init(c.clock.Now())
 	if utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {
 		// The store estimates object sizes for list cost from the keys it is
@@ -118,6 +129,7 @@ func New(cfg Config) (*Cacher, error) {
 func (c *Cacher) Stop() {
 	c.stopOnce.Do(func() {
 		close(c.stopCh)
+		c.cancelCtx()
 		c.mu.Lock()
 		c.ready.stop()
 		c.terminateAllLocked()
@@ -183,17 +195,11 @@ func (c *Cacher) forgetWatcher(w *watcher, graceful bool) {
 		c.removeLocked(w)
 	}
 	c.mu.Unlock()
-	if !live {
-		w.stop()
+	if graceful && live {
+		w.drain()
 		return
 	}
-	if graceful {
-		// Only the dispatcher sends on input, and only it calls this with
-		// graceful set, so closing here cannot race a send.
-		close(w.input)
-		return
-	}
-	w.stop()
+	w.terminate()
 }
 
 // terminateSlow closes a watcher that could not keep up. One whose client
@@ -214,7 +220,7 @@ func (c *Cacher) terminateSlow(w *watcher) {
 func (c *Cacher) terminateAllLocked() {
 	for w := range c.watchers.all {
 		c.removeLocked(w)
-		w.stop()
+		w.terminate()
 	}
 }
 

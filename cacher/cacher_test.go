@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
@@ -165,6 +166,9 @@ func newTestCacher(t *testing.T, fs *fakeStorage, mutate func(*Config)) *testCac
 		BookmarkPreDeadlineOffset: 2 * time.Second,
 		BookmarkGranularity:       time.Second,
 		BookmarkJitter:            0,
+		// The fake clock runs far ahead of a fake storage that says
+		// nothing; storage_liveness_test.go turns this on.
+		StorageSilenceTimeout: -1,
 	}
 	if mutate != nil {
 		mutate(&cfg)
@@ -889,11 +893,7 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
 	const (
 		watcherBuffer = 2
-		// A watcher's pipeline holds its input queue, one event in its
-		// goroutine's hands and the result buffer: the slow watcher takes
-		// this many events, and the next one blocks the dispatcher.
-		fill  = watcherBuffer + 1 + resultBuffer
-		total = 60
+		total         = 60
 	)
 	for _, clockName := range []string{"fake clock", "real clock"} {
 		t.Run(clockName, func(t *testing.T) {
@@ -908,6 +908,7 @@ func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
 			sw, _ := fs.waitWatch(t, 1)
 			reader := c.startWatch(t, context.Background(), "100", everything(false))
 			slow := c.startWatch(t, context.Background(), "100", everything(false))
+			terminatedBefore := terminated(t, c)
 
 			got := make(chan uint64, total)
 			readerDone := make(chan struct{})
@@ -934,114 +935,114 @@ func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
 					}
 				}
 			}
-			send := func(i int) { sw.send(t, watch.Added, newTestPod(podName(i), uint64(100+i), nil, "")) }
-
 			// One event at a time, the reader taking each before the next, so
-			// the reader is never the watcher the dispatcher waits for.
-			for i := 1; i <= fill+1; i++ {
-				send(i)
+			// only the slow watcher falls behind.
+			for i := 1; i <= total; i++ {
+				sw.send(t, watch.Added, newTestPod(podName(i), uint64(100+i), nil, ""))
 				receive(i)
 			}
-			// Event fill+1 found the slow watcher full: the dispatcher waits
-			// for it, at most its budget on the config clock, and closes it.
-			if clockName == "fake clock" {
-				c.waitWaiters(t, 2)
-				c.clk.Step(dispatchBudget)
-			}
-			for i := fill + 2; i <= total; i++ {
-				send(i)
-			}
-			receive(total)
 			for i, rv := range received {
 				if rv != uint64(101+i) {
 					t.Fatalf("the reading watcher got RVs %v, want 101..%d in order", received, 100+total)
 				}
 			}
 
+			// What was in the slow client's channel stays readable; what was
+			// queued behind it is dropped with the watcher.
 			rest := drainUntilClosed(t, slow)
-			if len(rest) == 0 || len(rest) > fill {
-				t.Errorf("the slow watcher delivered %d events before closing, want 1..%d", len(rest), fill)
+			if len(rest) != resultBuffer {
+				t.Errorf("the slow watcher delivered %d events before closing, want the %d in its channel", len(rest), resultBuffer)
 			}
 			for i, ev := range rest {
 				if rv := eventRV(t, ev); rv != uint64(101+i) {
-					t.Fatalf("the slow watcher's queued events are not 101.. in order: #%d is %s", i, describe(ev))
+					t.Fatalf("the slow watcher's events are not 101.. in order: #%d is %s", i, describe(ev))
 				}
+			}
+			if got := terminated(t, c) - terminatedBefore; got != 1 {
+				t.Errorf("terminated watchers metric moved by %v, want 1", got)
 			}
 		})
 	}
 }
 
-// A watcher that was blocked when an event came, but made room while the
-// dispatcher waited for another blocked watcher, must get the event: only a
-// watcher "still full after" the budget is closed (dispatch.go). Upstream
-// tries every blocked watcher once more without blocking after the timer
-// fired. The order in which the dispatcher visits blocked watchers is map
-// order, so each round puts one such watcher among six that never read: it
-// is visited after one of them in 6 of 7 orders.
-func TestBlockedWatcherThatMadeRoomIsNotClosed(t *testing.T) {
-	const (
-		neverReaders = 6
-		rounds       = 4
-		// A watcher's pipeline holds its input queue, one event in its
-		// goroutine's hands and the result buffer.
-		watcherBuffer = 2
-		fill          = watcherBuffer + 1 + resultBuffer
-	)
-	for round := 1; round <= rounds; round++ {
-		t.Run(fmt.Sprintf("round %d", round), func(t *testing.T) {
-			fs := newFakeStorage(100)
-			c := newTestCacher(t, fs, func(cfg *Config) { cfg.WatcherBuffer = watcherBuffer })
-			c.waitReady(t)
-			sw, _ := fs.waitWatch(t, 1)
-			var all []*watcher
-			for range neverReaders {
-				all = append(all, c.startWatch(t, context.Background(), "100", everything(false)).(*watcher))
-			}
-			drained := c.startWatch(t, context.Background(), "100", everything(false)).(*watcher)
-			all = append(all, drained)
-
-			for i := 1; i <= fill+1; i++ {
-				sw.send(t, watch.Added, newTestPod(podName(i), uint64(100+i), nil, ""))
-			}
-			// Events 1..fill fill every pipeline; event fill+1 blocks the
-			// dispatcher, which arms its budget timer.
-			poll(t, "every watcher to be full", func() bool {
-				for _, w := range all {
-					if len(w.result) != resultBuffer || len(w.input) != watcherBuffer {
-						return false
-					}
-				}
-				return true
-			})
-			c.waitWaiters(t, 2)
-
-			// One watcher's client catches up while the dispatcher waits.
-			for i := 1; i <= fill; i++ {
-				if ev := nextEvent(t, drained); eventRV(t, ev) != uint64(100+i) {
-					t.Fatalf("got %s, want @%d", describe(ev), 100+i)
-				}
-			}
-			c.clk.Step(dispatchBudget)
-
-			ev, ok := <-drained.ResultChan()
-			if !ok {
-				t.Fatalf("the watcher that made room was closed with the never-readers; want it to get event %d", 100+fill+1)
-			}
-			if rv := eventRV(t, ev); rv != uint64(100+fill+1) {
-				t.Fatalf("got %s, want @%d", describe(ev), 100+fill+1)
-			}
-			// Reading a never-reader before the dispatcher has judged it would
-			// make room in it; wait until only the watcher that made room is left.
-			poll(t, "the never-readers to be closed", func() bool {
-				c.mu.RLock()
-				defer c.mu.RUnlock()
-				return c.watchers.len() == 1 && c.watchers.has(drained)
-			})
-			for _, w := range all[:neverReaders] {
-				drainUntilClosed(t, w)
-			}
+// A client that reads slower than events come, but keeps reading, is never
+// closed while its queue has room: only one that takes nothing for
+// slowClientTimeout is. Upstream closes a client the dispatcher waited on
+// for 100ms, which on a busy machine is any client.
+func TestSlowButReadingWatcherIsNotClosed(t *testing.T) {
+	const events = 30
+	fs := newFakeStorage(100)
+	c := newTestCacher(t, fs, func(cfg *Config) { cfg.WatcherBuffer = events })
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	w := c.startWatch(t, context.Background(), "100", everything(false)).(*watcher)
+	terminatedBefore := terminated(t, c)
+	// pending is what the client has not taken: its channel and its queue.
+	pending := func() int {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.result) + w.queuedLocked()
+	}
+	// settled waits until the dispatcher and the pump have done their part,
+	// so the fake clock never runs ahead of them.
+	settled := func(want int) {
+		t.Helper()
+		poll(t, fmt.Sprintf("%d events pending with a full channel", want), func() bool {
+			return pending() == want && (len(w.result) == resultBuffer || want < resultBuffer)
 		})
 	}
+	for i := 1; i <= events; i++ {
+		sw.send(t, watch.Added, newTestPod(podName(i), uint64(100+i), nil, ""))
+	}
+	settled(events)
+	// The client takes one event every 9s of the cache's clock: 270s in all,
+	// far beyond the timeout, but never 10s without progress.
+	want := events
+	for i := 1; i <= events; i++ {
+		c.clk.Step(slowClientTimeout - time.Second)
+		ev := nextEvent(t, w)
+		if rv := eventRV(t, ev); rv != uint64(100+i) {
+			t.Fatalf("event #%d is %s, want @%d", i, describe(ev), 100+i)
+		}
+		want--
+		settled(want)
+		// Each event that finds the queue non-empty checks the client's
+		// progress; push one more now and then so the check runs.
+		if i%5 == 0 {
+			sw.send(t, watch.Modified, newTestPod(podName(i), uint64(100+events+i), nil, ""))
+			want++
+			settled(want)
+		}
+	}
+	if got := terminated(t, c) - terminatedBefore; got != 0 {
+		t.Fatalf("terminated watchers = %v, want 0 for a client that kept reading", got)
+	}
+
+	// A client that stops taking events is closed by the first event that
+	// finds it stalled for longer than the timeout: fill its channel so
+	// events queue, then let the clock run.
+	for i := 1; want <= resultBuffer; i++ {
+		sw.send(t, watch.Modified, newTestPod(podName(i), uint64(200+i), nil, ""))
+		want++
+	}
+	settled(want)
+	c.clk.Step(slowClientTimeout + time.Second)
+	sw.send(t, watch.Modified, newTestPod(podName(1), 1000, nil, ""))
+	poll(t, "the stalled watcher to be closed", func() bool {
+		return terminated(t, c)-terminatedBefore == 1
+	})
+	drainUntilClosed(t, w)
+}
+
+// terminated reads the cache's closed-for-slowness counter, which upstream's
+// collector keeps for the whole process.
+func terminated(t *testing.T, c *testCacher) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(c.metrics.terminatedWatchers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // --- WatchList watchers closed for being slow ---
@@ -1076,10 +1077,8 @@ func watchListSetup(t *testing.T) (*testCacher, watch.Interface, context.CancelF
 	for rv := uint64(101); rv <= 103; rv++ {
 		sw.send(t, watch.Modified, newTestPod(podName(0), rv, nil, ""))
 	}
-	c.waitWaiters(t, 2) // the dispatcher waits for the watcher
-	c.clk.Step(dispatchBudget)
-	// The timer left the fake clock on the step; the dispatcher closes the
-	// watcher right after.
+	// The initial events do not count against the queue's bound, the live
+	// ones do: the third finds it full.
 	poll(t, "the dispatcher to close the slow watcher", func() bool {
 		c.mu.RLock()
 		defer c.mu.RUnlock()

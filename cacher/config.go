@@ -18,9 +18,12 @@ const (
 	// DefaultHistoryCapacity bounds the event history under a write storm
 	// when the window alone would let it grow without limit.
 	DefaultHistoryCapacity = 100_000
-	// DefaultWatcherBuffer is how many events a watcher may have queued
-	// before the dispatcher has to wait for it.
-	DefaultWatcherBuffer = 100
+	// DefaultWatcherBuffer is how many events may wait for a client that is
+	// behind. The dispatcher never waits for a client, so this is what a
+	// burst may put in front of one: a write storm of a thousand objects
+	// still reaches a client that keeps reading. Memory is spent only while
+	// a client is behind, a few words per event.
+	DefaultWatcherBuffer = 1024
 	// freshnessTimeout is how long a read or watch waits for the cache to
 	// reach a resourceVersion before it gives up (upstream: 3s).
 	freshnessTimeout = 3 * time.Second
@@ -55,8 +58,14 @@ type Config struct {
 	BookmarkJitter      float64
 	// HistoryCapacity caps the number of events kept, whatever the window.
 	HistoryCapacity int
-	// WatcherBuffer is each watcher's queue length.
+	// WatcherBuffer bounds the events queued for a client that is behind;
+	// one that falls further behind is closed.
 	WatcherBuffer int
+	// StorageSilenceTimeout is how long the storage watch may deliver
+	// nothing, progress requests included, before the cache calls it lost,
+	// goes not ready and relists. Zero means DefaultStorageSilenceTimeout;
+	// negative never.
+	StorageSilenceTimeout time.Duration
 }
 
 func (c *Config) complete() error {
@@ -86,6 +95,9 @@ func (c *Config) complete() error {
 	}
 	if c.HistoryCapacity <= 0 {
 		c.HistoryCapacity = DefaultHistoryCapacity
+	}
+	if c.StorageSilenceTimeout == 0 {
+		c.StorageSilenceTimeout = DefaultStorageSilenceTimeout
 	}
 	if c.WatcherBuffer <= 0 {
 		c.WatcherBuffer = DefaultWatcherBuffer

@@ -1,17 +1,10 @@
 package cacher
 
 import (
-	"time"
-
 	"k8s.io/klog/v2"
 
 	"github.com/watchkeeper/watchkeeper/bookmarks"
 )
-
-// dispatchBudget is how long one event may wait, in total, for watchers
-// whose queues are full. A watcher still full after that is closed rather
-// than allowed to hold up everyone else.
-const dispatchBudget = 100 * time.Millisecond
 
 // dispatcher state lives on its goroutine: nothing here is shared.
 type dispatcher struct {
@@ -22,8 +15,6 @@ type dispatcher struct {
 	rv         uint64
 	due        [][]*watcher
 	candidates []*watcher
-	matching   []*watcher
-	blocked    []*watcher
 }
 
 // dispatchLoop is the dispatcher goroutine: events in order, and the
@@ -46,6 +37,8 @@ func (c *Cacher) dispatchLoop() {
 	}
 }
 
+// dispatch hands e to every interested watcher. It never waits for a
+// client: a busy one has the event queued, a stalled one is closed.
 func (d *dispatcher) dispatch(e *event) {
 	if e.rv > d.rv {
 		d.rv = e.rv
@@ -54,56 +47,29 @@ func (d *dispatcher) dispatch(e *event) {
 		return
 	}
 	c := d.c
-	d.matching = d.matching[:0]
 	c.mu.RLock()
 	d.candidates = c.watchers.candidates(d.candidates[:0], e)
 	c.mu.RUnlock()
+	objs := c.objectsOf(e)
+	delivered := 0
 	for _, w := range d.candidates {
 		// A watcher that started from a state at or after this event already
-		// has it; queueing it would only take a slot in its buffer.
-		if e.rv > w.startRV && w.interested(e) {
-			d.matching = append(d.matching, w)
+		// has it.
+		if e.rv <= w.startRV || !w.interested(e) {
+			continue
 		}
+		out, ok := objs.forWatcher(w)
+		if !ok {
+			continue
+		}
+		if !w.deliver(out) {
+			c.terminateSlow(w)
+			continue
+		}
+		delivered++
 	}
 	clear(d.candidates)
-
-	d.blocked = d.blocked[:0]
-	for _, w := range d.matching {
-		select {
-		case w.input <- e:
-		default:
-			d.blocked = append(d.blocked, w)
-		}
-	}
-	c.metrics.eventsDispatched.Add(float64(len(d.matching) - len(d.blocked)))
-	if len(d.blocked) == 0 {
-		return
-	}
-	timer := c.clock.NewTimer(dispatchBudget)
-	defer timer.Stop()
-	budgetLeft := true
-	for _, w := range d.blocked {
-		if budgetLeft {
-			select {
-			case w.input <- e:
-				c.metrics.eventsDispatched.Inc()
-				continue
-			case <-w.done:
-				continue
-			case <-timer.C():
-				budgetLeft = false
-			}
-		}
-		// Once the budget is spent, a watcher still gets one last try without
-		// waiting: it may have made room while others were waited for.
-		select {
-		case w.input <- e:
-			c.metrics.eventsDispatched.Inc()
-		case <-w.done:
-		default:
-			c.terminateSlow(w)
-		}
-	}
+	c.metrics.eventsDispatched.Add(float64(delivered))
 }
 
 // tick sends the due watchers their bookmark and files them again, and ages
@@ -111,6 +77,7 @@ func (d *dispatcher) dispatch(e *event) {
 func (d *dispatcher) tick() {
 	c := d.c
 	start := c.clock.Now()
+	c.checkStorageLiveness(start)
 	c.mu.Lock()
 	c.expireHistoryLocked(start)
 	d.due = c.calendar.PopDue(d.due[:0])
@@ -120,17 +87,24 @@ func (d *dispatcher) tick() {
 		return
 	}
 
-	b := progress(d.rv)
+	// One bookmark object for every watcher due, encoded once per encoder.
+	var shared *sharedObject
+	sharedBookmark := func() *sharedObject {
+		if shared == nil {
+			if obj, err := c.bookmarkObject(d.rv); err == nil {
+				shared, _ = share(obj)
+			}
+		}
+		return shared
+	}
 	sent, count := 0, 0
-	// A watcher closed since it was filed is skipped. Only this goroutine
-	// closes a watcher's input (gracefully), so a watcher still in the set
-	// has an open input; offering never blocks, so holding the read lock is
-	// cheap.
+	// A watcher closed since it was filed is skipped. Offering never waits,
+	// so holding the read lock is cheap.
 	c.mu.RLock()
 	for _, slot := range d.due {
 		for _, w := range slot {
 			count++
-			if c.watchers.has(w) && w.offerBookmark(b) {
+			if c.watchers.has(w) && w.offerBookmark(d.rv, sharedBookmark) {
 				sent++
 			}
 		}

@@ -156,19 +156,24 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (uint64, error) {
 		// resource; they are not forwarded to watchers.
 		ProgressNotify: true,
 	}
+	lost := c.newWatchLost()
 	w, err := c.storage.Watch(ctx, c.resourcePrefix, opts)
 	if err != nil {
 		return rv, fmt.Errorf("watching %v from %d: %w", c.groupResource, rv, err)
 	}
 	defer w.Stop()
+	c.heard(c.clock.Now())
 	for {
 		select {
 		case <-ctx.Done():
 			return rv, ctx.Err()
+		case <-lost:
+			return rv, silentError(c.cfg.StorageSilenceTimeout)
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				return rv, errWatchClosed
 			}
+			c.heard(c.clock.Now())
 			switch ev.Type {
 			case watch.Error:
 				err := errors.FromObject(ev.Object)

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
-	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
@@ -59,15 +58,12 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		key:       key,
 		recursive: opts.Recursive,
 		bookmarks: opts.Predicate.AllowWatchBookmarks,
-		input:     make(chan *event, c.cfg.WatcherBuffer),
 		result:    make(chan watch.Event, resultBuffer),
-		done:      make(chan struct{}),
 	}
 	w.deadline, _ = ctx.Deadline()
 	w.triggerValue, w.triggered = c.trigger.valueFor(opts.Predicate)
 
 	var initial []watch.Event
-	var endBookmark *event
 	c.mu.Lock()
 	if c.ready.state != stateReady {
 		c.mu.Unlock()
@@ -90,7 +86,8 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		}
 		for _, e := range events {
 			if w.interested(e) {
-				if out, ok := w.convert(e); ok {
+				objs := c.objectsOf(e)
+				if out, ok := objs.forWatcher(w); ok {
 					initial = append(initial, out)
 				}
 			}
@@ -105,18 +102,36 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	if floor > 0 && c.rv >= floor {
 		// The cache already holds the floor: end the initial events now
 		// rather than on the next tick (kubernetes issue 122277).
-		endBookmark = progress(c.rv)
-		w.tracker.Accept(endBookmark.rv)
+		end, err := c.bookmarkObject(c.rv)
+		if err == nil {
+			err = storage.AnnotateInitialEventsEndBookmark(end)
+		}
+		if err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		w.tracker.Accept(c.rv)
+		initial = append(initial, watch.Event{Type: watch.Bookmark, Object: end})
 	}
 	c.watchers.add(w)
 	c.metrics.watcherArrived(w.tracker.State())
 	c.fileLocked(w, c.clock.Now())
-	// Counted under the lock that saw the cache ready, so Stop, which marks
-	// it stopped under the same lock, waits for this goroutine too.
-	c.wg.Add(1)
+	// Queued before the dispatcher can see the watcher (it needs the lock),
+	// so they come first; under the lock that saw the cache ready, so Stop
+	// waits for the pump.
+	w.start(ctx, initial)
 	c.mu.Unlock()
 
-	go w.run(ctx, initial, endBookmark)
+	// The request's context ending (client gone, deadline) ends the watch.
+	// Registered after the lock: an ended context runs it at once.
+	stop := context.AfterFunc(ctx, func() { c.forgetWatcher(w, false) })
+	w.mu.Lock()
+	if w.state == watcherClosed {
+		stop()
+	} else {
+		w.stopOnCancel = stop
+	}
+	w.mu.Unlock()
 	return w, nil
 }
 
@@ -175,7 +190,3 @@ func newErrWatcher(err error) watch.Interface {
 
 func (w *errWatcher) ResultChan() <-chan watch.Event { return w.result }
 func (w *errWatcher) Stop()                          {}
-
-// signalInitialized tells API priority and fairness that the watch's
-// initial burst is out, so it stops counting the request as in flight.
-func signalInitialized(ctx context.Context) { utilflowcontrol.WatchInitialized(ctx) }

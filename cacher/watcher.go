@@ -6,18 +6,40 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
 
-// resultBuffer is how many converted events wait for the client; what the
-// client had not read when it called Stop is still delivered.
+// resultBuffer is how many events wait in the client's channel, and so stay
+// readable after Stop (the storage conformance suite's delayed-delivery test
+// wants upstream's 10). They also let the dispatcher hand over a burst
+// without queueing. Each slot costs every idle watcher 32 bytes.
 const resultBuffer = 10
 
-// watcher is one client's watch. The dispatcher writes to input; the
-// watcher's goroutine converts what it reads and writes to result.
+// slowClientTimeout is how long a client may leave its queued events unread
+// before the watcher is closed. The dispatcher never waits for a client, so
+// this only bounds how long a stalled client holds its queue.
+const slowClientTimeout = 10 * time.Second
+
+// watcherState is where a watcher is in its life.
+type watcherState uint8
+
+const (
+	watcherOpen watcherState = iota
+	// watcherDraining takes nothing new and closes once its queue is read.
+	watcherDraining
+	watcherClosed
+)
+
+// watcher is one client's watch. It has no goroutine while its client keeps
+// up: the dispatcher hands each event straight to the client's channel, and a
+// pump goroutine runs only while events are queued behind a busy client.
+// An idle watch then costs a few hundred bytes instead of a goroutine stack
+// (upstream runs one goroutine per watch).
 type watcher struct {
 	c         *Cacher
 	pred      storage.SelectionPredicate
@@ -35,15 +57,29 @@ type watcher struct {
 	// or below it are already covered by the initial events and are dropped.
 	startRV uint64
 
-	input  chan *event
 	result chan watch.Event
-	done   chan struct{}
-	once   sync.Once
+	// stopOnCancel unhooks the request context's cancellation.
+	stopOnCancel func() bool
 
-	// mu guards the WatchList tracker, shared by the dispatcher (which offers
-	// bookmarks) and the watcher's goroutine (which sends them).
-	mu      sync.Mutex
-	tracker watchlist.Tracker
+	// mu guards everything below: the dispatcher queues, the pump delivers,
+	// Stop and the request context close.
+	mu    sync.Mutex
+	state watcherState
+	queue []watch.Event
+	head  int
+	// pumping is whether a pump goroutine owns the delivery of the queue.
+	pumping bool
+	// done wakes a pump blocked on the client when the watcher is closed;
+	// made with the first pump, as idle watchers never need it.
+	done chan struct{}
+	// blockedSinceNanos is when the client last took an event while others
+	// were queued (or when the first was queued).
+	blockedSinceNanos int64
+	// initialLeft counts the initial events (and end bookmark) not yet
+	// delivered; they are not bounded by the queue limit.
+	initialLeft int
+	initCtx     context.Context
+	tracker     watchlist.Tracker
 }
 
 var _ watch.Interface = (*watcher)(nil)
@@ -51,11 +87,9 @@ var _ watch.Interface = (*watcher)(nil)
 // ResultChan implements watch.Interface.
 func (w *watcher) ResultChan() <-chan watch.Event { return w.result }
 
-// Stop implements watch.Interface. Events already converted stay readable.
+// Stop implements watch.Interface. Events already in the channel stay
+// readable; what is still queued is dropped.
 func (w *watcher) Stop() { w.c.forgetWatcher(w, false) }
-
-// stop ends the watcher's goroutine without delivering what is queued.
-func (w *watcher) stop() { w.once.Do(func() { close(w.done) }) }
 
 // interested is whether e concerns this watcher: its key, and its selector
 // on the object either before or after the change.
@@ -82,153 +116,243 @@ func (w *watcher) floorReached() bool {
 	return w.tracker.FloorReached()
 }
 
-// offerBookmark queues a bookmark at rv unless the watcher's floor refuses
-// it or its queue is full; a full queue means events are flowing, which is
-// proof of life enough.
-func (w *watcher) offerBookmark(b *event) bool {
+func (w *watcher) queuedLocked() int { return len(w.queue) - w.head }
+
+// start hands the watcher its initial events (nil for none) before it is
+// visible to the dispatcher, so they come first. The caller holds c.mu,
+// under which Stop cannot have started waiting for the pump.
+func (w *watcher) start(ctx context.Context, initial []watch.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if b.rv < w.tracker.Floor() {
-		return false
-	}
-	select {
-	case w.input <- b:
-		if before := w.tracker.State(); w.tracker.Accept(b.rv) && w.tracker.State() != before {
-			w.c.metrics.watcherMoved(before, w.tracker.State())
-		}
-		return true
-	default:
-		return false
-	}
-}
-
-// run delivers the initial events, then live events, until the watcher is
-// stopped or its input is closed (a graceful close after a slow client).
-func (w *watcher) run(ctx context.Context, initial []watch.Event, endBookmark *event) {
-	defer w.c.wg.Done()
-	defer close(w.result)
-	// The request's context ending (client gone, deadline) ends the watch.
-	stopOnCancel := context.AfterFunc(ctx, func() { w.c.forgetWatcher(w, false) })
-	defer stopOnCancel()
-	lastRV := w.startRV
-	for _, e := range initial {
-		if !w.send(ownCopy(e)) {
-			return
-		}
-	}
-	if endBookmark != nil && !w.sendBookmark(endBookmark, &lastRV) {
+	w.queue = initial
+	w.initialLeft = len(initial)
+	if w.initialLeft == 0 {
+		signalInitialized(ctx)
 		return
 	}
-	signalInitialized(ctx)
-	for {
-		select {
-		case <-w.done:
-			return
-		case e, ok := <-w.input:
-			if !ok {
-				return
-			}
-			if e.isProgress() {
-				if !w.sendBookmark(e, &lastRV) {
-					return
-				}
-				continue
-			}
-			if e.rv <= lastRV {
-				continue
-			}
-			lastRV = e.rv
-			if out, ok := w.convert(e); ok && !w.send(ownCopy(out)) {
-				return
-			}
-		}
-	}
+	w.initCtx = ctx
+	w.blockedSinceNanos = w.c.clock.Now().UnixNano()
+	w.startPumpLocked()
 }
 
-// convert turns a cached event into what this watcher's client sees: an
-// update that moved the object into the selector is an ADDED, one that moved
-// it out a DELETED of the old object at the new RV.
-func (w *watcher) convert(e *event) (watch.Event, bool) {
-	curOK := e.typ != watch.Deleted && matches(w.pred, e.cur)
-	prevOK := matches(w.pred, e.prev)
-	switch {
-	case e.typ == watch.Deleted && prevOK:
-		return watch.Event{Type: watch.Deleted, Object: e.cur.obj}, true
-	case curOK && prevOK:
-		return watch.Event{Type: watch.Modified, Object: e.cur.obj}, true
-	case curOK:
-		return watch.Event{Type: watch.Added, Object: e.cur.obj}, true
-	case prevOK:
-		old := e.prev.obj.DeepCopyObject()
-		if err := w.c.versioner.UpdateObject(old, e.rv); err != nil {
-			return watch.Event{}, false
-		}
-		return watch.Event{Type: watch.Deleted, Object: old}, true
-	default:
-		return watch.Event{}, false
-	}
+// deliver hands ev to the client, or queues it behind what the client has
+// not taken yet. It never waits. It reports false when the client is too far
+// behind (the queue is full, or nothing was taken for slowClientTimeout):
+// the caller then closes the watcher.
+func (w *watcher) deliver(ev watch.Event) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.deliverLocked(ev)
 }
 
-// sendBookmark sends a bookmark at the greater of b's RV and the last RV the
-// client saw, so a bookmark never takes a client backwards; the first one at
-// or above the WatchList floor carries the initial-events-end marker.
-func (w *watcher) sendBookmark(b *event, lastRV *uint64) bool {
-	rv := max(b.rv, *lastRV)
-	obj := w.c.newFunc()
-	if err := w.c.versioner.UpdateObject(obj, rv); err != nil {
+func (w *watcher) deliverLocked(ev watch.Event) bool {
+	if w.state != watcherOpen {
 		return true
 	}
-	w.mu.Lock()
-	marked, err := w.tracker.Sent(obj)
-	if marked {
+	queued := w.queuedLocked()
+	if queued == 0 && !w.pumping {
+		select {
+		case w.result <- ev:
+			w.deliveredLocked(ev)
+			return true
+		default:
+		}
+	}
+	now := w.c.clock.Now().UnixNano()
+	if !w.roomLocked(queued, now) {
+		return false
+	}
+	if queued == 0 {
+		w.blockedSinceNanos = now
+	}
+	w.queue = append(w.queue, ev)
+	if !w.pumping {
+		w.startPumpLocked()
+	}
+	return true
+}
+
+// roomLocked is whether the client is keeping up well enough to be queued
+// one more event.
+func (w *watcher) roomLocked(queued int, nowNanos int64) bool {
+	if queued >= w.c.cfg.WatcherBuffer+w.initialLeft {
+		return false
+	}
+	return queued == 0 || time.Duration(nowNanos-w.blockedSinceNanos) <= slowClientTimeout
+}
+
+// deliveredLocked records that the client's channel took ev.
+func (w *watcher) deliveredLocked(ev watch.Event) {
+	// While the marker is on its way no other bookmark is queued, so the
+	// bookmark delivered now is the marker (annotated when it was built).
+	if ev.Type == watch.Bookmark && w.tracker.Delivered() {
 		w.c.metrics.watcherMoved(watchlist.BookmarkReceived, watchlist.BookmarkSent)
 	}
-	w.mu.Unlock()
-	if err != nil {
-		// A bookmark below the floor never reaches here; nothing to send.
-		return true
-	}
-	*lastRV = rv
-	return w.send(watch.Event{Type: watch.Bookmark, Object: obj})
 }
 
-// ownCopy gives the client its own copy of a cached object. Every watcher
-// of an event would otherwise get the same pointer, and the apiserver's
-// encoder writes the object's kind while it encodes, so two watches encoding
-// one object at once race (the race detector saw it over HTTP).
-func ownCopy(e watch.Event) watch.Event {
-	e.Object = e.Object.DeepCopyObject()
-	return e
+func (w *watcher) startPumpLocked() {
+	if w.done == nil {
+		w.done = make(chan struct{})
+	}
+	w.pumping = true
+	w.c.wg.Add(1)
+	go w.pump()
 }
 
-func (w *watcher) send(e watch.Event) bool {
-	// The cache stopping ends even a watcher that is draining gracefully
-	// towards a client that does not read, so Stop never waits on a client.
-	select {
-	case <-w.done:
-		return false
-	case <-w.c.stopCh:
-		return false
-	default:
-	}
-	select {
-	case w.result <- e:
-		return true
-	case <-w.done:
-		return false
-	case <-w.c.stopCh:
-		return false
-	}
-}
+// pump delivers the queue to a client that was busy when events came, and
+// exits once the queue is empty.
+func (w *watcher) pump() {
+	defer w.c.wg.Done()
+	for {
+		w.mu.Lock()
+		if w.state == watcherClosed {
+			w.pumping = false
+			close(w.result)
+			w.mu.Unlock()
+			return
+		}
+		if w.queuedLocked() == 0 {
+			w.pumping = false
+			w.queue, w.head = releaseQueue(w.queue), 0
+			if w.state == watcherDraining {
+				w.closeLocked()
+			}
+			w.mu.Unlock()
+			return
+		}
+		ev, done := w.queue[w.head], w.done
+		w.mu.Unlock()
 
-// initialAdded turns cached objects into the ADDED events a watch starting
-// from a state begins with.
-func initialAdded(objs []*object, pred storage.SelectionPredicate) []watch.Event {
-	out := make([]watch.Event, 0, len(objs))
-	for _, o := range objs {
-		if matches(pred, o) {
-			out = append(out, watch.Event{Type: watch.Added, Object: o.obj})
+		select {
+		case w.result <- ev:
+		case <-done:
+			continue
+		case <-w.c.stopCh:
+			// The cache stopping ends even a watcher draining towards a
+			// client that does not read, so Stop never waits on a client.
+			w.terminate()
+			continue
+		}
+
+		var initialized context.Context
+		w.mu.Lock()
+		if w.state != watcherClosed {
+			w.queue[w.head] = watch.Event{}
+			w.head++
+			w.blockedSinceNanos = w.c.clock.Now().UnixNano()
+			w.deliveredLocked(ev)
+			if w.initialLeft > 0 {
+				w.initialLeft--
+				if w.initialLeft == 0 {
+					initialized, w.initCtx = w.initCtx, nil
+				}
+			}
+		}
+		w.mu.Unlock()
+		if initialized != nil {
+			signalInitialized(initialized)
 		}
 	}
-	return out
 }
+
+// releaseQueue keeps a drained queue's array for the next burst unless a
+// burst made it large.
+func releaseQueue(q []watch.Event) []watch.Event {
+	if cap(q) > 64 {
+		return nil
+	}
+	return q[:0]
+}
+
+// terminate closes the watcher at once; what is queued is dropped.
+func (w *watcher) terminate() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state == watcherClosed {
+		return
+	}
+	w.state = watcherClosed
+	w.queue, w.head = nil, 0
+	if w.done != nil {
+		close(w.done)
+	}
+	if !w.pumping {
+		w.closeLocked()
+	}
+}
+
+// drain lets the client read what is queued, then closes the watcher.
+func (w *watcher) drain() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != watcherOpen {
+		return
+	}
+	w.state = watcherDraining
+	if !w.pumping {
+		w.closeLocked()
+	}
+}
+
+// closeLocked closes the client's channel; called once, by whoever sees the
+// watcher ending with no pump running.
+func (w *watcher) closeLocked() {
+	w.state = watcherClosed
+	close(w.result)
+	if w.stopOnCancel != nil {
+		w.stopOnCancel()
+	}
+}
+
+// offerBookmark queues a bookmark at the dispatched RV (or the watcher's
+// start, if later) unless the floor refuses it or events are already queued,
+// which is proof of life enough. shared is the tick's bookmark at the
+// dispatched RV, used when no initial-events-end marker is due. It reports
+// whether a bookmark was queued.
+func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject) bool {
+	rv := max(dispatchedRV, w.startRV)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != watcherOpen || rv < w.tracker.Floor() {
+		return false
+	}
+	before := w.tracker.State()
+	queued := w.queuedLocked()
+	if before == watchlist.BookmarkReceived || (queued > 0 && before == watchlist.BookmarkSent) {
+		// A marker is already on its way, or events are.
+		return false
+	}
+	if !w.roomLocked(queued, w.c.clock.Now().UnixNano()) {
+		// The next tick offers the marker again, or the next event finds
+		// the client too slow.
+		return false
+	}
+	var obj runtime.Object
+	if before == watchlist.BookmarkSent && rv == dispatchedRV {
+		if s := shared(); s != nil {
+			obj = s.forWatcher()
+		}
+	}
+	if obj == nil {
+		own, err := w.c.bookmarkObject(rv)
+		if err != nil {
+			return false
+		}
+		if before == watchlist.WaitingForBookmark {
+			if err := storage.AnnotateInitialEventsEndBookmark(own); err != nil {
+				return false
+			}
+		}
+		obj = own
+	}
+	ev := watch.Event{Type: watch.Bookmark, Object: obj}
+	w.tracker.Accept(rv)
+	if after := w.tracker.State(); after != before {
+		w.c.metrics.watcherMoved(before, after)
+	}
+	return w.deliverLocked(ev)
+}
+
+// signalInitialized tells API priority and fairness that the watch's
+// initial burst is out, so it stops counting the request as in flight.
+func signalInitialized(ctx context.Context) { utilflowcontrol.WatchInitialized(ctx) }

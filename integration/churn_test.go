@@ -155,6 +155,7 @@ func (cw *churnWatcher) read(startRV uint64, activity *atomic.Int64) {
 	// A watch from startRV must deliver only what came after it.
 	lastRV := startRV
 	for ev := range cw.w.ResultChan() {
+		ev = plainEvent(ev)
 		if ev.Type != watch.Bookmark {
 			// Bookmarks keep coming on a quiet watch: they are not progress.
 			activity.Store(time.Now().UnixNano())

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
 	"k8s.io/apiserver/pkg/features"
@@ -207,4 +208,14 @@ func (s createAndWait) Create(ctx context.Context, key string, obj, out runtime.
 		time.Sleep(10 * time.Millisecond)
 	}
 	return fmt.Errorf("object %s at RV %s never reached the cache", key, rv)
+}
+
+// plainEvent unwraps the shared, encode-once objects a cache sends (both
+// upstream's and watchkeeper's), as the conformance suite does, so a test
+// can look at the typed object.
+func plainEvent(ev watch.Event) watch.Event {
+	if co, ok := ev.Object.(runtime.CacheableObject); ok {
+		ev.Object = co.GetObject()
+	}
+	return ev
 }

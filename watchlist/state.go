@@ -98,9 +98,20 @@ func (t *Tracker) Sent(obj runtime.Object) (bool, error) {
 		if err := storage.AnnotateInitialEventsEndBookmark(obj); err != nil {
 			return false, fmt.Errorf("marking the end of the initial events: %w", err)
 		}
-		t.state = legal[BookmarkReceived]
-		return true, nil
+		return t.Delivered(), nil
 	default:
 		return false, fmt.Errorf("bookmark sent in state %v: no bookmark at or above floor %d was accepted", t.state, t.floor)
 	}
+}
+
+// Delivered records that the initial-events-end bookmark, annotated when it
+// was built, reached the client: for callers that hand the object over
+// before it is delivered and so may no longer touch it. It reports whether
+// the watcher moved to BookmarkSent.
+func (t *Tracker) Delivered() bool {
+	if t.state != BookmarkReceived {
+		return false
+	}
+	t.state = legal[BookmarkReceived]
+	return true
 }

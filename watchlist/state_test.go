@@ -166,3 +166,32 @@ func TestStateString(t *testing.T) {
 		}
 	}
 }
+
+// Delivered is Sent for a marker annotated when it was built: it moves the
+// watcher on once, without touching any object.
+func TestTrackerDelivered(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		accept []uint64
+		want   bool
+		state  State
+	}{
+		{"waiting", nil, false, WaitingForBookmark},
+		{"below the floor", []uint64{9}, false, WaitingForBookmark},
+		{"received", []uint64{10}, true, BookmarkSent},
+		{"received twice", []uint64{10, 12}, true, BookmarkSent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := NewTracker(10)
+			for _, rv := range tc.accept {
+				tr.Accept(rv)
+			}
+			if got := tr.Delivered(); got != tc.want || tr.State() != tc.state {
+				t.Fatalf("Delivered = %v in %v, want %v in %v", got, tr.State(), tc.want, tc.state)
+			}
+			if tr.Delivered() {
+				t.Fatal("a second Delivered moved the watcher again")
+			}
+		})
+	}
+}

@@ -1,0 +1,100 @@
+package cacher
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// eventObjects turns one cached event into what each interested watcher is
+// sent, building each shared object at most once per event: the object after
+// the change, and, for watchers the change moved out of their selector, the
+// object before it at the event's RV (a DELETED).
+type eventObjects struct {
+	e         *event
+	versioner storage.Versioner
+	cur       *sharedObject
+	movedOut  *sharedObject
+	failed    bool
+}
+
+func (c *Cacher) objectsOf(e *event) eventObjects {
+	return eventObjects{e: e, versioner: c.versioner}
+}
+
+// forWatcher is the event as w's client sees it, if at all: an update that
+// moved the object into the selector is an ADDED, one that moved it out a
+// DELETED of the old object at the new RV.
+func (x *eventObjects) forWatcher(w *watcher) (watch.Event, bool) {
+	e := x.e
+	curOK := e.typ != watch.Deleted && matches(w.pred, e.cur)
+	prevOK := matches(w.pred, e.prev)
+	var typ watch.EventType
+	switch {
+	case e.typ == watch.Deleted && prevOK:
+		typ = watch.Deleted
+	case curOK && prevOK:
+		typ = watch.Modified
+	case curOK:
+		typ = watch.Added
+	case prevOK:
+		return x.movedOutEvent()
+	default:
+		return watch.Event{}, false
+	}
+	if x.cur == nil {
+		s, err := share(e.cur.obj)
+		if err != nil {
+			return watch.Event{}, false
+		}
+		x.cur = s
+	}
+	return watch.Event{Type: typ, Object: x.cur.forWatcher()}, true
+}
+
+func (x *eventObjects) movedOutEvent() (watch.Event, bool) {
+	if x.movedOut == nil && !x.failed {
+		old := x.e.prev.obj.DeepCopyObject()
+		s, err := share(old)
+		if err == nil {
+			err = x.versioner.UpdateObject(old, x.e.rv)
+		}
+		if err != nil {
+			x.failed = true
+			return watch.Event{}, false
+		}
+		x.movedOut = s
+	}
+	if x.failed {
+		return watch.Event{}, false
+	}
+	return watch.Event{Type: watch.Deleted, Object: x.movedOut.forWatcher()}, true
+}
+
+// initialAdded turns cached objects into the ADDED events a watch starting
+// from a state begins with. No copy is made: the client's handle copies on
+// its first change.
+func initialAdded(objs []*object, pred storage.SelectionPredicate) []watch.Event {
+	out := make([]watch.Event, 0, len(objs))
+	for _, o := range objs {
+		if !matches(pred, o) {
+			continue
+		}
+		s, err := share(o.obj)
+		if err != nil {
+			continue
+		}
+		out = append(out, watch.Event{Type: watch.Added, Object: s.forWatcher()})
+	}
+	return out
+}
+
+// bookmarkObject is an empty object of the resource's type at rv, as a
+// bookmark carries.
+func (c *Cacher) bookmarkObject(rv uint64) (runtime.Object, error) {
+	obj := c.newFunc()
+	if err := c.versioner.UpdateObject(obj, rv); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}

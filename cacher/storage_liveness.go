@@ -1,0 +1,77 @@
+package cacher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// DefaultStorageSilenceTimeout is how long the storage watch may stay silent,
+// progress requests unanswered, before the cache calls it lost.
+const DefaultStorageSilenceTimeout = 15 * time.Second
+
+// probeTimeout bounds one progress request, so a dead etcd cannot hold the
+// probe (and the next one) forever.
+const probeTimeout = 5 * time.Second
+
+// errStorageSilent ends a storage watch that etcd stopped answering. etcd's
+// client retries a broken watch stream quietly, so without this an outage
+// would leave the cache ready and serving a stale state with bookmarks at an
+// old RV.
+var errStorageSilent = errors.New("storage watch silent")
+
+// heard records that the storage watch delivered something: an event, a
+// progress notification or its start.
+func (c *Cacher) heard(now time.Time) { c.heardNanos.Store(now.UnixNano()) }
+
+// watchLostChan is what the current storage watch waits on besides its
+// events; the dispatcher closes it when the watch has been silent too long.
+func (c *Cacher) newWatchLost() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.watchLost = make(chan struct{})
+	return c.watchLost
+}
+
+// checkStorageLiveness runs on every tick: after a third of the silence
+// timeout without a word from the storage watch it asks etcd for progress
+// (one request at a time per resource), and after the whole timeout it ends
+// the watch, so the cache goes not ready and relists once etcd is back.
+func (c *Cacher) checkStorageLiveness(now time.Time) {
+	timeout := c.cfg.StorageSilenceTimeout
+	if timeout <= 0 {
+		return
+	}
+	heard := c.heardNanos.Load()
+	if heard == 0 {
+		return // no watch yet: the reflector's list is what is failing
+	}
+	silent := time.Duration(now.UnixNano() - heard)
+	switch {
+	case silent >= timeout:
+		c.mu.Lock()
+		lost := c.watchLost
+		c.watchLost = nil
+		c.mu.Unlock()
+		if lost != nil {
+			klog.InfoS("Storage watch silent; ending it", "resource", c.groupResource.String(), "silentFor", silent)
+			close(lost)
+		}
+	case silent >= timeout/3 && c.probing.CompareAndSwap(false, true):
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			defer c.probing.Store(false)
+			ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
+			defer cancel()
+			c.requestProgress(ctx)
+		}()
+	}
+}
+
+func silentError(timeout time.Duration) error {
+	return fmt.Errorf("%w: nothing from etcd for %v, progress requests unanswered", errStorageSilent, timeout)
+}

@@ -1,0 +1,84 @@
+package cacher
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// etcd's client retries a dead watch stream without a word, so a silent
+// storage watch is the only sign of an outage. The cache asks for progress
+// after a third of the timeout, and after the whole of it without an answer
+// goes not ready: reads get 429, watchers are closed, and it relists when
+// storage answers again.
+func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
+	const timeout = 9 * time.Second
+	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	c := newTestCacher(t, fs, func(cfg *Config) { cfg.StorageSilenceTimeout = timeout })
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	w := c.startWatch(t, context.Background(), "100", everything(false))
+
+	// Answered progress keeps the cache ready however long the quiet lasts.
+	for range 3 {
+		before := fs.progressCount()
+		c.stepTicks(t, 3, 1, nil)
+		poll(t, "a progress request after 3s of silence", func() bool { return fs.progressCount() > before })
+		sw.sendBookmark(t, 100)
+		poll(t, "the progress notification to be heard", func() bool {
+			return time.Duration(c.clk.Now().UnixNano()-c.heardNanos.Load()) == 0
+		})
+	}
+	if !c.Ready() {
+		t.Fatal("the cache went not ready although storage answered every progress request")
+	}
+
+	// Now storage says nothing: progress requests go out one at a time, and
+	// at the timeout the watch is given up.
+	fs.failLists(1 << 20)
+	c.stepTicks(t, int(timeout/time.Second)-1, 1, nil)
+	if !c.Ready() {
+		t.Fatal("the cache went not ready before the timeout")
+	}
+	c.clk.Step(time.Second)
+	poll(t, "the cache to go not ready", func() bool { return !c.Ready() })
+	if got := fs.progressCount(); got < 3+2 {
+		t.Errorf("progress requests: %d, want at least one per quiet third after the first three", got)
+	}
+	if rest := drainUntilClosed(t, w); len(rest) != 0 {
+		t.Errorf("events after the cache lost its watch: %d", len(rest))
+	}
+	err := c.GetList(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}, &example.PodList{})
+	if !apierrors.IsTooManyRequests(err) {
+		t.Fatalf("list from cache while storage is silent: %v, want 429", err)
+	}
+	if status, ok := err.(apierrors.APIStatus); !ok || status.Status().Code != http.StatusTooManyRequests {
+		t.Fatalf("error %v is not a 429 status", err)
+	}
+	if c.ReadinessCheck() == nil {
+		t.Fatal("ReadinessCheck passes while storage is silent")
+	}
+
+	// Storage comes back: the reflector's backoff expires, it lists and
+	// watches again and the cache serves.
+	fs.failLists(0)
+	for !c.Ready() {
+		c.clk.Step(time.Second)
+		time.Sleep(time.Millisecond)
+		if c.clk.Since(testEpoch) > 10*time.Minute {
+			t.Fatal("the cache did not recover within 10 fake minutes")
+		}
+	}
+	sw2, _ := fs.waitWatch(t, 2)
+	w2 := c.startWatch(t, context.Background(), "100", everything(false))
+	sw2.send(t, watch.Modified, newTestPod("a", 101, nil, ""))
+	if ev := nextEvent(t, w2); ev.Type != watch.Modified || eventRV(t, ev) != 101 {
+		t.Fatalf("after recovery got %s, want MODIFIED a@101", describe(ev))
+	}
+}
