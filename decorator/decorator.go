@@ -11,6 +11,7 @@ package decorator
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -68,6 +69,7 @@ func New(opts *options.WatchCacheOptions) (generic.StorageDecorator, error) {
 			BookmarkGranularity:       o.BookmarkGranularity,
 			BookmarkJitter:            o.BookmarkJitter,
 			HistoryCapacity:           o.EventsHistoryCapacity,
+			StorageSilenceTimeout:     silenceTimeout(o.StorageSilenceTimeout),
 		})
 		if err != nil {
 			destroyRaw()
@@ -104,4 +106,13 @@ func (g restOptionsGetter) GetRESTOptions(resource schema.GroupResource, example
 	}
 	opts.Decorator = g.decorator
 	return opts, nil
+}
+
+// silenceTimeout maps the flag's "0 turns it off" onto the cacher's "negative
+// never" (where 0 means its default).
+func silenceTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -25,15 +25,15 @@ import (
 )
 
 // The first fault of issue 6: etcd stopped and restarted while watches are
-// open. The test observes and logs, with times relative to the stop, what
-// /readyz, cache-served reads and watches, an open raw watch and a shared
-// informer do during the outage and after the restart. It asserts only what
-// must hold once etcd is back: /readyz recovers, the open raw watch either
-// carries on without loss or ends, and the informer converges on etcd. What
-// happens during the outage is logged, not asserted: today the cache stays
-// ready through it (/readyz fails only on the generic server's etcd checks,
-// RV "0" lists and watches get 200 from the cache, open watches keep getting
-// bookmarks at the last RV), so issue 6's not-ready/429 is not checked here.
+// open. The test logs, with times relative to the stop, what /readyz,
+// cache-served reads and watches, an open raw watch and a shared informer do
+// during the outage and after the restart, and asserts: during the outage
+// the watch cache goes not ready (with a 3s storage silence timeout: etcd's
+// client retries a dead stream without a word, so silence is the signal),
+// so /readyz's watch-caches check fails and an RV "0" list gets 429 with
+// Retry-After instead of a stale 200; once etcd is back /readyz recovers,
+// the open raw watch either carries on without loss or ends, and the
+// informer converges on etcd.
 //
 // The raw watch, the informer and the outage probes each use a namespace of
 // their own, and every change is made in the first two alike. Two HTTP
@@ -403,7 +403,8 @@ func (w *feWriter) delete(ctx context.Context, t *testing.T, name string) {
 func TestFaultEtcdRestart(t *testing.T) {
 	etcd := etcdtest.Start(t)
 	s := startSampleServer(t, "--etcd-servers="+etcd.Endpoints()[0],
-		"--watch-cache-bookmark-frequency=1s", "--watch-cache-bookmark-pre-deadline-offset=500ms")
+		"--watch-cache-bookmark-frequency=1s", "--watch-cache-bookmark-pre-deadline-offset=500ms",
+		"--watch-cache-storage-silence-timeout=3s")
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	h := newFeHTTP(t, s)
@@ -525,14 +526,26 @@ func TestFaultEtcdRestart(t *testing.T) {
 		})
 	}
 	probePath := ssWidgetsPath(feProbeNS)
+	var seenMu sync.Mutex
+	var cacheNotReady, list429 bool
 	repeat("readyz", time.Second, func() string {
 		a, lines := h.readyz(5 * time.Second)
+		if strings.Contains(lines, "[-]watch-caches") {
+			seenMu.Lock()
+			cacheNotReady = true
+			seenMu.Unlock()
+		}
 		return fmt.Sprintf("%v: %s", a, lines)
 	})
-	repeat("list rv=0", 2*time.Second, func() string {
+	repeat("list rv=0", time.Second, func() string {
 		a := h.get(probePath, url.Values{"resourceVersion": {"0"}}, 5*time.Second)
 		if a.err != nil {
 			return a.String()
+		}
+		if a.code == http.StatusTooManyRequests && a.retryAfter != "" {
+			seenMu.Lock()
+			list429 = true
+			seenMu.Unlock()
 		}
 		return fmt.Sprintf("%v: %s", a, feListSummary(a.body))
 	})
@@ -565,6 +578,12 @@ func TestFaultEtcdRestart(t *testing.T) {
 	time.Sleep(time.Until(stopReturned.Add(feOutage)))
 	close(done)
 	wg.Wait()
+	if !cacheNotReady {
+		t.Errorf("/readyz's watch-caches check never failed during a %v outage", feOutage)
+	}
+	if !list429 {
+		t.Errorf("no RV \"0\" list got 429 with Retry-After during a %v outage: the cache served a stale state", feOutage)
+	}
 
 	evs, closedAt := follower.snapshot()
 	var bookmarks []string

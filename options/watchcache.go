@@ -19,6 +19,10 @@ const (
 	// MaxDuration bounds every duration flag: no schedule needs more than a
 	// year, and the bound keeps the sums Validate checks from overflowing.
 	MaxDuration = 365 * 24 * time.Hour
+	// DefaultStorageSilenceTimeout is how long etcd may say nothing on a
+	// resource's watch, progress requests included, before its cache goes not
+	// ready and relists.
+	DefaultStorageSilenceTimeout = 15 * time.Second
 	// DefaultHistoryMargin is what the history keeps beyond one bookmark
 	// period when no window is set, so the newest bookmark is still resumable.
 	DefaultHistoryMargin = 15 * time.Second
@@ -32,6 +36,7 @@ const (
 	FlagBookmarkGranularity       = "watch-cache-bookmark-granularity"
 	FlagBookmarkJitter            = "watch-cache-bookmark-jitter"
 	FlagEventsHistoryCapacity     = "watch-cache-events-history-capacity"
+	FlagStorageSilenceTimeout     = "watch-cache-storage-silence-timeout"
 )
 
 // WatchCacheOptions configures the watch cache of every resource.
@@ -61,6 +66,14 @@ type WatchCacheOptions struct {
 	// clients resuming from them relist. Upstream sizes its history
 	// dynamically up to a similar fixed bound.
 	EventsHistoryCapacity int
+	// StorageSilenceTimeout is how long a resource's etcd watch may deliver
+	// nothing before the cache calls it lost: after a third of it the cache
+	// asks etcd for progress, and after all of it without an answer it goes
+	// not ready (reads get 429, /readyz fails), closes its watchers and
+	// relists once etcd answers. etcd's client otherwise retries a dead
+	// stream silently and the cache would keep serving a stale state.
+	// 0 turns the check off.
+	StorageSilenceTimeout time.Duration
 }
 
 // NewWatchCacheOptions returns the options with upstream's values.
@@ -71,6 +84,7 @@ func NewWatchCacheOptions() *WatchCacheOptions {
 		BookmarkGranularity:       DefaultBookmarkGranularity,
 		BookmarkJitter:            DefaultBookmarkJitter,
 		EventsHistoryCapacity:     DefaultEventsHistoryCapacity,
+		StorageSilenceTimeout:     DefaultStorageSilenceTimeout,
 	}
 }
 
@@ -96,6 +110,10 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 		"Most events one resource's history keeps, whatever the window: a bound on memory under a write storm. "+
 			"When it forces out events younger than the window, clients resuming from them get 410 and relist, "+
 			"and watchkeeper_watch_cache_history_forced_evictions_total counts it. Must be > 0.")
+	fs.DurationVar(&o.StorageSilenceTimeout, FlagStorageSilenceTimeout, o.StorageSilenceTimeout,
+		"How long a resource's etcd watch may deliver nothing before its cache calls it lost: after a third of it the cache "+
+			"requests watch progress, after all of it unanswered the cache goes not ready (429, /readyz fails) and relists once etcd answers. "+
+			"It is checked on every bookmark tick, so it takes effect to within --"+FlagBookmarkGranularity+". 0 turns the check off. Upstream has no such check.")
 }
 
 // EffectiveEventsHistoryWindow is the history window in force: the configured
@@ -126,6 +144,7 @@ func (o *WatchCacheOptions) Validate() []error {
 		{FlagBookmarkPreDeadlineOffset, o.BookmarkPreDeadlineOffset},
 		{FlagEventsHistoryWindow, o.EventsHistoryWindow},
 		{FlagBookmarkGranularity, o.BookmarkGranularity},
+		{FlagStorageSilenceTimeout, o.StorageSilenceTimeout},
 	} {
 		if d.value > MaxDuration {
 			bad(d.flag, d.value, "must be at most %v", MaxDuration)
@@ -168,6 +187,9 @@ func (o *WatchCacheOptions) Validate() []error {
 	}
 	if o.EventsHistoryCapacity <= 0 {
 		bad(FlagEventsHistoryCapacity, o.EventsHistoryCapacity, "must be greater than 0")
+	}
+	if o.StorageSilenceTimeout < 0 {
+		bad(FlagStorageSilenceTimeout, o.StorageSilenceTimeout, "must not be negative (0 turns the check off)")
 	}
 	// Written as a negation so NaN is refused too.
 	if !(o.BookmarkJitter >= 0 && o.BookmarkJitter < 1) {

@@ -29,6 +29,7 @@ func TestDefaultsAreUpstreams(t *testing.T) {
 		BookmarkGranularity:       time.Second,
 		BookmarkJitter:            0.25,
 		EventsHistoryCapacity:     100_000,
+		StorageSilenceTimeout:     15 * time.Second,
 	}
 	if diff := cmp.Diff(want, o); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -136,6 +137,21 @@ func TestParseAndValidate(t *testing.T) {
 			name: "capacity set",
 			args: []string{"--watch-cache-events-history-capacity=500"},
 			want: func(o *WatchCacheOptions) bool { return o.EventsHistoryCapacity == 500 },
+		},
+		{
+			name:       "negative storage silence timeout",
+			args:       []string{"--watch-cache-storage-silence-timeout=-1s"},
+			wantErrors: []string{"--watch-cache-storage-silence-timeout=-1s: must not be negative (0 turns the check off)"},
+		},
+		{
+			name: "storage silence check off",
+			args: []string{"--watch-cache-storage-silence-timeout=0"},
+			want: func(o *WatchCacheOptions) bool { return o.StorageSilenceTimeout == 0 },
+		},
+		{
+			name:       "storage silence timeout above the bound",
+			args:       []string{"--watch-cache-storage-silence-timeout=9000h"},
+			wantErrors: []string{"--watch-cache-storage-silence-timeout=9000h0m0s: must be at most 8760h0m0s"},
 		},
 		{
 			name:       "NaN jitter",
