@@ -1,0 +1,280 @@
+package httpbench
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// openConcurrency bounds the watch requests in flight while opening: enough
+// to keep both cores busy, few enough not to queue thousands of handshakes
+// and stream openings at once.
+const openConcurrency = 32
+
+func newTransport(tlsCfg *tls.Config) *http.Transport {
+	return &http.Transport{
+		TLSClientConfig: tlsCfg.Clone(),
+		// A custom TLS config turns HTTP/2 off unless forced.
+		ForceAttemptHTTP2: true,
+		// Otherwise Go asks for gzip and the apiserver gzips every flush of
+		// every watch stream (perFlushGzipWriter): CPU on both sides that is
+		// no part of the watch cache.
+		DisableCompression:  true,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: 2,
+	}
+}
+
+// watchPool is the client side of many watches: one transport, hence one
+// HTTP/2 connection, per http2StreamsPerConnection watches. Go's transport
+// would dial more connections by itself once one is full, but concurrent
+// first requests on a fresh transport can race to dial several and the
+// spread is then up to chance; a transport per group of streams, each
+// primed with one request before the watches go out, makes the layout
+// exact: ceil(watchers/100) connections, each with up to 100 streams, as
+// many streams as the server allows and no more.
+type watchPool struct {
+	transports []*http.Transport
+	clients    []*http.Client
+}
+
+func newWatchPool(ctx context.Context, s *serverProcess, watchers int) (*watchPool, error) {
+	tlsCfg, err := s.tlsConfigFor(s.admin)
+	if err != nil {
+		return nil, err
+	}
+	n := (watchers + http2StreamsPerConnection - 1) / http2StreamsPerConnection
+	p := &watchPool{}
+	for range n {
+		tr := newTransport(tlsCfg)
+		c := &http.Client{Transport: tr}
+		p.transports = append(p.transports, tr)
+		p.clients = append(p.clients, c)
+		if err := prime(ctx, c, s); err != nil {
+			p.close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// prime opens the transport's connection and checks it speaks HTTP/2: the
+// pool is sized for streams, and over HTTP/1.1 every watch would be a
+// connection of its own, a different benchmark.
+func prime(ctx context.Context, c *http.Client, s *serverProcess) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/healthz", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("opening a client connection: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 {
+		return fmt.Errorf("server answered over %s, not HTTP/2", resp.Proto)
+	}
+	return nil
+}
+
+func (p *watchPool) client(i int) *http.Client { return p.clients[i/http2StreamsPerConnection] }
+
+func (p *watchPool) close() {
+	for _, t := range p.transports {
+		t.CloseIdleConnections()
+	}
+}
+
+// watchSpec is what every watch of a set asks for.
+type watchSpec struct {
+	path            string // collection path, e.g. /apis/demo.watchkeeper.io/v1alpha1/namespaces/bench/widgets
+	resourceVersion string
+	timeout         time.Duration // timeoutSeconds: longer than the run, so no watch ends on its deadline
+}
+
+func (w watchSpec) url(base string) string {
+	q := url.Values{}
+	q.Set("watch", "true")
+	q.Set("allowWatchBookmarks", "true")
+	q.Set("resourceVersion", w.resourceVersion)
+	q.Set("timeoutSeconds", strconv.Itoa(int(w.timeout/time.Second)))
+	return base + w.path + "?" + q.Encode()
+}
+
+// watchSet is n open watches, each read by a consumer goroutine that counts
+// what it hears.
+type watchSet struct {
+	pool     *watchPool
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopping atomic.Bool
+	// latency, if set, gets write -> receipt of every annotated object event.
+	latency *histogram
+
+	objects     atomic.Int64 // ADDED/MODIFIED/DELETED received, over all watches
+	bookmarks   atomic.Int64
+	closed      atomic.Int64 // watches that ended while still being read
+	lastReceipt atomic.Int64 // UnixNano of the latest object event
+
+	mu           sync.Mutex
+	closeReasons map[string]int
+}
+
+// maxCloseReasons bounds the distinct reasons kept for the error report.
+const maxCloseReasons = 8
+
+// openWatches opens n watches and returns once every one has its response
+// headers (the apiserver flushes them as soon as the watch is set up). On
+// error no watch is left open.
+func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, latency *histogram) (*watchSet, error) {
+	pool, err := newWatchPool(ctx, s, n)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	ws := &watchSet{pool: pool, cancel: cancel, latency: latency, closeReasons: map[string]int{}}
+	target := spec.url(s.url)
+
+	sem := make(chan struct{}, openConcurrency)
+	var opening sync.WaitGroup
+	var openErr error
+	var openErrOnce sync.Once
+	for i := range n {
+		select {
+		case sem <- struct{}{}:
+		case <-wctx.Done():
+		}
+		if wctx.Err() != nil {
+			break
+		}
+		opening.Add(1)
+		ws.wg.Add(1)
+		go func(c *http.Client) {
+			defer ws.wg.Done()
+			body, err := openWatch(wctx, c, target, s.token)
+			if err != nil {
+				openErrOnce.Do(func() {
+					openErr = err
+					cancel()
+				})
+			}
+			<-sem
+			opening.Done()
+			if err == nil {
+				ws.consume(body)
+			}
+		}(pool.client(i))
+	}
+	opening.Wait()
+	if openErr == nil && wctx.Err() != nil {
+		openErr = wctx.Err()
+	}
+	if openErr != nil {
+		ws.stop()
+		return nil, fmt.Errorf("opening %d watches: %w", n, openErr)
+	}
+	return ws, nil
+}
+
+func openWatch(ctx context.Context, c *http.Client, target, token string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		return nil, fmt.Errorf("watch answered %d: %s", resp.StatusCode, msg)
+	}
+	return resp.Body, nil
+}
+
+func (ws *watchSet) consume(body io.ReadCloser) {
+	defer body.Close()
+	lr := newLineReader(bufio.NewReaderSize(body, 4096))
+	for {
+		line, err := lr.next()
+		if err != nil {
+			ws.ended(err)
+			return
+		}
+		now := time.Now()
+		kind, at := classify(line)
+		switch kind {
+		case eventObject:
+			ws.objects.Add(1)
+			ws.noteReceipt(now.UnixNano())
+			if ws.latency != nil && at > 0 {
+				ws.latency.record(now.Sub(time.Unix(0, at)))
+			}
+		case eventBookmark:
+			ws.bookmarks.Add(1)
+		case eventError:
+			// The server ends the stream after an ERROR event.
+			ws.ended(errors.New(errorMessage(line)))
+			return
+		}
+	}
+}
+
+func (ws *watchSet) noteReceipt(t int64) {
+	for {
+		old := ws.lastReceipt.Load()
+		if t <= old || ws.lastReceipt.CompareAndSwap(old, t) {
+			return
+		}
+	}
+}
+
+// ended counts a watch that stopped on its own; the ones we stop do not
+// count.
+func (ws *watchSet) ended(err error) {
+	if ws.stopping.Load() {
+		return
+	}
+	ws.closed.Add(1)
+	reason := "stream ended"
+	if err != nil && !errors.Is(err, io.EOF) {
+		reason = err.Error()
+	}
+	ws.mu.Lock()
+	if _, ok := ws.closeReasons[reason]; ok || len(ws.closeReasons) < maxCloseReasons {
+		ws.closeReasons[reason]++
+	}
+	ws.mu.Unlock()
+}
+
+// closeSummary says why watches closed, for an error or a log line.
+func (ws *watchSet) closeSummary() string {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return fmt.Sprint(ws.closeReasons)
+}
+
+// stop ends every watch and waits for its consumer. From here on a watch
+// that ends is not counted as closed.
+func (ws *watchSet) stop() {
+	ws.stopping.Store(true)
+	ws.cancel()
+	ws.wg.Wait()
+	ws.pool.close()
+}

@@ -1,0 +1,48 @@
+package httpbench
+
+import (
+	"bufio"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestClassify(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		kind eventKind
+		at   int64
+	}{
+		{`{"type":"ADDED","object":{"metadata":{"annotations":{"bench.watchkeeper.io/written-at":"1700000000000000001"},"managedFields":[{"fieldsV1":{"f:metadata":{"f:annotations":{"f:bench.watchkeeper.io/written-at":{}}}}}]}}}` + "\n", eventObject, 1700000000000000001},
+		{`{"type":"MODIFIED","object":{"metadata":{"name":"x"}}}`, eventObject, 0},
+		{`{"type":"DELETED","object":{}}`, eventObject, 0},
+		{`{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"20"}}}`, eventBookmark, 0},
+		{`{"type":"ERROR","object":{"kind":"Status","code":410,"message":"too old"}}`, eventError, 0},
+		// Another field order still classifies, through a real decode.
+		{`{"object":{},"type":"BOOKMARK"}`, eventBookmark, 0},
+		{`garbage`, eventOther, 0},
+	} {
+		kind, at := classify([]byte(c.line))
+		if kind != c.kind || at != c.at {
+			t.Errorf("classify(%s) = %v, %d; want %v, %d", c.line, kind, at, c.kind, c.at)
+		}
+	}
+	if got := errorMessage([]byte(`{"type":"ERROR","object":{"kind":"Status","code":410,"message":"too old"}}`)); got != "410 too old" {
+		t.Errorf("errorMessage = %q", got)
+	}
+}
+
+func TestLineReaderLongLines(t *testing.T) {
+	long := strings.Repeat("x", 10000)
+	in := "a\n" + long + "\nb\n"
+	lr := newLineReader(bufio.NewReaderSize(strings.NewReader(in), 16))
+	for _, want := range []string{"a\n", long + "\n", "b\n"} {
+		got, err := lr.next()
+		if err != nil || string(got) != want {
+			t.Fatalf("next() = %.20q..., %v; want %.20q...", got, err, want)
+		}
+	}
+	if _, err := lr.next(); err != io.EOF {
+		t.Fatalf("at the end: err = %v, want EOF", err)
+	}
+}
