@@ -11,7 +11,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 25m
 FUZZTIME ?= 15s
 FUZZ_FLAGS ?= -run XXX -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 
-.PHONY: all build test fuzz verify run bench-bookmarks update-codegen
+.PHONY: all build test fuzz verify run bench-bookmarks bench bench-quick update-codegen
 
 all: build
 
@@ -40,3 +40,13 @@ run:
 
 bench-bookmarks:
 	$(GO) test -run XXX -bench . -benchmem ./bookmarks/
+
+# watchkeeper against upstream's cacher, both in one run: results.jsonl,
+# results.md and charts in docs/bench/. Narrow it with BENCH_FLAGS, e.g.
+# make bench BENCH_FLAGS="-scenarios idle,fanout -levels storage".
+bench:
+	$(GO) run ./hack/bench $(BENCH_FLAGS)
+
+# The same at small sizes and a 20s bookmark period: under 3 minutes.
+bench-quick:
+	$(GO) run ./hack/bench -quick $(BENCH_FLAGS)

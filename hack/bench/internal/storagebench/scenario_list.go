@@ -1,0 +1,56 @@
+package storagebench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
+)
+
+// listWarmups are untimed lists before each timed series, so the first
+// timed call does not pay for one-off allocations (pools, snapshots).
+const listWarmups = 2
+
+// List fills the resource with objects, then times repeated lists of all of
+// them from the cache: at resourceVersion "0" (any cached state) and
+// consistent (resourceVersion "", which must be at least as fresh as etcd).
+func List(ctx context.Context, env Env, decorator string, objects, repeats int) ([]result.Result, error) {
+	fig := newFigures("list", decorator, map[string]int{"objects": objects, "repeats": repeats})
+	s, destroy, err := openStorage(ctx, env, decorator)
+	if err != nil {
+		return nil, err
+	}
+	defer destroy()
+	if err := createPods(ctx, s, "list", objects); err != nil {
+		return nil, fmt.Errorf("creating %d objects: %w", objects, err)
+	}
+	if err := waitForObjects(ctx, s, objects); err != nil {
+		return nil, err
+	}
+	for _, series := range []struct{ name, rv string }{{"rv0", "0"}, {"consistent", ""}} {
+		opts := storage.ListOptions{ResourceVersion: series.rv, Predicate: storage.Everything, Recursive: true}
+		sample := make([]time.Duration, 0, repeats)
+		for i := range listWarmups + repeats {
+			list := &example.PodList{}
+			start := time.Now()
+			err := s.GetList(ctx, resourcePrefix, opts, list)
+			took := time.Since(start)
+			if err != nil {
+				return nil, fmt.Errorf("list %s: %w", series.name, err)
+			}
+			if len(list.Items) != objects {
+				return nil, fmt.Errorf("list %s returned %d objects, want %d", series.name, len(list.Items), objects)
+			}
+			if i >= listWarmups {
+				sample = append(sample, took)
+			}
+		}
+		fig.add(series.name+"_latency_p50_ms", ms(quantile(sample, 0.50)), "ms", lower)
+		fig.add(series.name+"_latency_p99_ms", ms(quantile(sample, 0.99)), "ms", lower)
+	}
+	return fig.out, nil
+}

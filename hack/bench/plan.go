@@ -1,0 +1,163 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Scenario and level names, as in result.Result.
+var (
+	allScenarios = []string{"idle", "bookmarks", "fanout", "list", "watchlist"}
+	allLevels    = []string{"storage", "http"}
+	// httpScenarios are the ones package httpbench provides.
+	httpScenarios = []string{"idle", "bookmarks", "fanout"}
+)
+
+const (
+	decUpstream    = "upstream"
+	decWatchkeeper = "watchkeeper"
+	decNone        = "none"
+)
+
+// runSpec is one child run: a scenario at one level, with one decorator, at
+// one size.
+type runSpec struct {
+	Scenario, Level, Decorator string
+	Watchers, Events           int
+	Objects, Repeats           int
+	Period                     time.Duration
+	// Timeout is the child's own deadline; the parent allows a margin more.
+	Timeout time.Duration
+}
+
+func (r runSpec) String() string {
+	s := fmt.Sprintf("%s/%s/%s", r.Scenario, r.Level, r.Decorator)
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"w", r.Watchers}, {"e", r.Events}, {"o", r.Objects}} {
+		if p.v > 0 {
+			s += "-" + p.name + strconv.Itoa(p.v)
+		}
+	}
+	return s
+}
+
+// sizes are the scenario sizes of one mode.
+type sizes struct {
+	idleWatchers      []int
+	bookmarkWatchers  []int
+	bookmarkPeriod    time.Duration
+	fanOutWatchers    []int
+	fanOutEvents      int
+	listObjects       int
+	listRepeats       int
+	watchListObjects  int
+	watchListRepeats  int
+	httpIdleWatchers  []int
+	httpBookmarkWatch []int
+	httpFanOutWatch   []int
+}
+
+var (
+	fullSizes = sizes{
+		idleWatchers:     []int{1_000, 10_000, 100_000},
+		bookmarkWatchers: []int{1_000, 100_000},
+		bookmarkPeriod:   time.Minute,
+		fanOutWatchers:   []int{1_000, 10_000},
+		fanOutEvents:     1_000,
+		listObjects:      10_000,
+		listRepeats:      100,
+		watchListObjects: 1_000,
+		watchListRepeats: 5,
+		// HTTP watches each hold a stream in the server and in the client
+		// process, so the HTTP level stops an order of magnitude lower.
+		httpIdleWatchers:  []int{1_000, 10_000},
+		httpBookmarkWatch: []int{1_000, 10_000},
+		httpFanOutWatch:   []int{1_000},
+	}
+	quickSizes = sizes{
+		idleWatchers:     []int{1_000, 10_000},
+		bookmarkWatchers: []int{1_000, 10_000},
+		bookmarkPeriod:   20 * time.Second,
+		fanOutWatchers:   []int{1_000},
+		fanOutEvents:     500,
+		listObjects:      2_000,
+		listRepeats:      30,
+		watchListObjects: 1_000,
+		watchListRepeats: 5,
+		httpIdleWatchers: []int{1_000},
+		// None: the sample apiserver bookmarks at its default 1m, so a 20s
+		// period would measure no bookmark at all (see httpbench.Bookmarks),
+		// and the 3-minute budget of make bench-quick has no room for it.
+		httpBookmarkWatch: nil,
+		httpFanOutWatch:   []int{1_000},
+	}
+)
+
+// plan lists the runs in the order they execute: scenario by scenario, each
+// size with both decorators back to back, so a slow drift of the machine
+// hits both alike. skipped names the selected scenarios this mode does not
+// run, for the report.
+func plan(sz sizes, scenarios, levels []string) (runs []runSpec, skipped []string) {
+	decorators := []string{decUpstream, decWatchkeeper}
+	for _, level := range levels {
+		for _, sc := range scenarios {
+			if level == "http" && !slices.Contains(httpScenarios, sc) {
+				continue
+			}
+			rs := scenarioRuns(sz, sc, level)
+			if len(rs) == 0 {
+				skipped = append(skipped, sc+"/"+level)
+			}
+			for _, r := range rs {
+				decs := decorators
+				if sc == "idle" && level == "storage" {
+					decs = append([]string{decNone}, decorators...)
+				}
+				for _, d := range decs {
+					r.Decorator = d
+					runs = append(runs, r)
+				}
+			}
+		}
+	}
+	return runs, skipped
+}
+
+func scenarioRuns(sz sizes, sc, level string) []runSpec {
+	idleW, bookW, fanW := sz.idleWatchers, sz.bookmarkWatchers, sz.fanOutWatchers
+	if level == "http" {
+		idleW, bookW, fanW = sz.httpIdleWatchers, sz.httpBookmarkWatch, sz.httpFanOutWatch
+	}
+	var runs []runSpec
+	switch sc {
+	case "idle":
+		for _, n := range idleW {
+			runs = append(runs, runSpec{Scenario: sc, Level: level, Watchers: n, Timeout: scaled(time.Minute, n)})
+		}
+	case "bookmarks":
+		for _, n := range bookW {
+			runs = append(runs, runSpec{Scenario: sc, Level: level, Watchers: n, Period: sz.bookmarkPeriod,
+				Timeout: sz.bookmarkPeriod + scaled(time.Minute, n)})
+		}
+	case "fanout":
+		for _, n := range fanW {
+			runs = append(runs, runSpec{Scenario: sc, Level: level, Watchers: n, Events: sz.fanOutEvents,
+				Timeout: scaled(2*time.Minute, n)})
+		}
+	case "list":
+		runs = append(runs, runSpec{Scenario: sc, Level: level, Objects: sz.listObjects, Repeats: sz.listRepeats, Timeout: 5 * time.Minute})
+	case "watchlist":
+		runs = append(runs, runSpec{Scenario: sc, Level: level, Objects: sz.watchListObjects, Repeats: sz.watchListRepeats, Timeout: 3 * time.Minute})
+	}
+	return runs
+}
+
+// scaled grows a timeout with the number of watches: base, plus base per
+// 10,000 watches (100k watches get 11x: the largest runs are the slow ones).
+func scaled(base time.Duration, watchers int) time.Duration {
+	return base + base*time.Duration(watchers/10_000)
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
+)
+
+type reportHeader struct {
+	mode, command string
+	took          time.Duration
+	// skipped are scenario/level pairs selected but not run in this mode.
+	skipped []string
+	// charts are the paths of the charts drawn, linked at the end.
+	charts []string
+}
+
+// row is one figure of one scenario size, with each decorator's value.
+type row struct {
+	scenario, level, params, metric, unit, better string
+	values                                        map[string]float64
+}
+
+// markdownReport renders the comparison table, the baselines and what could
+// not be measured.
+func markdownReport(h reportHeader, results []result.Result, failures []failure) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# watchkeeper vs upstream cacher\n\n")
+	fmt.Fprintf(&b, "`%s` (%s mode), %s, %s %s/%s, %d CPUs, %v in all.\n\n",
+		h.command, h.mode, time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.Version(),
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), h.took.Round(time.Second))
+	b.WriteString(methodNote)
+
+	main, baselines := tableRows(results)
+	b.WriteString("\n| scenario | level | params | metric | upstream | watchkeeper | ratio watchkeeper/upstream | better |\n")
+	b.WriteString("|---|---|---|---|---:|---:|---:|---|\n")
+	for _, r := range main {
+		up, hasUp := r.values[decUpstream]
+		wk, hasWK := r.values[decWatchkeeper]
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			r.scenario, r.level, r.params, metricLabel(r.metric, r.unit),
+			valueOrDash(up, hasUp), valueOrDash(wk, hasWK), ratio(up, hasUp, wk, hasWK), dashIfEmpty(r.better))
+	}
+	if len(baselines) > 0 {
+		b.WriteString("\nBaseline `none` (a consumer goroutine ranging over a bare unbuffered channel; the `_net` figures above subtract it):\n\n")
+		b.WriteString("| scenario | level | params | metric | none |\n|---|---|---|---|---:|\n")
+		for _, r := range baselines {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.scenario, r.level, r.params,
+				metricLabel(r.metric, r.unit), formatValue(r.values[decNone]))
+		}
+	}
+	for _, sk := range h.skipped {
+		fmt.Fprintf(&b, "\nNot run in %s mode: `%s`.\n", h.mode, sk)
+	}
+	if len(failures) > 0 {
+		b.WriteString("\nNot measured, or measured only in part (the rows above hold whatever these runs printed):\n\n")
+		for _, f := range failures {
+			fmt.Fprintf(&b, "- `%s`: %v\n", f.spec, f.err)
+		}
+	}
+	if len(h.charts) > 0 {
+		b.WriteString("\n")
+		for _, c := range h.charts {
+			name := filepath.Base(c)
+			fmt.Fprintf(&b, "![%s](%s)\n", strings.TrimSuffix(name, filepath.Ext(name)), name)
+		}
+	}
+	return b.String()
+}
+
+const methodNote = `Each (scenario, decorator, size) ran in a fresh process against one etcd in a
+process of its own (progress notifications every 1s, no fsync), each under its own
+etcd key prefix; CPU is the child's getrusage, memory is HeapAlloc+StackInuse after
+two GCs. Resource: example.Pod, protobuf, with the pods registry's nodeName trigger and
+indexer. Both caches at their defaults (k8s.io/apiserver v0.37.2 feature gates,
+watchkeeper options.NewWatchCacheOptions()). Bookmarks: every watch's deadline is one
+period plus 2s after the start, so both caches owe each watch one pre-deadline
+bookmark at the end of the period (upstream's periodic bookmark is a fixed 1m), while a
+key outside the resource is written every second. Rows of level http come from
+package httpbench: the sample apiserver over HTTP/2, measured as its doc describes.
+`
+
+// tableRows groups results into rows in the order the runs produced them;
+// rows of the none baseline go in their own list.
+func tableRows(results []result.Result) (main, baselines []*row) {
+	index := map[string]*row{}
+	for _, r := range results {
+		params := formatParams(r.Params)
+		key := strings.Join([]string{r.Scenario, r.Level, params, r.Metric}, "|")
+		x, ok := index[key]
+		if !ok {
+			x = &row{scenario: r.Scenario, level: r.Level, params: params, metric: r.Metric,
+				unit: r.Unit, better: r.Better, values: map[string]float64{}}
+			index[key] = x
+		}
+		x.values[r.Decorator] = r.Value
+	}
+	seen := map[*row]bool{}
+	for _, r := range results {
+		x := index[strings.Join([]string{r.Scenario, r.Level, formatParams(r.Params), r.Metric}, "|")]
+		if seen[x] {
+			continue
+		}
+		if r.Decorator == decNone {
+			// Placed when a decorator's figure comes along; a row only the
+			// baseline has goes to the baseline table alone.
+			continue
+		}
+		seen[x] = true
+		main = append(main, x)
+	}
+	for _, r := range results {
+		if r.Decorator == decNone {
+			x := index[strings.Join([]string{r.Scenario, r.Level, formatParams(r.Params), r.Metric}, "|")]
+			baselines = append(baselines, &row{scenario: x.scenario, level: x.level, params: x.params,
+				metric: x.metric, unit: x.unit, values: map[string]float64{decNone: r.Value}})
+		}
+	}
+	return main, baselines
+}
+
+// paramOrder puts the sizes people read first first.
+var paramOrder = []string{"watchers", "events", "objects", "repeats", "period_seconds"}
+
+func formatParams(p map[string]int) string {
+	keys := make([]string, 0, len(p))
+	for k := range p {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		ri, rj := rank(keys[i]), rank(keys[j])
+		if ri != rj {
+			return ri < rj
+		}
+		return keys[i] < keys[j]
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, p[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+func rank(k string) int {
+	if i := slices.Index(paramOrder, k); i >= 0 {
+		return i
+	}
+	return len(paramOrder)
+}
+
+func metricLabel(metric, unit string) string {
+	if unit == "" {
+		return metric
+	}
+	return fmt.Sprintf("%s [%s]", metric, unit)
+}
+
+func valueOrDash(v float64, ok bool) string {
+	if !ok {
+		return "not measured"
+	}
+	return formatValue(v)
+}
+
+// formatValue keeps about three significant digits without exponents.
+func formatValue(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a == 0:
+		return "0"
+	case a >= 100:
+		return addThousands(fmt.Sprintf("%.0f", v))
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	default:
+		return fmt.Sprintf("%.3g", v)
+	}
+}
+
+func addThousands(s string) string {
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var out []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
+
+func ratio(up float64, hasUp bool, wk float64, hasWK bool) string {
+	switch {
+	case !hasUp || !hasWK:
+		return "-"
+	case up == 0 && wk == 0:
+		return "="
+	case up == 0:
+		return "n/a (upstream 0)"
+	}
+	return fmt.Sprintf("%.3g", wk/up)
+}
+
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
+	"github.com/watchkeeper/watchkeeper/hack/bench/internal/storagebench"
+)
+
+// hardTimeoutMargin is how long past its deadline a child may take to clean
+// up before it exits regardless.
+const hardTimeoutMargin = 30 * time.Second
+
+// childFlags are a child run's command line: a runSpec plus where things are.
+type childFlags struct {
+	spec         runSpec
+	etcd, prefix string
+	serverBinary string
+	workDir      string
+	quick        bool
+}
+
+func (c childFlags) args() []string {
+	r := c.spec
+	a := []string{"run",
+		"--scenario", r.Scenario, "--level", r.Level, "--decorator", r.Decorator,
+		"--watchers", fmt.Sprint(r.Watchers), "--events", fmt.Sprint(r.Events),
+		"--objects", fmt.Sprint(r.Objects), "--repeats", fmt.Sprint(r.Repeats),
+		"--period", r.Period.String(), "--timeout", r.Timeout.String(),
+		"--etcd", c.etcd, "--prefix", c.prefix,
+		"--exit-on-stdin-eof",
+	}
+	if c.serverBinary != "" {
+		a = append(a, "--server-binary", c.serverBinary, "--workdir", c.workDir)
+	}
+	if c.quick {
+		a = append(a, "--quick")
+	}
+	return a
+}
+
+// runMain is `bench run`: one scenario in this fresh process, results as
+// JSON lines on stdout, logs on stderr.
+func runMain(args []string) error {
+	var c childFlags
+	var watchParent bool
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	fs.StringVar(&c.spec.Scenario, "scenario", "", "idle, bookmarks, fanout, list or watchlist")
+	fs.StringVar(&c.spec.Level, "level", "storage", "storage or http")
+	fs.StringVar(&c.spec.Decorator, "decorator", "", "upstream, watchkeeper, or none (idle baseline)")
+	fs.IntVar(&c.spec.Watchers, "watchers", 0, "watches to open")
+	fs.IntVar(&c.spec.Events, "events", 0, "events to write (fanout)")
+	fs.IntVar(&c.spec.Objects, "objects", 0, "objects in the resource (list, watchlist)")
+	fs.IntVar(&c.spec.Repeats, "repeats", 0, "timed repetitions (list, watchlist)")
+	fs.DurationVar(&c.spec.Period, "period", time.Minute, "bookmark period (bookmarks)")
+	fs.DurationVar(&c.spec.Timeout, "timeout", 5*time.Minute, "deadline of the run")
+	fs.StringVar(&c.etcd, "etcd", "", "etcd client URL")
+	fs.StringVar(&c.prefix, "prefix", "", "etcd key prefix of this run")
+	fs.StringVar(&c.serverBinary, "server-binary", "", "sample apiserver binary (http level)")
+	fs.StringVar(&c.workDir, "workdir", "", "scratch directory (http level)")
+	fs.BoolVar(&c.quick, "quick", false, "quick mode (http level)")
+	fs.BoolVar(&watchParent, "exit-on-stdin-eof", false, "exit when stdin closes (set by the parent)")
+	klog.InitFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if watchParent {
+		exitWhenParentGone()
+	}
+	if c.prefix == "" {
+		c.prefix = fmt.Sprintf("/bench/manual-%d", time.Now().UnixNano())
+	}
+	time.AfterFunc(c.spec.Timeout+hardTimeoutMargin, func() {
+		fmt.Fprintf(os.Stderr, "bench run %s: hard timeout after %v\n", c.spec, c.spec.Timeout+hardTimeoutMargin)
+		os.Exit(3)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), c.spec.Timeout)
+	defer cancel()
+
+	results, err := runScenario(ctx, c)
+	enc := json.NewEncoder(os.Stdout)
+	for _, r := range results {
+		if encErr := enc.Encode(r); encErr != nil {
+			return encErr
+		}
+	}
+	klog.Flush()
+	return err
+}
+
+func runScenario(ctx context.Context, c childFlags) ([]result.Result, error) {
+	r := c.spec
+	switch r.Level {
+	case "storage":
+		env := storagebench.Env{EtcdEndpoint: c.etcd, Prefix: c.prefix}
+		switch r.Scenario {
+		case "idle":
+			return storagebench.Idle(ctx, env, r.Decorator, r.Watchers)
+		case "bookmarks":
+			return storagebench.Bookmarks(ctx, env, r.Decorator, r.Watchers, r.Period)
+		case "fanout":
+			return storagebench.FanOut(ctx, env, r.Decorator, r.Watchers, r.Events)
+		case "list":
+			return storagebench.List(ctx, env, r.Decorator, r.Objects, r.Repeats)
+		case "watchlist":
+			return storagebench.WatchList(ctx, env, r.Decorator, r.Objects, r.Repeats)
+		}
+	case "http":
+		return runHTTPScenario(ctx, c)
+	}
+	return nil, fmt.Errorf("no scenario %q at level %q", r.Scenario, r.Level)
+}
