@@ -119,6 +119,30 @@ func (c *Calendar[W]) take(dst [][]W, slot int64) [][]W {
 	return append(dst, ws)
 }
 
+// HasDueBy reports whether a PopDue at t would hand out any watcher. It looks
+// at the slots from the watermark to t's (or the filed ones, when fewer), so
+// a tick can ask it about the next tick in O(1).
+func (c *Calendar[W]) HasDueBy(t time.Time) bool {
+	if c.filed == 0 {
+		return false
+	}
+	last := c.slotOf(t)
+	if last-c.watermark >= int64(len(c.slots)) {
+		for slot := range c.slots {
+			if slot <= last {
+				return true
+			}
+		}
+		return false
+	}
+	for slot := c.watermark; slot <= last; slot++ {
+		if _, ok := c.slots[slot]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // SlotCount is how many watchers one slot holds.
 type SlotCount struct {
 	Start    time.Time

@@ -199,3 +199,43 @@ func TestCalendarSlots(t *testing.T) {
 		t.Errorf("Slots() (-want +got):\n%s", diff)
 	}
 }
+
+func TestHasDueBy(t *testing.T) {
+	g := time.Second
+	for _, tc := range []struct {
+		name  string
+		filed []time.Duration // offsets from creation
+		popAt time.Duration   // a PopDue at this offset first (-1: none)
+		at    time.Duration
+		want  bool
+	}{
+		{"empty", nil, -1, time.Hour, false},
+		{"filed in the slot asked about", []time.Duration{3 * g}, -1, 3*g + g/2, true},
+		{"filed one slot later", []time.Duration{4 * g}, -1, 3*g + g/2, false},
+		{"filed earlier, not popped", []time.Duration{g}, -1, 3 * g, true},
+		{"popped already", []time.Duration{g}, 2 * g, 2*g + g/2, false},
+		{"far ahead asked, few filed (scan path)", []time.Duration{10 * g, 500 * g}, -1, 400 * g, true},
+		{"far ahead asked, none due (scan path)", []time.Duration{500 * g}, -1, 400 * g, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := testingclock.NewFakeClock(time.Unix(0, 0))
+			c := NewCalendar[int](clk, g)
+			start := clk.Now()
+			for i, d := range tc.filed {
+				c.Add(i, start.Add(d))
+			}
+			if tc.popAt >= 0 {
+				clk.SetTime(start.Add(tc.popAt))
+				c.PopDue(nil)
+			}
+			if got := c.HasDueBy(start.Add(tc.at)); got != tc.want {
+				t.Fatalf("HasDueBy(+%v) = %v, want %v", tc.at, got, tc.want)
+			}
+			// It agrees with what PopDue at that time hands out.
+			clk.SetTime(start.Add(tc.at))
+			if popped := len(c.PopDue(nil)) > 0; popped != tc.want {
+				t.Fatalf("PopDue at +%v handed out watchers: %v, HasDueBy said %v", tc.at, popped, tc.want)
+			}
+		})
+	}
+}

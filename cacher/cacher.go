@@ -47,12 +47,12 @@ type Cacher struct {
 	// ctx ends when the cache stops; background requests use it.
 	ctx       context.Context
 	cancelCtx context.CancelFunc
-	// heardNanos is when the storage watch last delivered anything; probing
-	// is whether a progress request is out. See storage_liveness.go.
+	// heardNanos is when the storage watch last delivered anything; see
+	// storage_liveness.go.
 	heardNanos atomic.Int64
-	probing    atomic.Bool
-	wg       sync.WaitGroup
-	incoming chan *event
+	progress   *progressRequester
+	wg         sync.WaitGroup
+	incoming   chan *event
 	// forcedEvictionLog limits the capacity warning; only the reflector uses it.
 	forcedEvictionLog everyInterval
 
@@ -106,6 +106,7 @@ func New(cfg Config) (*Cacher, error) {
 		calendar:          bookmarks.NewCalendar[*watcher](cfg.Clock, cfg.BookmarkGranularity),
 		forcedEvictionLog: everyInterval{interval: 10 * time.Second},
 	}
+	c.progress = newProgressRequester(c)
 	c.ctx, c.cancelCtx = context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.watchMetadata))
 	c.ready.init(c.clock.Now())
 	if utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {

@@ -61,6 +61,11 @@ type Config struct {
 	// WatcherBuffer bounds the events queued for a client that is behind;
 	// one that falls further behind is closed.
 	WatcherBuffer int
+	// BookmarkMaxStaleness, when set, makes the tick ask etcd for progress
+	// before bookmarks come due if the cache has heard nothing from etcd for
+	// nearly that long, so a bookmark's RV was confirmed current at most
+	// that long before it is sent.
+	BookmarkMaxStaleness time.Duration
 	// StorageSilenceTimeout is how long the storage watch may deliver
 	// nothing, progress requests included, before the cache calls it lost,
 	// goes not ready and relists. Zero means DefaultStorageSilenceTimeout;

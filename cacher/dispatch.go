@@ -81,6 +81,7 @@ func (d *dispatcher) tick() {
 	c.mu.Lock()
 	c.expireHistoryLocked(start)
 	d.due = c.calendar.PopDue(d.due[:0])
+	c.freshenBookmarksLocked(start)
 	c.mu.Unlock()
 	if len(d.due) == 0 {
 		c.metrics.tickDuration.Observe(c.clock.Since(start).Seconds())

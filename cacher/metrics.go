@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/storage"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -63,6 +64,17 @@ var (
 		Help:           "Watches refused with 410 Expired because their resourceVersion left the history.",
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource"})
+	freshnessTimeouts = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "freshness_timeouts_total",
+		Help: "Requests that waited the freshness timeout for the cache to reach the resourceVersion they need and were " +
+			"answered 504 (a WatchList ends so that its client lists instead), by kind of request: watchlist, watch, list.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource", "request"})
+	freshnessProbes = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "bookmark_freshness_probes_total",
+		Help:           "Progress requests made so that bookmarks about to be due carry an RV etcd confirmed within --watch-cache-bookmark-max-staleness.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
 
 	registerOnce sync.Once
 )
@@ -72,7 +84,7 @@ func registerMetrics() {
 		upstream.Register()
 		for _, m := range []compbasemetrics.Registerable{
 			bookmarksSent, storageBookmarks, tickDuration, watchersDue, watchersByState,
-			historyEvents, historyForcedEvictions, expiredWatches,
+			historyEvents, historyForcedEvictions, expiredWatches, freshnessTimeouts, freshnessProbes,
 		} {
 			legacyregistry.MustRegister(m)
 		}
@@ -96,6 +108,8 @@ type resourceMetrics struct {
 	historyEvents          compbasemetrics.GaugeMetric
 	historyForcedEvictions compbasemetrics.CounterMetric
 	expiredWatches         compbasemetrics.CounterMetric
+	freshnessTimeouts      map[string]compbasemetrics.CounterMetric
+	freshnessProbes        compbasemetrics.CounterMetric
 	byState                [3]compbasemetrics.GaugeMetric
 }
 
@@ -117,11 +131,30 @@ func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
 		historyEvents:           historyEvents.WithLabelValues(g, r),
 		historyForcedEvictions:  historyForcedEvictions.WithLabelValues(g, r),
 		expiredWatches:          expiredWatches.WithLabelValues(g, r),
+		freshnessTimeouts:       map[string]compbasemetrics.CounterMetric{},
+		freshnessProbes:         freshnessProbes.WithLabelValues(g, r),
+	}
+	for _, kind := range []string{requestWatchList, requestWatch, requestList} {
+		m.freshnessTimeouts[kind] = freshnessTimeouts.WithLabelValues(g, r, kind)
 	}
 	for _, s := range []watchlist.State{watchlist.WaitingForBookmark, watchlist.BookmarkReceived, watchlist.BookmarkSent} {
 		m.byState[s] = watchersByState.WithLabelValues(g, r, s.String())
 	}
 	return m
+}
+
+// Kinds of request for freshness_timeouts_total.
+const (
+	requestWatchList = "watchlist"
+	requestWatch     = "watch"
+	requestList      = "list"
+)
+
+// freshnessTimedOut counts err when it is the freshness timeout.
+func (m *resourceMetrics) freshnessTimedOut(kind string, err error) {
+	if storage.IsTooLargeResourceVersion(err) {
+		m.freshnessTimeouts[kind].Inc()
+	}
 }
 
 func (m *resourceMetrics) watcherArrived(s watchlist.State) { m.byState[s].Inc() }

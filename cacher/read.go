@@ -19,8 +19,9 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// progressRequestPeriod is how often a reader waiting for the cache to catch
-// up asks etcd for a progress notification.
+// progressRequestPeriod is the first spacing of progress requests while a
+// reader waits for the cache to catch up; it doubles up to
+// maxProgressBackoff.
 const progressRequestPeriod = 100 * time.Millisecond
 
 // Get implements storage.Interface. Any RV but "" is served from the cache
@@ -98,6 +99,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 			c.metrics.consistentReadFallbacks.Inc()
 			return c.storage.GetList(ctx, key, opts, listObj)
 		}
+		c.metrics.freshnessTimedOut(requestList, err)
 		return err
 	}
 	return c.listFromCache(ctx, preparedKey, opts, listObj)
@@ -223,7 +225,7 @@ func (c *Cacher) waitFresh(ctx context.Context, rv uint64) error {
 	if rv == 0 {
 		return nil
 	}
-	var timeout, nextProgress clock.Timer
+	var timeout clock.Timer
 	for {
 		c.mu.RLock()
 		cur, advanced := c.rv, c.advanced
@@ -234,17 +236,10 @@ func (c *Cacher) waitFresh(ctx context.Context, rv uint64) error {
 		if timeout == nil {
 			timeout = c.clock.NewTimer(freshnessTimeout)
 			defer timeout.Stop()
-		}
-		if nextProgress == nil {
-			c.requestProgress(ctx)
-			nextProgress = c.clock.NewTimer(progressRequestPeriod)
-			defer nextProgress.Stop()
+			defer c.progress.wait()()
 		}
 		select {
 		case <-advanced:
-		case <-nextProgress.C():
-			c.requestProgress(ctx)
-			nextProgress.Reset(progressRequestPeriod)
 		case <-timeout.C():
 			return storage.NewTooLargeResourceVersionError(rv, cur, 1)
 		case <-ctx.Done():

@@ -1,7 +1,6 @@
 package cacher
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -14,7 +13,7 @@ import (
 const DefaultStorageSilenceTimeout = 15 * time.Second
 
 // probeTimeout bounds one progress request, so a dead etcd cannot hold the
-// probe (and the next one) forever.
+// requester (and everyone waiting on it) forever.
 const probeTimeout = 5 * time.Second
 
 // errStorageSilent ends a storage watch that etcd stopped answering. etcd's
@@ -38,7 +37,7 @@ func (c *Cacher) newWatchLost() <-chan struct{} {
 
 // checkStorageLiveness runs on every tick: after a third of the silence
 // timeout without a word from the storage watch it asks etcd for progress
-// (one request at a time per resource), and after the whole timeout it ends
+// (through the shared requester: one at a time per resource), and after the whole timeout it ends
 // the watch, so the cache goes not ready and relists once etcd is back.
 func (c *Cacher) checkStorageLiveness(now time.Time) {
 	timeout := c.cfg.StorageSilenceTimeout
@@ -60,18 +59,35 @@ func (c *Cacher) checkStorageLiveness(now time.Time) {
 			klog.InfoS("Storage watch silent; ending it", "resource", c.groupResource.String(), "silentFor", silent)
 			close(lost)
 		}
-	case silent >= timeout/3 && c.probing.CompareAndSwap(false, true):
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			defer c.probing.Store(false)
-			ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
-			defer cancel()
-			c.requestProgress(ctx)
-		}()
+	case silent >= timeout/3:
+		c.progress.request()
 	}
 }
 
 func silentError(timeout time.Duration) error {
 	return fmt.Errorf("%w: nothing from etcd for %v, progress requests unanswered", errStorageSilent, timeout)
+}
+
+// freshenBookmarks runs on every tick: when bookmarks come due by the next
+// tick (at most two granularities away, jitter included) and the cache will
+// by then have heard nothing from etcd for BookmarkMaxStaleness, it asks etcd
+// for progress now, once for the resource, so those bookmarks carry an RV
+// etcd confirmed within the bound. The caller holds c.mu.
+func (c *Cacher) freshenBookmarksLocked(now time.Time) {
+	bound := c.cfg.BookmarkMaxStaleness
+	if bound <= 0 {
+		return
+	}
+	heard := c.heardNanos.Load()
+	if heard == 0 {
+		return
+	}
+	ahead := 2 * c.cfg.BookmarkGranularity
+	if time.Duration(now.UnixNano()-heard)+ahead < bound {
+		return
+	}
+	if c.calendar.HasDueBy(now.Add(ahead)) {
+		c.metrics.freshnessProbes.Inc()
+		c.progress.request()
+	}
 }

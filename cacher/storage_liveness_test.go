@@ -82,3 +82,53 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 		t.Fatalf("after recovery got %s, want MODIFIED a@101", describe(ev))
 	}
 }
+
+// With a staleness bound, the tick asks etcd for progress when bookmarks are
+// due within the next tick and the cache has been quiet for nearly the
+// bound, so the bookmark carries the RV etcd confirmed rather than the last
+// one the resource saw. Without it no request is made and the bookmark
+// carries the old RV.
+func TestFreshBookmarks(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		maxStaleness time.Duration
+		wantRV       uint64
+	}{
+		{"bound 3s", 3 * time.Second, 150},
+		{"off", 0, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFakeStorage(100)
+			c := newTestCacher(t, fs, func(cfg *Config) {
+				cfg.BookmarkFrequency = 10 * time.Second
+				cfg.BookmarkMaxStaleness = tc.maxStaleness
+			})
+			c.waitReady(t)
+			sw, _ := fs.waitWatch(t, 1)
+			w := c.startWatch(t, context.Background(), "100", everything(true))
+			// Another resource is written meanwhile: etcd is at 150, but only a
+			// progress notification tells this cache.
+			fs.setCurrentRV(150)
+			var firstProbe int
+			c.stepTicks(t, 10, 1, func(step int) {
+				if firstProbe == 0 && fs.progressCount() > 0 {
+					firstProbe = step
+					sw.sendBookmark(t, 150)
+					c.waitRV(t, 150)
+				}
+			})
+			switch {
+			case tc.maxStaleness == 0 && fs.progressCount() != 0:
+				t.Errorf("%d progress requests with the bound off", fs.progressCount())
+			case tc.maxStaleness > 0 && firstProbe != 8:
+				// Due at 10s; the tick at 8s is the first that sees it within
+				// two granularities, with 8s of quiet past the 3s bound.
+				t.Errorf("first progress request on tick %d, want 8", firstProbe)
+			}
+			ev := nextEvent(t, w)
+			if ev.Type != watch.Bookmark || eventRV(t, ev) != tc.wantRV {
+				t.Fatalf("got %s, want a bookmark at %d", describe(ev), tc.wantRV)
+			}
+		})
+	}
+}

@@ -48,6 +48,13 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	}
 	if requiredRV > 0 {
 		if err := c.waitFresh(ctx, requiredRV); err != nil {
+			// A WatchList ends with the 504 rather than waiting on: client-go
+			// then falls back to a LIST, which etcd can serve.
+			kind := requestWatch
+			if sendInitial {
+				kind = requestWatchList
+			}
+			c.metrics.freshnessTimedOut(kind, err)
 			return newErrWatcher(err), nil
 		}
 	}

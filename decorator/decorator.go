@@ -10,6 +10,7 @@ package decorator
 
 import (
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -38,6 +39,7 @@ func New(opts *options.WatchCacheOptions) (generic.StorageDecorator, error) {
 		return nil, fmt.Errorf("invalid watch cache options: %w", utilerrors.NewAggregate(errs))
 	}
 	o := *opts
+	o.ResourceOverrides = maps.Clone(opts.ResourceOverrides)
 	return func(
 		config *storagebackend.ConfigForResource,
 		resourcePrefix string,
@@ -52,6 +54,7 @@ func New(opts *options.WatchCacheOptions) (generic.StorageDecorator, error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		r := o.ForResource(config.GroupResource)
 		c, err := cacher.New(cacher.Config{
 			Storage:                   raw,
 			Versioner:                 storage.APIObjectVersioner{},
@@ -63,13 +66,14 @@ func New(opts *options.WatchCacheOptions) (generic.StorageDecorator, error) {
 			GetAttrsFunc:              getAttrsFunc,
 			IndexerFuncs:              triggerFuncs,
 			Indexers:                  indexers,
-			BookmarkFrequency:         o.BookmarkFrequency,
-			BookmarkPreDeadlineOffset: o.BookmarkPreDeadlineOffset,
-			EventsHistoryWindow:       o.EffectiveEventsHistoryWindow(),
-			BookmarkGranularity:       o.BookmarkGranularity,
-			BookmarkJitter:            o.BookmarkJitter,
-			HistoryCapacity:           o.EventsHistoryCapacity,
-			StorageSilenceTimeout:     silenceTimeout(o.StorageSilenceTimeout),
+			BookmarkFrequency:         r.BookmarkFrequency,
+			BookmarkPreDeadlineOffset: r.BookmarkPreDeadlineOffset,
+			EventsHistoryWindow:       r.EffectiveEventsHistoryWindow(),
+			BookmarkGranularity:       r.BookmarkGranularity,
+			BookmarkJitter:            r.BookmarkJitter,
+			BookmarkMaxStaleness:      r.BookmarkMaxStaleness,
+			HistoryCapacity:           r.EventsHistoryCapacity,
+			StorageSilenceTimeout:     silenceTimeout(r.StorageSilenceTimeout),
 		})
 		if err != nil {
 			destroyRaw()

@@ -2,9 +2,11 @@ package options
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Upstream's hardcoded values, which are the defaults here.
@@ -37,6 +39,7 @@ const (
 	FlagBookmarkJitter            = "watch-cache-bookmark-jitter"
 	FlagEventsHistoryCapacity     = "watch-cache-events-history-capacity"
 	FlagStorageSilenceTimeout     = "watch-cache-storage-silence-timeout"
+	FlagBookmarkMaxStaleness      = "watch-cache-bookmark-max-staleness"
 )
 
 // WatchCacheOptions configures the watch cache of every resource.
@@ -74,6 +77,17 @@ type WatchCacheOptions struct {
 	// stream silently and the cache would keep serving a stale state.
 	// 0 turns the check off.
 	StorageSilenceTimeout time.Duration
+	// BookmarkMaxStaleness bounds how long before it is sent a bookmark's RV
+	// was last confirmed current by etcd: when the cache has heard nothing
+	// from etcd for nearly that long and bookmarks are about to be due, it
+	// asks etcd for progress once for the resource, so caching proxies and
+	// consistent-read layers that judge freshness by bookmarks see at most
+	// this lag. 0 turns it off (upstream's behaviour: a bookmark carries
+	// whatever RV the cache last saw).
+	BookmarkMaxStaleness time.Duration
+	// ResourceOverrides sets part of the schedule per group/resource; see
+	// --watch-cache-resource-overrides.
+	ResourceOverrides map[schema.GroupResource]ResourceOverride
 }
 
 // NewWatchCacheOptions returns the options with upstream's values.
@@ -114,6 +128,14 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 		"How long a resource's etcd watch may deliver nothing before its cache calls it lost: after a third of it the cache "+
 			"requests watch progress, after all of it unanswered the cache goes not ready (429, /readyz fails) and relists once etcd answers. "+
 			"It is checked on every bookmark tick, so it takes effect to within --"+FlagBookmarkGranularity+". 0 turns the check off. Upstream has no such check.")
+	fs.DurationVar(&o.BookmarkMaxStaleness, FlagBookmarkMaxStaleness, o.BookmarkMaxStaleness,
+		"Bound on how stale a bookmark's resourceVersion may be: when the cache has heard nothing from etcd for nearly this long "+
+			"and bookmarks are about to be due, it requests watch progress once for the resource first. 0 turns it off "+
+			"(upstream: a bookmark carries the last RV the cache saw). When set, must be at least 2 x --"+FlagBookmarkGranularity+".")
+	fs.Var(overridesValue{&o.ResourceOverrides}, FlagResourceOverrides,
+		"Schedule settings for one resource, e.g. widgets.demo.watchkeeper.io:bookmark-frequency=5s,events-history-window=20s "+
+			"(repeat the flag for more resources; the core group is the resource alone). Keys: "+strings.Join(overrideKeys, ", ")+
+			". Each resource's resulting schedule must pass the same rules as the global flags; a resource the server does not serve is an error at start-up.")
 }
 
 // EffectiveEventsHistoryWindow is the history window in force: the configured
@@ -145,6 +167,7 @@ func (o *WatchCacheOptions) Validate() []error {
 		{FlagEventsHistoryWindow, o.EventsHistoryWindow},
 		{FlagBookmarkGranularity, o.BookmarkGranularity},
 		{FlagStorageSilenceTimeout, o.StorageSilenceTimeout},
+		{FlagBookmarkMaxStaleness, o.BookmarkMaxStaleness},
 	} {
 		if d.value > MaxDuration {
 			bad(d.flag, d.value, "must be at most %v", MaxDuration)
@@ -191,9 +214,15 @@ func (o *WatchCacheOptions) Validate() []error {
 	if o.StorageSilenceTimeout < 0 {
 		bad(FlagStorageSilenceTimeout, o.StorageSilenceTimeout, "must not be negative (0 turns the check off)")
 	}
+	if o.BookmarkMaxStaleness < 0 {
+		bad(FlagBookmarkMaxStaleness, o.BookmarkMaxStaleness, "must not be negative (0 turns it off)")
+	} else if inRange && o.BookmarkMaxStaleness > 0 && o.BookmarkGranularity > 0 && o.BookmarkMaxStaleness < 2*o.BookmarkGranularity {
+		bad(FlagBookmarkMaxStaleness, o.BookmarkMaxStaleness, "must be at least 2 x --%s (%v): the tick asks for progress one tick ahead",
+			FlagBookmarkGranularity, 2*o.BookmarkGranularity)
+	}
 	// Written as a negation so NaN is refused too.
 	if !(o.BookmarkJitter >= 0 && o.BookmarkJitter < 1) {
 		bad(FlagBookmarkJitter, o.BookmarkJitter, "must be at least 0 and less than 1")
 	}
-	return errs
+	return append(errs, o.validateOverrides(errs)...)
 }

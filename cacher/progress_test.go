@@ -1,0 +1,98 @@
+package cacher
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	compbasemetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/utils/ptr"
+)
+
+// A stuck progress path: etcd is ahead of the cache and never answers a
+// progress request. Many WatchList clients waiting for their floor cost one
+// request at a time for the resource, spaced by a growing backoff, not one
+// per client per period; after the freshness timeout each gets a 504 (so
+// client-go falls back to a LIST), counted in freshness_timeouts_total.
+func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
+	const clients = 50
+	fs := newFakeStorage(100)
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	fs.setCurrentRV(200) // etcd moved on; the cache hears nothing of it
+	before := counter(t, c.metrics.freshnessTimeouts[requestWatchList])
+
+	type result struct {
+		w   watch.Interface
+		err error
+	}
+	results := make(chan result, clients)
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{
+				ResourceVersion: "", SendInitialEvents: ptr.To(true), Recursive: true, Predicate: everything(true),
+			})
+			results <- result{w, err}
+		})
+	}
+	// Every client waits: the tick, one freshness timer each, and the
+	// requester's one backoff timer.
+	c.waitWaiters(t, 1+clients+1)
+	if got := fs.progressCount(); got != 1 {
+		t.Fatalf("%d clients began waiting: %d progress requests, want 1", clients, got)
+	}
+	// Over the 3s timeout the requests back off: 100ms, 200ms, 400ms, 800ms,
+	// then every second.
+	for step := time.Duration(0); step < freshnessTimeout; step += 100 * time.Millisecond {
+		c.clk.Step(100 * time.Millisecond)
+		time.Sleep(time.Millisecond)
+	}
+	wg.Wait()
+	close(results)
+	requests := fs.progressCount()
+	if requests < 4 || requests > 8 {
+		t.Errorf("progress requests over %v with %d clients waiting: %d, want one at a time with backoff (4..8)", freshnessTimeout, clients, requests)
+	}
+	t.Logf("%d WatchList clients waited %v: %d progress requests in all", clients, freshnessTimeout, requests)
+
+	for r := range results {
+		if r.err != nil {
+			t.Fatalf("Watch returned %v; want the error in the stream", r.err)
+		}
+		ev := nextEvent(t, r.w)
+		err := apierrors.FromObject(ev.Object)
+		if ev.Type != watch.Error || !apierrors.IsTimeout(err) || !strings.Contains(err.Error(), "Too large resource version") {
+			t.Fatalf("got %s (%v), want an ERROR 504 Too large resource version", describe(ev), err)
+		}
+		if rest := drainUntilClosed(t, r.w); len(rest) != 0 {
+			t.Fatalf("events after the error: %d", len(rest))
+		}
+	}
+	if got := counter(t, c.metrics.freshnessTimeouts[requestWatchList]) - before; got != clients {
+		t.Errorf("freshness_timeouts_total{request=watchlist} moved by %v, want %d", got, clients)
+	}
+	// Nobody waits now: the requester has stopped.
+	c.waitWaiters(t, 1)
+	after := fs.progressCount()
+	c.clk.Step(5 * time.Second)
+	time.Sleep(10 * time.Millisecond)
+	if got := fs.progressCount(); got != after {
+		t.Errorf("progress requests went on with nobody waiting: %d -> %d", after, got)
+	}
+}
+
+func counter(t *testing.T, m compbasemetrics.CounterMetric) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
