@@ -51,6 +51,8 @@ type Cacher struct {
 	// storage_liveness.go.
 	heardNanos atomic.Int64
 	progress   *progressRequester
+	// lastTickNanos is how long the last bookmark tick took, for Snapshot.
+	lastTickNanos atomic.Int64
 	wg         sync.WaitGroup
 	incoming   chan *event
 	// forcedEvictionLog limits the capacity warning; only the reflector uses it.
@@ -116,6 +118,7 @@ func New(cfg Config) (*Cacher, error) {
 			return nil, fmt.Errorf("enabling size estimation for %v: %w", c.groupResource, err)
 		}
 	}
+	register(c)
 	c.wg.Add(2)
 	go c.reflectLoop()
 	go c.dispatchLoop()
@@ -129,6 +132,7 @@ func New(cfg Config) (*Cacher, error) {
 // does not stop the wrapped storage. Calling it twice is fine.
 func (c *Cacher) Stop() {
 	c.stopOnce.Do(func() {
+		unregister(c)
 		close(c.stopCh)
 		c.cancelCtx()
 		c.mu.Lock()

@@ -1,6 +1,8 @@
 package cacher
 
 import (
+	"time"
+
 	"k8s.io/klog/v2"
 
 	"github.com/watchkeeper/watchkeeper/bookmarks"
@@ -84,7 +86,7 @@ func (d *dispatcher) tick() {
 	c.freshenBookmarksLocked(start)
 	c.mu.Unlock()
 	if len(d.due) == 0 {
-		c.metrics.tickDuration.Observe(c.clock.Since(start).Seconds())
+		c.observeTick(start)
 		return
 	}
 
@@ -124,8 +126,14 @@ func (d *dispatcher) tick() {
 	clear(d.due)
 	c.metrics.bookmarksSent.Add(float64(sent))
 	c.metrics.watchersDue.Observe(float64(count))
-	c.metrics.tickDuration.Observe(c.clock.Since(start).Seconds())
+	c.observeTick(start)
 	if sent < count {
 		klog.V(6).InfoS("Bookmark tick", "resource", c.groupResource.String(), "due", count, "sent", sent, "rv", d.rv)
 	}
+}
+
+func (c *Cacher) observeTick(start time.Time) {
+	took := c.clock.Since(start)
+	c.lastTickNanos.Store(int64(took))
+	c.metrics.tickDuration.Observe(took.Seconds())
 }

@@ -1,0 +1,69 @@
+// Package debugview serves a view into watchkeeper's watch caches: per
+// resource, watchers by WatchList state, how many watchers are filed in each
+// slot of the next bookmark period, the history's span and age, the cache's
+// RV against etcd's and the last tick's duration. JSON for tools, a plain
+// HTML page with the calendar drawn for people.
+//
+// Mount it behind the server's authentication and authorization, e.g. on
+// the generic apiserver's NonGoRestfulMux:
+//
+//	mux.Handle("/debug/watchkeeper", debugview.Handler(cacher.Running))
+package debugview
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/watchkeeper/watchkeeper/cacher"
+)
+
+// snapshotTimeout bounds the whole page: each snapshot asks etcd for its
+// revision, and a page must not hang on a dead etcd.
+const snapshotTimeout = 5 * time.Second
+
+// Page is the JSON document.
+type Page struct {
+	Time      time.Time         `json:"time"`
+	Resources []cacher.Snapshot `json:"resources"`
+}
+
+// Handler serves the caches caches returns (cacher.Running for every cache
+// of the process). JSON when asked for with ?format=json or an Accept
+// header naming application/json; HTML otherwise.
+func Handler(caches func() []*cacher.Cacher) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), snapshotTimeout)
+		defer cancel()
+		page := Page{Time: time.Now().UTC()}
+		for _, c := range caches() {
+			page.Resources = append(page.Resources, c.Snapshot(ctx))
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		if wantsJSON(r) {
+			w.Header().Set("Content-Type", "application/json")
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(page)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if err := pageTemplate.Execute(w, newHTMLPage(page)); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	})
+}
+
+func wantsJSON(r *http.Request) bool {
+	if f := r.URL.Query().Get("format"); f != "" {
+		return f == "json"
+	}
+	return strings.Contains(r.Header.Get("Accept"), "application/json")
+}
