@@ -53,8 +53,8 @@ type Cacher struct {
 	progress   *progressRequester
 	// lastTickNanos is how long the last bookmark tick took, for Snapshot.
 	lastTickNanos atomic.Int64
-	wg         sync.WaitGroup
-	incoming   chan *event
+	wg            sync.WaitGroup
+	incoming      chan *event
 	// forcedEvictionLog limits the capacity warning; only the reflector uses it.
 	forcedEvictionLog everyInterval
 
