@@ -18,6 +18,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"k8s.io/component-base/cli"
 	"k8s.io/klog/v2"
 
@@ -31,43 +32,102 @@ import (
 // siAnswer is what the server said to one request.
 type siAnswer struct {
 	Code   int
-	Status *metav1.Status // the Status body, or the first watch event's
-	Body   string
+	Status *metav1.Status // the Status body, or the first ERROR event of a 200 watch
+	Body   string         // the body, or a 200 watch's first event, described
+	Header http.Header
+	// Took is until the status line, or until a 200 watch closed or its
+	// read window passed.
+	Took time.Duration
+	// Watch: the request was a watch; for a 200 one, the events read and
+	// whether the server ended the stream within the read window.
+	Watch  bool
+	Events []watch.Event
+	Closed bool
 }
 
-// siGet sends GET path?query with cfg's credentials. A 200 watch is read up
-// to its first event: an apiserver may report a bad watch in the stream.
+// siGet sends GET path?query with the admin's credentials, or none. A 200
+// watch is read for 2s: an apiserver may report a bad watch in the stream.
 func siGet(ctx context.Context, t *testing.T, s *sampleServer, anonymous bool, path string, query url.Values) siAnswer {
 	t.Helper()
 	cfg := s.Admin
 	if anonymous {
 		cfg = s.Anonymous
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	return siDo(ctx, t, s, cfg, http.MethodGet, path, query, nil, 2*time.Second)
+}
+
+// siDo sends method path?query, with body as JSON (a merge patch for PATCH)
+// unless nil, with cfg's credentials and TLS. A 200 watch is read until the
+// server closes it or window passes, whichever is first; then the client
+// hangs up.
+func siDo(ctx context.Context, t *testing.T, s *sampleServer, cfg *rest.Config, method, path string, query url.Values, body []byte, window time.Duration) siAnswer {
+	t.Helper()
+	tr, err := rest.TransportFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := s.URL + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second+window)
 	defer cancel()
-	resp := ssDo(ctx, t, s, cfg, path, query)
+	var reader io.Reader
+	if body != nil {
+		reader = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case body == nil:
+	case method == http.MethodPatch:
+		req.Header.Set("Content-Type", "application/merge-patch+json")
+	default:
+		req.Header.Set("Content-Type", "application/json")
+	}
+	start := time.Now()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusOK && query.Get("watch") != "" {
+	a := siAnswer{Code: resp.StatusCode, Header: resp.Header, Watch: query.Get("watch") != ""}
+	if resp.StatusCode == http.StatusOK && a.Watch {
 		w := ssStream(resp)
 		defer w.Stop()
-		a := siAnswer{Code: resp.StatusCode}
-		select {
-		case ev, ok := <-w.ResultChan():
-			if ok {
-				a.Body = ssDescribe(ev)
-				if st, isStatus := ev.Object.(*metav1.Status); ev.Type == watch.Error && isStatus {
+		timer := time.NewTimer(window)
+		defer timer.Stop()
+	read:
+		for {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					a.Closed = true
+					break read
+				}
+				a.Events = append(a.Events, ev)
+				if st, isStatus := ev.Object.(*metav1.Status); ev.Type == watch.Error && isStatus && a.Status == nil {
 					a.Status = st
 				}
+			case <-timer.C:
+				break read
 			}
-		case <-time.After(2 * time.Second):
-			a.Body = "(open watch, no event within 2s)"
+		}
+		a.Took = time.Since(start)
+		if len(a.Events) > 0 {
+			a.Body = ssDescribe(a.Events[0])
+		} else if !a.Closed {
+			a.Body = fmt.Sprintf("(open watch, no event within %v)", window)
 		}
 		return a
 	}
-	body, _ := io.ReadAll(resp.Body)
-	a := siAnswer{Code: resp.StatusCode, Body: strings.TrimSpace(string(body))}
+	data, _ := io.ReadAll(resp.Body)
+	a.Took = time.Since(start)
+	a.Body = strings.TrimSpace(string(data))
 	st := &metav1.Status{}
-	if json.Unmarshal(body, st) == nil && st.Kind == "Status" {
+	if json.Unmarshal(data, st) == nil && st.Kind == "Status" {
 		a.Status = st
 	}
 	return a

@@ -49,6 +49,12 @@ type Options struct {
 	// Decorator picks each resource's watch cache, for side-by-side
 	// measurements: watchkeeper (the default), upstream or none.
 	Decorator string
+	// TokenAuthFile lists more users than the admin, in kube-apiserver's
+	// static token format (standalone mode).
+	TokenAuthFile string
+	// AuthorizationPolicyFile holds the rules that grant those users
+	// access (standalone mode).
+	AuthorizationPolicyFile string
 
 	// flags remembers what the command line set, to pick defaults that
 	// depend on the mode.
@@ -93,6 +99,14 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir,
 		"Standalone mode (no --kubeconfig and not in a cluster): where the embedded etcd's data, the self-signed certificate, "+
 			"the admin token and the admin kubeconfig are kept, across restarts.")
+	fs.StringVar(&o.TokenAuthFile, "token-auth-file", o.TokenAuthFile,
+		"Standalone mode: a file of bearer tokens for users besides the admin, kube-apiserver's static token format, "+
+			"one token,user,uid,\"group1,group2\" a line (groups optional). They may do nothing beyond the health endpoints "+
+			"unless in the system:masters group or granted by --authorization-policy-file.")
+	fs.StringVar(&o.AuthorizationPolicyFile, "authorization-policy-file", o.AuthorizationPolicyFile,
+		"Standalone mode: a YAML or JSON list of rules granting users or groups verbs on resources (apiGroups, resources, "+
+			"namespaces) or on nonResourceURLs; checked after the system:masters rule, anything no rule grants is denied. "+
+			"Not kube-apiserver's ABAC format.")
 	return fss
 }
 
@@ -152,6 +166,7 @@ func (o *Options) Validate() []error {
 	if o.Standalone() && o.DataDir == "" {
 		errs = append(errs, fmt.Errorf("--data-dir must not be empty in standalone mode"))
 	}
+	errs = append(errs, o.validateStandaloneAuth()...)
 	return errs
 }
 
@@ -163,4 +178,30 @@ func dropEtcdServersError(errs []error) []error {
 		}
 	}
 	return out
+}
+
+// validateStandaloneAuth reads the token and policy files, so a typo stops
+// the server before it binds a port rather than locking users out later.
+func (o *Options) validateStandaloneAuth() []error {
+	var errs []error
+	if !o.Standalone() {
+		for _, f := range []struct{ flag, value string }{
+			{"--token-auth-file", o.TokenAuthFile},
+			{"--authorization-policy-file", o.AuthorizationPolicyFile},
+		} {
+			if f.value != "" {
+				errs = append(errs, fmt.Errorf("%s applies to standalone mode only: aggregated, authentication and authorization are delegated to the cluster", f.flag))
+			}
+		}
+		return errs
+	}
+	if o.TokenAuthFile != "" {
+		_, tokenErrs := loadTokenFile(o.TokenAuthFile)
+		errs = append(errs, tokenErrs...)
+	}
+	if o.AuthorizationPolicyFile != "" {
+		_, policyErrs := loadPolicyFile(o.AuthorizationPolicyFile)
+		errs = append(errs, policyErrs...)
+	}
+	return errs
 }

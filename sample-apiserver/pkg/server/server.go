@@ -14,8 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
@@ -68,6 +67,14 @@ func New(o *Options, out io.Writer) (_ *Server, err error) {
 		}
 	}()
 	standalone := o.Standalone()
+	if standalone {
+		// First, so that nothing written below (etcd's data, the
+		// certificate's key, the token) ever sits in a directory others can
+		// list: the certificate writer would create it 0755.
+		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+			return nil, err
+		}
+	}
 	if standalone && o.embeddedEtcd() {
 		e, url, err := startEmbeddedEtcd(filepath.Join(o.DataDir, "etcd"))
 		if err != nil {
@@ -107,22 +114,34 @@ func New(o *Options, out io.Writer) (_ *Server, err error) {
 		features := *recommended.Features
 		features.EnablePriorityAndFairness = false
 		recommended.Features = &features
-		klog.InfoS("Standalone mode: admission webhooks and API priority and fairness are off (they need a core Kubernetes API); authentication is the admin token in the data directory")
+		klog.InfoS("Standalone mode: admission webhooks and API priority and fairness are off (they need a core Kubernetes API); authentication is the admin token in the data directory and --token-auth-file, authorization system:masters and --authorization-policy-file")
 	}
 	if err := recommended.ApplyTo(config); err != nil {
 		return nil, err
 	}
 	if standalone {
-		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
-			return nil, err
-		}
 		if token, err = loadOrCreateToken(filepath.Join(o.DataDir, "admin-token")); err != nil {
 			return nil, err
 		}
-		config.Authentication.Authenticator = standaloneAuthenticator(map[string]*user.DefaultInfo{
-			token: {Name: AdminUser, Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}},
-		})
-		config.Authorization.Authorizer = authorizer.AuthorizerFunc(standaloneAuthorize)
+		var fileTokens authenticator.Token
+		if o.TokenAuthFile != "" {
+			var errs []error
+			if fileTokens, errs = loadTokenFile(o.TokenAuthFile); len(errs) > 0 {
+				return nil, errors.Join(errs...)
+			}
+			klog.InfoS("Standalone mode: users of the token file authenticate too", "tokenAuthFile", o.TokenAuthFile)
+		}
+		authz := standaloneAuthorizer{}
+		if o.AuthorizationPolicyFile != "" {
+			var errs []error
+			if authz.policy, errs = loadPolicyFile(o.AuthorizationPolicyFile); len(errs) > 0 {
+				return nil, errors.Join(errs...)
+			}
+			klog.InfoS("Standalone mode: the policy file grants access beyond system:masters",
+				"authorizationPolicyFile", o.AuthorizationPolicyFile, "rules", len(authz.policy.rules))
+		}
+		config.Authentication.Authenticator = standaloneAuthenticator(token, fileTokens)
+		config.Authorization.Authorizer = authz
 	}
 	switch {
 	case !o.Recommended.Etcd.EnableWatchCache || o.Decorator == DecoratorNone:

@@ -12,8 +12,10 @@ import (
 	"strings"
 
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/group"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
 	"k8s.io/apiserver/pkg/authentication/token/tokenfile"
+	tokenunion "k8s.io/apiserver/pkg/authentication/token/union"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 )
@@ -56,11 +58,19 @@ func loadOrCreateToken(path string) (string, error) {
 	return tok, nil
 }
 
-// standaloneAuthenticator accepts the admin token; a request without
-// credentials passes as anonymous only on a health path, so everything else
-// gets 401.
-func standaloneAuthenticator(tokens map[string]*user.DefaultInfo) authenticator.Request {
-	return healthAnonymous{delegate: bearertoken.New(tokenfile.New(tokens))}
+// standaloneAuthenticator accepts the admin token and, with
+// --token-auth-file, the tokens listed there; every authenticated user is
+// also in system:authenticated, as in kube-apiserver. A request without
+// credentials passes as anonymous only on a health path, so everything
+// else gets 401.
+func standaloneAuthenticator(adminToken string, fileTokens authenticator.Token) authenticator.Request {
+	tokens := []authenticator.Token{tokenfile.New(map[string]*user.DefaultInfo{
+		adminToken: {Name: AdminUser, Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}},
+	})}
+	if fileTokens != nil {
+		tokens = append(tokens, fileTokens)
+	}
+	return healthAnonymous{delegate: group.NewAuthenticatedGroupAdder(bearertoken.New(tokenunion.New(tokens...)))}
 }
 
 type healthAnonymous struct{ delegate authenticator.Request }
@@ -75,14 +85,34 @@ func (a healthAnonymous) AuthenticateRequest(req *http.Request) (*authenticator.
 	}}, true, nil
 }
 
-// standaloneAuthorize lets system:masters do anything and anyone read the
-// health endpoints.
-func standaloneAuthorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+// standaloneAuthorizer lets system:masters do anything and anyone read the
+// health endpoints; then the rules of --authorization-policy-file, if
+// given, decide; everything else is denied.
+type standaloneAuthorizer struct {
+	policy *policyAuthorizer // nil without --authorization-policy-file
+}
+
+func (s standaloneAuthorizer) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 	if u := a.GetUser(); u != nil && slices.Contains(u.GetGroups(), user.SystemPrivilegedGroup) {
 		return authorizer.DecisionAllow, "", nil
 	}
 	if !a.IsResourceRequest() && a.GetVerb() == "get" && isHealthPath(a.GetPath()) {
 		return authorizer.DecisionAllow, "", nil
 	}
-	return authorizer.DecisionNoOpinion, "standalone mode grants access to the admin token only", nil
+	if s.policy != nil {
+		return s.policy.Authorize(ctx, a)
+	}
+	return authorizer.DecisionDeny, "standalone mode grants access to the admin token only (see --authorization-policy-file)", nil
 }
+
+// ConditionsAwareAuthorize: no rule here is conditional.
+func (s standaloneAuthorizer) ConditionsAwareAuthorize(ctx context.Context, a authorizer.Attributes) authorizer.ConditionsAwareDecision {
+	return authorizer.ConditionsAwareDecisionFromParts(s.Authorize(ctx, a))
+}
+
+// EvaluateConditions fails closed, as for any authorizer without conditions.
+func (s standaloneAuthorizer) EvaluateConditions(context.Context, authorizer.ConditionsAwareDecision, authorizer.ConditionsData) (authorizer.Decision, string, error) {
+	return authorizer.DecisionDeny, "", authorizer.ErrorConditionEvaluationNotSupported
+}
+
+var _ authorizer.Authorizer = standaloneAuthorizer{}
