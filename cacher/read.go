@@ -70,6 +70,15 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		return err
 	}
 	if decision.ShouldDelegate {
+		// A list at an RV ahead of the cache waits for the cache to reach
+		// it, as upstream does, and is a 504 if it does not: etcd would read
+		// an RV beyond int64 as a negative revision and answer 500.
+		if rv, err := c.versioner.ParseResourceVersion(opts.ResourceVersion); err == nil && rv > 0 && c.Ready() && rv > c.currentRV() {
+			if err := c.waitFresh(ctx, rv); err != nil {
+				c.metrics.freshnessTimedOut(requestList, err)
+				return err
+			}
+		}
 		return c.storage.GetList(ctx, key, opts, listObj)
 	}
 	preparedKey, err := storage.PrepareKey(c.resourcePrefix, key, opts.Recursive)

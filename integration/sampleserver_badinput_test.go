@@ -156,14 +156,11 @@ func biCases(st *biState) []biCase {
 		// cause ResourceVersionTooLarge, as upstream's watch cache does.
 		{name: "list rv=max uint64", path: list, query: q("resourceVersion", biMaxUint64), want: "504 Timeout", check: expectTooLarge},
 		{name: "list rv=max uint64 match=NotOlderThan", path: list, query: q("resourceVersion", biMaxUint64, "resourceVersionMatch", "NotOlderThan"), want: "504 Timeout", check: expectTooLarge},
-		// Exact reads of an RV past int64: upstream's cache sees the RV is
-		// ahead and waits (504). watchkeeper sends exact reads to etcd
-		// unchecked (cacher/read.go GetList), where the etcd3 store casts the
-		// RV to int64(-1) and fails its own consistency check: a 500 for
-		// the client's mistake. Upstream is right: a known bug, pinned so
-		// that its fix shows here.
-		{name: "list rv=max uint64 match=Exact", path: list, query: q("resourceVersion", biMaxUint64, "resourceVersionMatch", "Exact"), want: "500 (no reason)", upstream: "504 Timeout"},
-		{name: "list rv=max uint64 limit=1", path: list, query: q("resourceVersion", biMaxUint64, "limit", "1"), want: "500 (no reason)", upstream: "504 Timeout"},
+		// Exact reads of an RV the cache has not reached wait for it and are
+		// a 504, as upstream's cache does: etcd would read an RV past int64
+		// as revision -1 and fail its own consistency check with a 500.
+		{name: "list rv=max uint64 match=Exact", path: list, query: q("resourceVersion", biMaxUint64, "resourceVersionMatch", "Exact"), want: "504 Timeout", check: expectTooLarge},
+		{name: "list rv=max uint64 limit=1", path: list, query: q("resourceVersion", biMaxUint64, "limit", "1"), want: "504 Timeout", check: expectTooLarge},
 		{name: "list rv=max int64 match=Exact", path: list, query: q("resourceVersion", biMaxInt64, "resourceVersionMatch", "Exact"), want: "504 Timeout", check: expectTooLarge},
 		{name: "list rv=overflow", path: list, query: q("resourceVersion", biOverflow), want: "400 BadRequest"},
 		{name: "list rv=10k digits", path: list, query: q("resourceVersion", tenK), want: "400 BadRequest"},

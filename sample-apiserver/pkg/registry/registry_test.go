@@ -231,7 +231,13 @@ func TestWidgetNodeNameSelector(t *testing.T) {
 
 	select {
 	case ev := <-w.ResultChan():
-		got, ok := ev.Object.(*demo.Widget)
+		obj := ev.Object
+		// Watch caches send an encode-once wrapper; the typed object is
+		// inside.
+		if co, isCached := obj.(runtime.CacheableObject); isCached {
+			obj = co.GetObject()
+		}
+		got, ok := obj.(*demo.Widget)
 		if ev.Type != watch.Added || !ok || got.Name != "c" {
 			t.Fatalf("first event %v %#v, want ADDED c (b's update is on node-b)", ev.Type, ev.Object)
 		}
