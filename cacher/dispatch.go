@@ -82,8 +82,10 @@ func (d *dispatcher) tick() {
 	c.checkStorageLiveness(start)
 	c.mu.Lock()
 	c.expireHistoryLocked(start)
-	d.due = c.calendar.PopDue(d.due[:0])
+	// Before the pop: the watchers due now are filed again after this
+	// tick, and those are the ones the next tick serves.
 	c.freshenBookmarksLocked(start)
+	d.due = c.calendar.PopDue(d.due[:0])
 	c.mu.Unlock()
 	if len(d.due) == 0 {
 		c.observeTick(start)

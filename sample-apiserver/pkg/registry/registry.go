@@ -3,12 +3,20 @@ package registry
 
 import (
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/rest"
 
+	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/registry/gadget"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/registry/widget"
 )
+
+// Served lists the resources NewStorage serves, each with a watch cache of
+// its own: what per-resource watch cache overrides may name.
+func Served() []schema.GroupResource {
+	return []schema.GroupResource{demo.Resource("widgets"), demo.Resource("gadgets")}
+}
 
 // NewStorage returns the REST storage of the demo group, keyed by resource path:
 // "widgets", "widgets/status", "gadgets", "gadgets/status".

@@ -17,6 +17,7 @@ import (
 	wkoptions "github.com/watchkeeper/watchkeeper/options"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
+	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/registry"
 )
 
 const (
@@ -155,6 +156,9 @@ func (o *Options) Validate() []error {
 	}
 	errs = append(errs, recommended...)
 	errs = append(errs, o.WatchCache.Validate()...)
+	if err := o.WatchCache.ValidateServed(registry.Served()); err != nil {
+		errs = append(errs, err)
+	}
 	for _, err := range logsapi.Validate(o.Logs, utilfeature.DefaultFeatureGate, nil) {
 		errs = append(errs, fmt.Errorf("logs: %w", err))
 	}

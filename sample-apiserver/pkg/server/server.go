@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -29,6 +31,8 @@ import (
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
+	"github.com/watchkeeper/watchkeeper/cacher"
+	"github.com/watchkeeper/watchkeeper/debugview"
 	"github.com/watchkeeper/watchkeeper/decorator"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo"
 	demoopenapi "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/openapi"
@@ -176,6 +180,9 @@ func New(o *Options, out io.Writer) (_ *Server, err error) {
 			return nil, err
 		}
 	}
+	// Behind the server's authentication and authorization like every
+	// non-resource path: in standalone mode, the admin only.
+	gs.Handler.NonGoRestfulMux.Handle(DebugPath, debugview.Handler(caches.watchkeeper))
 
 	host := "127.0.0.1"
 	if a := o.Recommended.SecureServing.BindAddress; a != nil && !a.IsUnspecified() {
@@ -240,6 +247,24 @@ func (c *cacheSet) track(d generic.StorageDecorator) generic.StorageDecorator {
 		}
 		return s, destroy, err
 	}
+}
+
+// DebugPath serves watchkeeper's view into its caches (debugview).
+const DebugPath = "/debug/watchkeeper"
+
+// watchkeeper lists this server's watchkeeper caches (none with another
+// decorator), for the debug view.
+func (c *cacheSet) watchkeeper() []*cacher.Cacher {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := slices.Sorted(maps.Keys(c.stores))
+	var out []*cacher.Cacher
+	for _, name := range names {
+		if wk, ok := c.stores[name].(*cacher.Cacher); ok {
+			out = append(out, wk)
+		}
+	}
+	return out
 }
 
 func (c *cacheSet) readyz() healthz.HealthChecker {
