@@ -14,24 +14,91 @@ import (
 )
 
 const (
-	// bookmarkWatchSlack puts every watch's deadline, and so its
-	// pre-deadline bookmark, well past the measured period: only the
-	// periodic bookmarks are counted.
-	bookmarkWatchSlack = 10 * time.Minute
-	clockTick          = time.Second
+	// bookmarkPreDeadlineOffset is how long before a watch's deadline both
+	// caches send it a bookmark at their defaults: upstream hardcodes 2s,
+	// watchkeeper's --watch-cache-bookmark-pre-deadline-offset defaults to
+	// it. The sample apiserver runs with default watch cache options.
+	bookmarkPreDeadlineOffset = 2 * time.Second
+	// bookmarkSettle lets the server settle after the watches are open,
+	// before the CPU clock starts: the storage level's settleTime.
+	bookmarkSettle = 2 * time.Second
+	// bookmarkQuietLead ends the quiet part of the window this long before
+	// the first bookmark is due: both caches file a watcher in the
+	// one-second slot its bookmark time falls in and send on a tick, so
+	// either may send up to a second early.
+	bookmarkQuietLead = 1500 * time.Millisecond
+	// bookmarkDeadlineMargin ends the window this long before the last
+	// watch's deadline, as at the storage level.
+	bookmarkDeadlineMargin = 300 * time.Millisecond
+	clockTick              = time.Second
 )
 
-// Bookmarks keeps watchers idle watches on widgets open for period while a
-// writer updates a gadget every second, and reports the bookmarks the
-// clients got and what the server spent. The gadget writes move etcd's
-// revision without touching widgets: upstream's cache sends no bookmark
-// while the resourceVersion stands still, and that is not what is measured
-// here. The bookmark frequency is the server's default (1m), so a period
-// shorter than that may see none; CPU per 1,000 bookmarks is then left out.
+// bookmarkTimeout is the timeoutSeconds that makes a watch due its
+// pre-deadline bookmark period after it starts: period plus the offset,
+// rounded up to the whole second timeoutSeconds carries. The second result
+// is the period that timeout really gives (period itself when that is whole
+// seconds).
+func bookmarkTimeout(period time.Duration) (timeout, due time.Duration) {
+	timeout = (period + bookmarkPreDeadlineOffset + time.Second - 1).Truncate(time.Second)
+	return timeout, timeout - bookmarkPreDeadlineOffset
+}
+
+// Bookmarks opens watchers idle, bookmark-enabled watches on widgets, each
+// of which the server owes one bookmark period after it opened, and reports
+// what delivering them cost the server in CPU: the storage level's bookmarks
+// scenario over HTTP.
+//
+// The apiserver's periodic bookmark is a fixed 1m, so a shorter period is
+// had through the watch deadline, as at the storage level. Every watch asks
+// for timeoutSeconds = period + 2s (bookmarkTimeout); the handler gives the
+// storage watch a context deadline of its own start + timeoutSeconds
+// (k8s.io/apiserver endpoints/handlers/get.go, handleWatch; a watch is a
+// long-running request, so no request deadline comes before it), and both
+// caches send a watch a bookmark 2s before its deadline when that comes
+// before the periodic one: at handler start + period. With period at most
+// the 1m frequency that is the one bookmark the watch is due (at exactly 1m
+// the two coincide), by the same rule in both caches at default options.
+//
+// The watches open over a while (about 0.2s per 1,000 here) and each gets
+// its deadline from its own start, so the bookmarks fall due between the
+// start of opening + period and the end of opening + period. CPU is
+// measured over the storage level's window, anchored at the end of opening:
+// from there plus a 2s settle until every watch has its bookmark, or until
+// 300ms before the last-opened watch's deadline (end of opening + period +
+// 2s). The part before the first bookmark can fall due (start of opening +
+// period - 1.5s, as both caches may send up to a second early) is also
+// reported alone, as the baseline. A run whose opening leaves no such quiet
+// stretch fails.
+//
+// Both caches file bookmark times in one-second slots, may send one up to a
+// slot early, and then, the pre-deadline time not having passed, send
+// another a slot later if the resourceVersion moved. The window ends when
+// every watch has its first, so that second one stays out of it when the
+// due times share a slot, as the storage level's single deadline makes
+// them; spread over two slots, the early watches' second bookmark may go
+// out with the late ones' first. Over more, and once opening takes about
+// the 2s offset or longer, the first watches also reach their deadline
+// inside the window. 10,000 watches take over 2s to open on two cores and
+// get both; the figures say so: watchers_with_extra_bookmarks and
+// watchers_at_deadline (watches the server ended on their deadline, which
+// watchers_closed leaves out) appear only when not zero.
+//
+// Meanwhile a writer updates a gadget every second: it moves etcd's
+// revision without touching widgets, and with etcd's progress
+// notifications the widgets cache's resourceVersion. Upstream sends no
+// bookmark while that stands still at the watch's start, and that is not
+// what is measured here.
+//
+// Bookmarks are counted per watch: bookmarks_delivered is their sum by the
+// end of the window, and watchers_without_bookmark appears when some watch
+// got none by then. cpu_seconds_per_1k_bookmarks divides the window's CPU by
+// the bookmarks that came inside it. The server's CPU is read from /proc in
+// 10ms ticks.
 func Bookmarks(ctx context.Context, env Env, decorator string, watchers int, period time.Duration) ([]result.Result, error) {
 	if watchers <= 0 || period <= 0 {
 		return nil, fmt.Errorf("bookmarks: watchers = %d, period = %v, want both > 0", watchers, period)
 	}
+	timeout, due := bookmarkTimeout(period)
 	rec := newRecorder("bookmarks", decorator, map[string]int{"watchers": watchers, "period_seconds": int(period / time.Second)})
 	err := withServer(ctx, env, "bookmarks", decorator, func(s *serverProcess) error {
 		cs, err := s.typedClient()
@@ -45,16 +112,7 @@ func Bookmarks(ctx context.Context, env Env, decorator string, watchers int, per
 		if err != nil {
 			return fmt.Errorf("creating the clock gadget: %w", err)
 		}
-		rv, err := currentWidgetsRV(ctx, cs)
-		if err != nil {
-			return err
-		}
-		ws, err := openWatches(ctx, s, watchSpec{path: widgetsPath, resourceVersion: rv, timeout: period + bookmarkWatchSlack}, watchers, nil)
-		if err != nil {
-			return err
-		}
-		defer ws.stop()
-
+		// The revision moves from before the watches open until the end.
 		wctx, stopWriter := context.WithCancel(ctx)
 		var writer sync.WaitGroup
 		var writerErr error
@@ -64,34 +122,79 @@ func Bookmarks(ctx context.Context, env Env, decorator string, watchers int, per
 			writer.Wait()
 		}()
 
+		rv, err := currentWidgetsRV(ctx, cs)
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		ws, err := openWatches(ctx, s, watchSpec{path: widgetsPath, resourceVersion: rv, timeout: timeout}, watchers, nil)
+		if err != nil {
+			return err
+		}
+		defer ws.stop()
+		opened := time.Now()
+		quietEnd := ws.started.Add(due - bookmarkQuietLead)
+		windowEnd := opened.Add(timeout - bookmarkDeadlineMargin)
+		if opened.Add(bookmarkSettle).After(quietEnd.Add(-time.Second)) {
+			return fmt.Errorf("opening %d watches took %v: no idle time left in a %v period",
+				watchers, opened.Sub(t0).Round(time.Millisecond), due)
+		}
+		if err := sleepCtx(ctx, bookmarkSettle); err != nil {
+			return err
+		}
+
+		b0 := ws.bookmarks.Load()
 		cpu0, err := s.sampleCPU()
 		if err != nil {
 			return err
 		}
-		b0, t0 := ws.bookmarks.Load(), time.Now()
-		if err := sleepCtx(ctx, period); err != nil {
+		start := time.Now()
+		if err := sleepCtx(ctx, time.Until(quietEnd)); err != nil {
 			return err
+		}
+		cpuQuiet, err := s.sampleCPU()
+		if err != nil {
+			return err
+		}
+		quietWall := time.Since(start)
+		select {
+		case <-ws.allBookmarked:
+		case <-time.After(time.Until(windowEnd)):
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 		cpu1, err := s.sampleCPU()
 		if err != nil {
 			return err
 		}
-		b1, elapsed := ws.bookmarks.Load(), time.Since(t0)
+		wall := time.Since(start)
+		b1 := ws.bookmarks.Load()
+		without, extra := ws.bookmarkCounts()
+		closed, atDeadline := ws.closed.Load(), ws.expired.Load()
 		stopWriter()
 		writer.Wait()
 		if writerErr != nil {
 			return writerErr
 		}
-		closed := ws.closed.Load()
 		ws.stop()
 		s.noteCloses(ws)
 
-		bookmarks, cpu := float64(b1-b0), cpu1-cpu0
-		rec.add("bookmarks_delivered", bookmarks, "bookmarks", higher)
-		rec.add("bookmarks_per_watcher", bookmarks/float64(watchers), "bookmarks", higher)
-		rec.add("cpu_seconds_per_1k_bookmarks", cpu/(bookmarks/1000), "s", lower)
-		rec.add("cpu_seconds_per_second", cpu/elapsed.Seconds(), "s/s", lower)
+		cpu := cpu1 - cpu0
+		rec.add("bookmarks_delivered", float64(b1), "bookmarks", higher)
+		if without > 0 {
+			rec.add("watchers_without_bookmark", float64(without), "watchers", lower)
+		}
+		if extra > 0 {
+			rec.add("watchers_with_extra_bookmarks", float64(extra), "watchers", lower)
+		}
+		rec.add("cpu_seconds_per_1k_bookmarks", cpu/(float64(b1-b0)/1000), "s", lower)
+		rec.add("cpu_seconds_per_second", cpu/wall.Seconds(), "s/s", lower)
+		rec.add("cpu_seconds_per_second_before_bookmarks", (cpuQuiet-cpu0)/quietWall.Seconds(), "s/s", lower)
+		rec.add("open_seconds", opened.Sub(t0).Seconds(), "s", lower)
 		rec.add("watchers_closed", float64(closed), "watchers", lower)
+		if atDeadline > 0 {
+			rec.add("watchers_at_deadline", float64(atDeadline), "watchers", lower)
+		}
 		return nil
 	})
 	if err != nil {

@@ -46,15 +46,25 @@ func TestScenarios(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := byMetric(t, rs, "bookmarks", "watchkeeper", map[string]int{"watchers": 20, "period_seconds": 5})
+		const watchers = 20
+		m := byMetric(t, rs, "bookmarks", "watchkeeper", map[string]int{"watchers": watchers, "period_seconds": 5})
+		// The deadline of period+2s makes every watch due exactly one
+		// bookmark, 5s after it opened.
+		if v, ok := m["bookmarks_delivered"]; !ok || v != watchers {
+			t.Errorf("bookmarks_delivered = %v (present %v), want %d", v, ok, watchers)
+		}
+		for _, k := range []string{"watchers_without_bookmark", "watchers_with_extra_bookmarks", "watchers_at_deadline"} {
+			if v, ok := m[k]; ok {
+				t.Errorf("%s = %v, want none", k, v)
+			}
+		}
 		// The gadget written every second costs the server something.
-		if v := m["cpu_seconds_per_second"]; v <= 0 {
-			t.Errorf("cpu_seconds_per_second = %v, want > 0", v)
+		for _, k := range []string{"cpu_seconds_per_second", "cpu_seconds_per_1k_bookmarks"} {
+			if v := m[k]; v <= 0 {
+				t.Errorf("%s = %v, want > 0", k, v)
+			}
 		}
-		// At the default 1m frequency 5s may see no bookmark; never a negative count.
-		if v, ok := m["bookmarks_delivered"]; !ok || v < 0 {
-			t.Errorf("bookmarks_delivered = %v (present %v), want >= 0", v, ok)
-		}
+		mustHave(t, m, "cpu_seconds_per_second_before_bookmarks", "open_seconds")
 		wantZero(t, m, "watchers_closed")
 		assertNoChildren(t)
 	})

@@ -102,7 +102,11 @@ func (p *watchPool) close() {
 type watchSpec struct {
 	path            string // collection path, e.g. /apis/demo.watchkeeper.io/v1alpha1/namespaces/bench/widgets
 	resourceVersion string
-	timeout         time.Duration // timeoutSeconds: longer than the run, so no watch ends on its deadline
+	// timeout is sent as timeoutSeconds, in whole seconds: the apiserver
+	// gives the storage watch a context deadline of timeout after its
+	// handler starts. Every scenario but bookmarks asks for more than the
+	// run lasts, so no watch ends on its deadline.
+	timeout time.Duration
 }
 
 func (w watchSpec) url(base string) string {
@@ -124,9 +128,23 @@ type watchSet struct {
 	// latency, if set, gets write -> receipt of every annotated object event.
 	latency *histogram
 
-	objects     atomic.Int64 // ADDED/MODIFIED/DELETED received, over all watches
-	bookmarks   atomic.Int64
-	closed      atomic.Int64 // watches that ended while still being read
+	// timeout is the watches' timeoutSeconds; started is when the first
+	// watch request went out.
+	timeout time.Duration
+	started time.Time
+
+	objects   atomic.Int64 // ADDED/MODIFIED/DELETED received, over all watches
+	bookmarks atomic.Int64
+	// perWatch counts each watch's bookmarks, in the order they were
+	// opened; bookmarked counts the watches with at least one, and
+	// allBookmarked is closed when that is every watch.
+	perWatch      []atomic.Int32
+	bookmarked    atomic.Int64
+	allBookmarked chan struct{}
+	closed        atomic.Int64 // watches that ended while still being read, before their deadline
+	// expired counts watches that ended cleanly once their timeoutSeconds
+	// had run out: the server ending them as asked, not a failure.
+	expired     atomic.Int64
 	lastReceipt atomic.Int64 // UnixNano of the latest object event
 
 	mu           sync.Mutex
@@ -145,8 +163,10 @@ func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, l
 		return nil, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	ws := &watchSet{pool: pool, cancel: cancel, latency: latency, closeReasons: map[string]int{}}
+	ws := &watchSet{pool: pool, cancel: cancel, latency: latency, closeReasons: map[string]int{},
+		timeout: spec.timeout, perWatch: make([]atomic.Int32, n), allBookmarked: make(chan struct{})}
 	target := spec.url(s.url)
+	ws.started = time.Now()
 
 	sem := make(chan struct{}, openConcurrency)
 	var opening sync.WaitGroup
@@ -162,8 +182,9 @@ func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, l
 		}
 		opening.Add(1)
 		ws.wg.Add(1)
-		go func(c *http.Client) {
+		go func(i int, c *http.Client) {
 			defer ws.wg.Done()
+			sent := time.Now()
 			body, err := openWatch(wctx, c, target, s.token)
 			if err != nil {
 				openErrOnce.Do(func() {
@@ -174,9 +195,9 @@ func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, l
 			<-sem
 			opening.Done()
 			if err == nil {
-				ws.consume(body)
+				ws.consume(body, i, sent)
 			}
-		}(pool.client(i))
+		}(i, pool.client(i))
 	}
 	opening.Wait()
 	if openErr == nil && wctx.Err() != nil {
@@ -208,13 +229,14 @@ func openWatch(ctx context.Context, c *http.Client, target, token string) (io.Re
 	return resp.Body, nil
 }
 
-func (ws *watchSet) consume(body io.ReadCloser) {
+// consume reads watch i, whose request went out at sent, until it ends.
+func (ws *watchSet) consume(body io.ReadCloser, i int, sent time.Time) {
 	defer body.Close()
 	lr := newLineReader(bufio.NewReaderSize(body, 4096))
 	for {
 		line, err := lr.next()
 		if err != nil {
-			ws.ended(err)
+			ws.ended(err, sent)
 			return
 		}
 		now := time.Now()
@@ -228,9 +250,12 @@ func (ws *watchSet) consume(body io.ReadCloser) {
 			}
 		case eventBookmark:
 			ws.bookmarks.Add(1)
+			if ws.perWatch[i].Add(1) == 1 && ws.bookmarked.Add(1) == int64(len(ws.perWatch)) {
+				close(ws.allBookmarked)
+			}
 		case eventError:
 			// The server ends the stream after an ERROR event.
-			ws.ended(errors.New(errorMessage(line)))
+			ws.ended(errors.New(errorMessage(line)), sent)
 			return
 		}
 	}
@@ -246,9 +271,15 @@ func (ws *watchSet) noteReceipt(t int64) {
 }
 
 // ended counts a watch that stopped on its own; the ones we stop do not
-// count.
-func (ws *watchSet) ended(err error) {
+// count, and one the server ended cleanly at its deadline counts as
+// expired. The server's deadline is timeout after its handler started,
+// which is after sent, so an end before sent+timeout came early.
+func (ws *watchSet) ended(err error, sent time.Time) {
 	if ws.stopping.Load() {
+		return
+	}
+	if errors.Is(err, io.EOF) && !time.Now().Before(sent.Add(ws.timeout)) {
+		ws.expired.Add(1)
 		return
 	}
 	ws.closed.Add(1)
@@ -261,6 +292,20 @@ func (ws *watchSet) ended(err error) {
 		ws.closeReasons[reason]++
 	}
 	ws.mu.Unlock()
+}
+
+// bookmarkCounts is how many watches got no bookmark and how many got more
+// than one.
+func (ws *watchSet) bookmarkCounts() (none, extra int) {
+	for i := range ws.perWatch {
+		switch n := ws.perWatch[i].Load(); {
+		case n == 0:
+			none++
+		case n > 1:
+			extra++
+		}
+	}
+	return none, extra
 }
 
 // closeSummary says why watches closed, for an error or a log line.
