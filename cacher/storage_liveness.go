@@ -26,29 +26,40 @@ var errStorageSilent = errors.New("storage watch silent")
 // progress notification or its start.
 func (c *Cacher) heard(now time.Time) { c.heardNanos.Store(now.UnixNano()) }
 
-// watchLostChan is what the current storage watch waits on besides its
+// newWatchLost makes what the next storage watch waits on besides its
 // events; the dispatcher closes it when the watch has been silent too long.
+// The silence of the watch it replaces must not count against it, so the
+// clock restarts here, before the watch is opened.
 func (c *Cacher) newWatchLost() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.heard(c.clock.Now())
 	c.watchLost = make(chan struct{})
 	return c.watchLost
 }
 
+// silence is how long the storage watch has said nothing; false before
+// the first watch (then the reflector's list is what is failing) or when the
+// check is off (limit <= 0).
+func (c *Cacher) silence(now time.Time, limit time.Duration) (time.Duration, bool) {
+	heard := c.heardNanos.Load()
+	if limit <= 0 || heard == 0 {
+		return 0, false
+	}
+	return time.Duration(now.UnixNano() - heard), true
+}
+
 // checkStorageLiveness runs on every tick: after a third of the silence
 // timeout without a word from the storage watch it asks etcd for progress
-// (through the shared requester: one at a time per resource), and after the whole timeout it ends
-// the watch, so the cache goes not ready and relists once etcd is back.
+// (through the shared requester: one at a time per resource), and after the
+// whole timeout it ends the watch, so the cache goes not ready and relists
+// once etcd is back.
 func (c *Cacher) checkStorageLiveness(now time.Time) {
 	timeout := c.cfg.StorageSilenceTimeout
-	if timeout <= 0 {
+	silent, ok := c.silence(now, timeout)
+	if !ok {
 		return
 	}
-	heard := c.heardNanos.Load()
-	if heard == 0 {
-		return // no watch yet: the reflector's list is what is failing
-	}
-	silent := time.Duration(now.UnixNano() - heard)
 	switch {
 	case silent >= timeout:
 		c.mu.Lock()
@@ -75,15 +86,9 @@ func silentError(timeout time.Duration) error {
 // etcd confirmed within the bound. The caller holds c.mu.
 func (c *Cacher) freshenBookmarksLocked(now time.Time) {
 	bound := c.cfg.BookmarkMaxStaleness
-	if bound <= 0 {
-		return
-	}
-	heard := c.heardNanos.Load()
-	if heard == 0 {
-		return
-	}
+	silent, ok := c.silence(now, bound)
 	ahead := 2 * c.cfg.BookmarkGranularity
-	if time.Duration(now.UnixNano()-heard)+ahead < bound {
+	if !ok || silent+ahead < bound {
 		return
 	}
 	if c.calendar.HasDueBy(now.Add(ahead)) {
