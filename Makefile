@@ -25,6 +25,7 @@ fuzz:
 	$(GO) test $(FUZZ_FLAGS) -fuzz '^FuzzCalendar$$' ./bookmarks/
 	$(GO) test $(FUZZ_FLAGS) -fuzz '^FuzzTracker$$' ./watchlist/
 	$(GO) test $(FUZZ_FLAGS) -fuzz '^FuzzFlags$$' ./options/
+	$(GO) test $(FUZZ_FLAGS) -fuzz '^FuzzResourceOverrides$$' ./options/
 	$(GO) test $(FUZZ_FLAGS) -fuzz '^FuzzParseRV$$' ./cacher/
 
 verify:

@@ -148,6 +148,13 @@ func brokenRules(o *WatchCacheOptions) []string {
 		rule(d <= MaxDuration, name+" <= MaxDuration")
 	}
 	rule(o.EventsHistoryCapacity > 0, "capacity > 0")
+	rule(o.StorageSilenceTimeout >= 0 && o.StorageSilenceTimeout <= MaxDuration, "0 <= silence timeout <= MaxDuration")
+	rule(o.BookmarkMaxStaleness >= 0 && o.BookmarkMaxStaleness <= MaxDuration, "0 <= max staleness <= MaxDuration")
+	rule(o.BookmarkMaxStaleness == 0 || o.BookmarkGranularity <= 0 || o.BookmarkGranularity > MaxDuration ||
+		o.BookmarkMaxStaleness > MaxDuration || o.BookmarkFrequency > MaxDuration || o.BookmarkPreDeadlineOffset > MaxDuration ||
+		o.EventsHistoryWindow > MaxDuration || o.StorageSilenceTimeout > MaxDuration ||
+		big.NewInt(int64(o.BookmarkMaxStaleness)).Cmp(new(big.Int).Mul(big.NewInt(2), big.NewInt(int64(o.BookmarkGranularity)))) >= 0,
+		"max staleness 0 or >= 2 x granularity")
 	return broken
 }
 
@@ -155,10 +162,65 @@ func namesAFlag(msg string) bool {
 	for _, flag := range []string{
 		FlagBookmarkFrequency, FlagBookmarkPreDeadlineOffset, FlagEventsHistoryWindow,
 		FlagBookmarkGranularity, FlagBookmarkJitter, FlagEventsHistoryCapacity,
+		FlagStorageSilenceTimeout, FlagBookmarkMaxStaleness,
 	} {
 		if strings.HasPrefix(msg, "--"+flag+"=") {
 			return true
 		}
 	}
 	return false
+}
+
+// FuzzResourceOverrides parses random values of --watch-cache-resource-overrides
+// (twice, as the flag repeats) on top of a random global frequency, and
+// checks that parsing never panics and that Validate accepts the options
+// exactly when the global options and every resource's effective options
+// keep every rule of FuzzFlags.
+func FuzzResourceOverrides(f *testing.F) {
+	f.Add("", "widgets.demo.watchkeeper.io:bookmark-frequency=5s", "")
+	f.Add("10s", "widgets.demo.watchkeeper.io:bookmark-frequency=5s,bookmark-pre-deadline-offset=5s", "pods:bookmark-jitter=0.5")
+	f.Add("", "pods:bookmark-max-staleness=1s", "x.y:bookmark-granularity=0")
+	f.Add("1s", "a:events-history-window=1s,bookmark-granularity=2s", "a:bookmark-jitter=0")
+	f.Add("", "a:bookmark-jitter=NaN", "b:bookmark-frequency=2562047h47m16s")
+	f.Add("", ":", "a:b=c")
+	f.Fuzz(func(t *testing.T, freq, first, second string) {
+		o := NewWatchCacheOptions()
+		fs := pflag.NewFlagSet("fuzz", pflag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		o.AddFlags(fs)
+		var args []string
+		if freq != "" {
+			args = append(args, "--"+FlagBookmarkFrequency+"="+freq)
+		}
+		for _, v := range []string{first, second} {
+			if v != "" {
+				args = append(args, "--"+FlagResourceOverrides+"="+v)
+			}
+		}
+		if err := fs.Parse(args); err != nil {
+			return // refused at parse: nothing to validate
+		}
+		errs := o.Validate()
+		for _, err := range errs {
+			msg := err.Error()
+			if strings.HasPrefix(msg, "--"+FlagResourceOverrides+" for ") {
+				_, msg, _ = strings.Cut(msg, ": ")
+			}
+			if !namesAFlag(msg) {
+				t.Errorf("error names no flag: %v", err)
+			}
+		}
+		broken := brokenRules(o)
+		for gr := range o.ResourceOverrides {
+			for _, b := range brokenRules(o.ForResource(gr)) {
+				broken = append(broken, FormatGroupResource(gr)+": "+b)
+			}
+		}
+		if len(errs) == 0 && len(broken) > 0 {
+			t.Fatalf("args %q: Validate accepted options that break: %s", args, strings.Join(broken, "; "))
+		}
+		if len(errs) > 0 && len(broken) == 0 {
+			t.Fatalf("args %q: Validate refused options that break no rule: %v", args, errs)
+		}
+	})
 }
