@@ -65,6 +65,7 @@ type Cacher struct {
 	rv       uint64
 	advanced chan struct{} // closed and replaced whenever rv moves
 	store    cache.Indexer
+	ordered  orderedObjects
 	history  *history
 	watchers watcherSet
 	calendar *bookmarks.Calendar[*watcher]
@@ -103,6 +104,7 @@ func New(cfg Config) (*Cacher, error) {
 		incoming:          make(chan *event, incomingBuffer),
 		advanced:          make(chan struct{}),
 		store:             newStore(cfg.Indexers),
+		ordered:           newOrderedObjects(),
 		history:           newHistory(cfg.EventsHistoryWindow, cfg.HistoryCapacity),
 		watchers:          newWatcherSet(),
 		calendar:          bookmarks.NewCalendar[*watcher](cfg.Clock, cfg.BookmarkGranularity),

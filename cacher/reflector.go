@@ -132,6 +132,7 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 		c.mu.Unlock()
 		return 0, err
 	}
+	c.ordered.reset(objs)
 	c.history.reset(rv)
 	c.rv = 0 // a relist may legitimately land below a progress RV seen earlier
 	c.setRVLocked(rv)
@@ -241,6 +242,11 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 	if err != nil {
 		c.mu.Unlock()
 		return 0, err
+	}
+	if ev.Type == watch.Deleted {
+		c.ordered.delete(cur)
+	} else {
+		c.ordered.set(cur)
 	}
 	forced := c.history.add(e, now)
 	c.setRVLocked(rv)

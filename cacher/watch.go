@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -158,16 +157,7 @@ func (c *Cacher) objectsLocked(key string, recursive bool) []*object {
 		}
 		return []*object{item.(*object)}
 	}
-	items := c.store.List()
-	out := make([]*object, 0, len(items))
-	for _, item := range items {
-		o := item.(*object)
-		if strings.HasPrefix(o.key, key) {
-			out = append(out, o)
-		}
-	}
-	sortObjects(out)
-	return out
+	return c.ordered.under(key)
 }
 
 // errWatcher delivers one error event and closes: once a watch request has

@@ -1,0 +1,44 @@
+package cacher
+
+import (
+	"strings"
+
+	"k8s.io/utils/third_party/forked/golang/btree"
+)
+
+// orderedObjects keeps the cached objects sorted by key beside the indexer,
+// so a list walks only the keys under its prefix, already in order, instead
+// of copying and sorting every object of the resource (upstream's cache keeps
+// a B-tree for the same reason). Cacher.mu guards it: writers hold the lock,
+// lists the read lock.
+type orderedObjects struct{ tree *btree.BTree[*object] }
+
+const orderedDegree = 32
+
+func newOrderedObjects() orderedObjects {
+	return orderedObjects{tree: btree.New[*object](orderedDegree, func(a, b *object) bool { return a.key < b.key })}
+}
+
+func (o orderedObjects) set(obj *object)    { o.tree.ReplaceOrInsert(obj) }
+func (o orderedObjects) delete(obj *object) { o.tree.Delete(obj) }
+
+// reset replaces every object, after a (re)list.
+func (o *orderedObjects) reset(objs []any) {
+	*o = newOrderedObjects()
+	for _, obj := range objs {
+		o.set(obj.(*object))
+	}
+}
+
+// under returns the objects whose key starts with prefix, in key order.
+func (o orderedObjects) under(prefix string) []*object {
+	var out []*object
+	o.tree.AscendGreaterOrEqual(&object{key: prefix}, func(obj *object) bool {
+		if !strings.HasPrefix(obj.key, prefix) {
+			return false
+		}
+		out = append(out, obj)
+		return true
+	})
+	return out
+}
