@@ -52,3 +52,16 @@ func (p Policy) Next(now, deadline time.Time, floorReached bool) (time.Time, boo
 	}
 	return next, true
 }
+
+// AfterBookmark is Next for a watcher a tick has just offered its bookmark.
+// The calendar hands a slot out up to one granularity early, so a
+// pre-deadline bookmark due less than a granularity from now is the one the
+// watcher just got: filing it again would send a second bookmark one slot
+// later. It then gets none (its deadline comes before any heartbeat).
+func (p Policy) AfterBookmark(now, deadline time.Time, floorReached bool, granularity time.Duration) (time.Time, bool) {
+	next, ok := p.Next(now, deadline, floorReached)
+	if ok && floorReached && !deadline.IsZero() && next.Equal(deadline.Add(-p.PreDeadlineOffset)) && next.Sub(now) < granularity {
+		return time.Time{}, false
+	}
+	return next, ok
+}

@@ -39,6 +39,34 @@ func TestPolicyNext(t *testing.T) {
 	}
 }
 
+func TestPolicyAfterBookmark(t *testing.T) {
+	now := epoch.Add(time.Hour)
+	policy := Policy{Frequency: time.Minute, PreDeadlineOffset: 2 * time.Second}
+	g := time.Second
+	for _, tc := range []struct {
+		name     string
+		deadline time.Time
+		floor    bool
+		want     time.Time
+		wantOK   bool
+	}{
+		{"pre-deadline popped early, 0.5s ahead: it was this one", now.Add(2500 * time.Millisecond), true, time.Time{}, false},
+		{"pre-deadline exactly now: it was this one", now.Add(2 * time.Second), true, time.Time{}, false},
+		{"pre-deadline one granularity ahead: still to send", now.Add(3 * time.Second), true, now.Add(time.Second), true},
+		{"pre-deadline far ahead", now.Add(30 * time.Second), true, now.Add(28 * time.Second), true},
+		{"heartbeat", now.Add(time.Hour), true, now.Add(time.Minute), true},
+		{"no deadline", time.Time{}, true, now.Add(time.Minute), true},
+		{"floor not reached: due at once", now.Add(2500 * time.Millisecond), false, now, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := policy.AfterBookmark(now, tc.deadline, tc.floor, g)
+			if ok != tc.wantOK || !got.Equal(tc.want) {
+				t.Errorf("AfterBookmark() = (%v, %v), want (%v, %v)", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
 func TestDefaultPolicyIsUpstreams(t *testing.T) {
 	if got := DefaultPolicy(); got.Frequency != time.Minute || got.PreDeadlineOffset != 2*time.Second {
 		t.Errorf("DefaultPolicy() = %+v, want 1m and 2s", got)

@@ -183,12 +183,19 @@ func (c *Cacher) setRVLocked(rv uint64) {
 	c.metrics.setResourceVersion(rv)
 }
 
-// fileLocked puts a watcher on the bookmark calendar when it wants one.
+// fileLocked puts a new watcher on the bookmark calendar when it wants one.
 func (c *Cacher) fileLocked(w *watcher, now time.Time) {
 	if !w.bookmarks {
 		return
 	}
 	if next, ok := c.policy.Next(now, w.deadline, w.floorReached()); ok {
+		c.calendar.Add(w, next)
+	}
+}
+
+// refileLocked puts a watcher a tick has just served back on the calendar.
+func (c *Cacher) refileLocked(w *watcher, now time.Time) {
+	if next, ok := c.policy.AfterBookmark(now, w.deadline, w.floorReached(), c.cfg.BookmarkGranularity); ok {
 		c.calendar.Add(w, next)
 	}
 }

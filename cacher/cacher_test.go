@@ -619,7 +619,9 @@ func TestPreDeadlineBookmark(t *testing.T) {
 			case tc.wantFirst == 0:
 			case len(got) == 0 || got[0] != tc.wantFirst:
 				t.Errorf("bookmarks after %v s, want the first after %ds", got, tc.wantFirst)
-			case tc.deadline < 10*time.Second && got[len(got)-1] > last+1:
+			case tc.deadline < 10*time.Second && len(got) != 1:
+				// The calendar pops a slot up to a granularity early; the
+				// watcher must not be filed again for the same bookmark.
 				t.Errorf("bookmarks after %v s: after the pre-deadline one at %ds the watch should only wait for its deadline", got, last)
 			}
 			t.Logf("bookmarks after %v s", got)

@@ -120,7 +120,7 @@ func (d *dispatcher) tick() {
 	for _, slot := range d.due {
 		for _, w := range slot {
 			if c.watchers.has(w) {
-				c.fileLocked(w, now)
+				c.refileLocked(w, now)
 			}
 		}
 	}
