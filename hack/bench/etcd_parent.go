@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/watchkeeper/watchkeeper/integration/etcdtest"
 )
 
 // etcdProcess is the etcd child as the parent holds it.
@@ -24,7 +26,7 @@ type etcdProcess struct {
 // startEtcd starts `bench etcd` on free loopback ports with a fresh data
 // directory under workDir and waits until it serves.
 func startEtcd(self, workDir, logDir string) (*etcdProcess, error) {
-	ports, err := freePorts(2)
+	ports, err := etcdtest.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -91,17 +93,4 @@ func (p *etcdProcess) stop() {
 		<-p.exited
 	}
 	_ = p.stdin.Close()
-}
-
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

@@ -11,18 +11,19 @@ import (
 // httpLevelAvailable is whether this build can run the http level.
 const httpLevelAvailable = true
 
+// httpLevelScenarios are the scenarios package httpbench provides.
+var httpLevelScenarios = scenarioFuncs[httpbench.Env]{
+	idle:      httpbench.Idle,
+	bookmarks: httpbench.Bookmarks,
+	fanout:    httpbench.FanOut,
+}
+
 // runHTTPScenario runs one http-level scenario in this child: package
 // httpbench starts the sample apiserver with the decorator and drives it.
 func runHTTPScenario(ctx context.Context, c childFlags) ([]result.Result, error) {
 	env := httpbench.Env{EtcdEndpoint: c.etcd, ServerBinary: c.serverBinary, WorkDir: c.workDir, Quick: c.quick}
-	r := c.spec
-	switch r.Scenario {
-	case "idle":
-		return httpbench.Idle(ctx, env, r.Decorator, r.Watchers)
-	case "bookmarks":
-		return httpbench.Bookmarks(ctx, env, r.Decorator, r.Watchers, r.Period)
-	case "fanout":
-		return httpbench.FanOut(ctx, env, r.Decorator, r.Watchers, r.Events)
+	if rs, ok, err := httpLevelScenarios.run(ctx, env, c.spec); ok {
+		return rs, err
 	}
-	return nil, fmt.Errorf("no http scenario %q", r.Scenario)
+	return nil, fmt.Errorf("no http scenario %q", c.spec.Scenario)
 }

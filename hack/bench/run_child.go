@@ -95,22 +95,22 @@ func runMain(args []string) error {
 	return err
 }
 
+// storageScenarios are package storagebench's scenarios: all of them.
+var storageScenarios = scenarioFuncs[storagebench.Env]{
+	idle:      storagebench.Idle,
+	bookmarks: storagebench.Bookmarks,
+	fanout:    storagebench.FanOut,
+	list:      storagebench.List,
+	watchlist: storagebench.WatchList,
+}
+
 func runScenario(ctx context.Context, c childFlags) ([]result.Result, error) {
 	r := c.spec
 	switch r.Level {
 	case "storage":
 		env := storagebench.Env{EtcdEndpoint: c.etcd, Prefix: c.prefix}
-		switch r.Scenario {
-		case "idle":
-			return storagebench.Idle(ctx, env, r.Decorator, r.Watchers)
-		case "bookmarks":
-			return storagebench.Bookmarks(ctx, env, r.Decorator, r.Watchers, r.Period)
-		case "fanout":
-			return storagebench.FanOut(ctx, env, r.Decorator, r.Watchers, r.Events)
-		case "list":
-			return storagebench.List(ctx, env, r.Decorator, r.Objects, r.Repeats)
-		case "watchlist":
-			return storagebench.WatchList(ctx, env, r.Decorator, r.Objects, r.Repeats)
+		if rs, ok, err := storageScenarios.run(ctx, env, r); ok {
+			return rs, err
 		}
 	case "http":
 		return runHTTPScenario(ctx, c)

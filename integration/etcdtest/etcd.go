@@ -41,7 +41,7 @@ func Start(t testing.TB) *Etcd {
 	portLock.Lock()
 	defer portLock.Unlock()
 
-	ports, err := freePorts(2)
+	ports, err := FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,11 @@ func (e *Etcd) start() error {
 	return nil
 }
 
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n distinct loopback TCP ports that were free when it
+// returned: it holds all n probe listeners open at once, then closes them.
+// Something else may bind a port before the caller does; within this
+// package portLock keeps the tests' etcds from racing for them.
+func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -147,3 +151,6 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// freePorts is FreePorts under the name the package's other callers use.
+func freePorts(n int) ([]int, error) { return FreePorts(n) }

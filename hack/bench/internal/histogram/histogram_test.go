@@ -7,7 +7,7 @@ import (
 )
 
 func TestBucketsCoverEveryValueWithBoundedError(t *testing.T) {
-	for _, v := range []uint64{0, 1, 127, 128, 129, 1000, 123456789, 1 << 40, math.MaxInt64} {
+	for _, v := range []uint64{0, 1, 63, 64, 65, 127, 128, 129, 1000, 1 << 20, 123456789, 1 << 40, math.MaxInt64} {
 		i := index(v)
 		lo, hi := bounds(i)
 		if v < lo || v > hi {
@@ -38,5 +38,44 @@ func TestQuantiles(t *testing.T) {
 		if diff := math.Abs(float64(got-c.want)) / float64(c.want); diff > 1.0/subCount {
 			t.Errorf("q%.2f = %v, want %v within 1/%d", c.q, got, c.want, subCount)
 		}
+	}
+}
+
+// Quantiles are nearest-rank: the 0.5 quantile of three values is the
+// second, and the 0.99 quantile of 100 values the 99th, not the 100th.
+// Values below linearMax have a bucket each, so these are exact.
+func TestQuantilesAreNearestRank(t *testing.T) {
+	var three Histogram
+	for _, d := range []time.Duration{10, 20, 30} {
+		three.Record(d)
+	}
+	if got := three.Quantile(0.5); got != 20 {
+		t.Errorf("median of 10, 20, 30 = %d, want 20", got)
+	}
+	var hundred Histogram
+	for i := 1; i <= 100; i++ {
+		hundred.Record(time.Duration(i))
+	}
+	for _, c := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.01, 1}, {0.5, 50}, {0.99, 99}, {1, 100}} {
+		if got := hundred.Quantile(c.q); got != c.want {
+			t.Errorf("q%.2f of 1..100 = %d, want %d", c.q, got, c.want)
+		}
+	}
+}
+
+// A clock that steps back makes a negative latency: it counts as instant,
+// not lost.
+func TestNegativeDurationsCountAsZero(t *testing.T) {
+	var h Histogram
+	h.Record(-time.Second)
+	h.Record(-1)
+	if h.Count() != 2 {
+		t.Fatalf("Count() = %d, want 2", h.Count())
+	}
+	if got := h.Quantile(1); got != 0 {
+		t.Errorf("max of two negative durations = %v, want 0", got)
 	}
 }

@@ -23,6 +23,17 @@ func (s *serverProcess) typedClient() (*clientset.Clientset, error) {
 	return clientset.NewForConfig(s.admin)
 }
 
+// clientAtWidgetsRV is typedClient and the widgets' current resourceVersion,
+// where a scenario's watches start.
+func (s *serverProcess) clientAtWidgetsRV(ctx context.Context) (*clientset.Clientset, string, error) {
+	cs, err := s.typedClient()
+	if err != nil {
+		return nil, "", err
+	}
+	rv, err := currentWidgetsRV(ctx, cs)
+	return cs, rv, err
+}
+
 // currentWidgetsRV is the resourceVersion of a consistent list of the
 // (empty) widgets: a watch from it starts with no initial events.
 func currentWidgetsRV(ctx context.Context, cs clientset.Interface) (string, error) {

@@ -99,7 +99,7 @@ func Bookmarks(ctx context.Context, env Env, decorator string, watchers int, per
 		return nil, fmt.Errorf("bookmarks: watchers = %d, period = %v, want both > 0", watchers, period)
 	}
 	timeout, due := bookmarkTimeout(period)
-	rec := newRecorder("bookmarks", decorator, map[string]int{"watchers": watchers, "period_seconds": int(period / time.Second)})
+	rec := result.NewRecorder("bookmarks", Level, decorator, map[string]int{"watchers": watchers, "period_seconds": int(period / time.Second)})
 	err := withServer(ctx, env, "bookmarks", decorator, func(s *serverProcess) error {
 		cs, err := s.typedClient()
 		if err != nil {
@@ -180,27 +180,27 @@ func Bookmarks(ctx context.Context, env Env, decorator string, watchers int, per
 		s.noteCloses(ws)
 
 		cpu := cpu1 - cpu0
-		rec.add("bookmarks_delivered", float64(b1), "bookmarks", higher)
+		rec.Add("bookmarks_delivered", float64(b1), "bookmarks", result.Higher)
 		if without > 0 {
-			rec.add("watchers_without_bookmark", float64(without), "watchers", lower)
+			rec.Add("watchers_without_bookmark", float64(without), "watchers", result.Lower)
 		}
 		if extra > 0 {
-			rec.add("watchers_with_extra_bookmarks", float64(extra), "watchers", lower)
+			rec.Add("watchers_with_extra_bookmarks", float64(extra), "watchers", result.Lower)
 		}
-		rec.add("cpu_seconds_per_1k_bookmarks", cpu/(float64(b1-b0)/1000), "s", lower)
-		rec.add("cpu_seconds_per_second", cpu/wall.Seconds(), "s/s", lower)
-		rec.add("cpu_seconds_per_second_before_bookmarks", (cpuQuiet-cpu0)/quietWall.Seconds(), "s/s", lower)
-		rec.add("open_seconds", opened.Sub(t0).Seconds(), "s", lower)
-		rec.add("watchers_closed", float64(closed), "watchers", lower)
+		rec.Add("cpu_seconds_per_1k_bookmarks", cpu/(float64(b1-b0)/1000), "s", result.Lower)
+		rec.Add("cpu_seconds_per_second", cpu/wall.Seconds(), "s/s", result.Lower)
+		rec.Add("cpu_seconds_per_second_before_bookmarks", (cpuQuiet-cpu0)/quietWall.Seconds(), "s/s", result.Lower)
+		rec.Add("open_seconds", opened.Sub(t0).Seconds(), "s", result.Lower)
+		rec.Add("watchers_closed", float64(closed), "watchers", result.Lower)
 		if atDeadline > 0 {
-			rec.add("watchers_at_deadline", float64(atDeadline), "watchers", lower)
+			rec.Add("watchers_at_deadline", float64(atDeadline), "watchers", result.Lower)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return rec.out, nil
+	return rec.Results(), nil
 }
 
 // tickGadget updates g every clockTick until ctx ends. Each update is a

@@ -9,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/watchkeeper/watchkeeper/hack/bench/internal/histogram"
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
@@ -43,17 +44,13 @@ func FanOut(ctx context.Context, env Env, decorator string, watchers, events int
 	if watchers <= 0 || events <= 0 {
 		return nil, fmt.Errorf("fanout: watchers = %d, events = %d, want both > 0", watchers, events)
 	}
-	rec := newRecorder("fanout", decorator, map[string]int{"watchers": watchers, "events": events})
+	rec := result.NewRecorder("fanout", Level, decorator, map[string]int{"watchers": watchers, "events": events})
 	err := withServer(ctx, env, "fanout", decorator, func(s *serverProcess) error {
-		cs, err := s.typedClient()
+		cs, rv, err := s.clientAtWidgetsRV(ctx)
 		if err != nil {
 			return err
 		}
-		rv, err := currentWidgetsRV(ctx, cs)
-		if err != nil {
-			return err
-		}
-		latency := &histogram{}
+		latency := &histogram.Histogram{}
 		ws, err := openWatches(ctx, s, watchSpec{path: widgetsPath, resourceVersion: rv, timeout: fanoutWatchTimeout}, watchers, latency)
 		if err != nil {
 			return err
@@ -86,19 +83,19 @@ func FanOut(ctx context.Context, env Env, decorator string, watchers, events int
 		}
 
 		d := float64(delivered)
-		rec.add("events_delivered_per_second", d/last.Sub(start).Seconds(), "events/s", higher)
-		rec.add("latency_p50", durationMillis(latency.quantile(0.50)), "ms", lower)
-		rec.add("latency_p99", durationMillis(latency.quantile(0.99)), "ms", lower)
-		rec.add("server_cpu_us_per_event", (cpu1-cpu0)/d*1e6, "us", lower)
-		rec.add("events_delivered", d, "events", higher)
-		rec.add("events_undelivered", float64(expected-delivered), "events", lower)
-		rec.add("watchers_closed", float64(closed), "watchers", lower)
+		rec.Add("events_delivered_per_second", d/last.Sub(start).Seconds(), "events/s", result.Higher)
+		rec.Add("latency_p50", durationMillis(latency.Quantile(0.50)), "ms", result.Lower)
+		rec.Add("latency_p99", durationMillis(latency.Quantile(0.99)), "ms", result.Lower)
+		rec.Add("server_cpu_us_per_event", (cpu1-cpu0)/d*1e6, "us", result.Lower)
+		rec.Add("events_delivered", d, "events", result.Higher)
+		rec.Add("events_undelivered", float64(expected-delivered), "events", result.Lower)
+		rec.Add("watchers_closed", float64(closed), "watchers", result.Lower)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return rec.out, nil
+	return rec.Results(), nil
 }
 
 func durationMillis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -22,13 +22,9 @@ func Idle(ctx context.Context, env Env, decorator string, watchers int) ([]resul
 	if watchers <= 0 {
 		return nil, fmt.Errorf("idle: watchers = %d, want > 0", watchers)
 	}
-	rec := newRecorder("idle", decorator, map[string]int{"watchers": watchers})
+	rec := result.NewRecorder("idle", Level, decorator, map[string]int{"watchers": watchers})
 	err := withServer(ctx, env, "idle", decorator, func(s *serverProcess) error {
-		cs, err := s.typedClient()
-		if err != nil {
-			return err
-		}
-		rv, err := currentWidgetsRV(ctx, cs)
+		_, rv, err := s.clientAtWidgetsRV(ctx)
 		if err != nil {
 			return err
 		}
@@ -55,19 +51,19 @@ func Idle(ctx context.Context, env Env, decorator string, watchers int) ([]resul
 		s.noteCloses(ws)
 
 		n := float64(watchers)
-		rec.add("heap_stack_bytes_per_watcher", (after.heapBytes+after.stackBytes-before.heapBytes-before.stackBytes)/n, "bytes", lower)
+		rec.Add("heap_stack_bytes_per_watcher", (after.heapBytes+after.stackBytes-before.heapBytes-before.stackBytes)/n, "bytes", result.Lower)
 		// The two halves apart: the stacks are mostly the HTTP serving
 		// goroutines, the heap is where the caches differ.
-		rec.add("heap_bytes_per_watcher", (after.heapBytes-before.heapBytes)/n, "bytes", lower)
-		rec.add("stack_bytes_per_watcher", (after.stackBytes-before.stackBytes)/n, "bytes", lower)
-		rec.add("goroutines_per_watcher", (after.goroutines-before.goroutines)/n, "goroutines", lower)
-		rec.add("rss_bytes_per_watcher", (after.rssBytes-before.rssBytes)/n, "bytes", lower)
-		rec.add("open_seconds", opened.Seconds(), "s", lower)
-		rec.add("watchers_closed", float64(closed), "watchers", lower)
+		rec.Add("heap_bytes_per_watcher", (after.heapBytes-before.heapBytes)/n, "bytes", result.Lower)
+		rec.Add("stack_bytes_per_watcher", (after.stackBytes-before.stackBytes)/n, "bytes", result.Lower)
+		rec.Add("goroutines_per_watcher", (after.goroutines-before.goroutines)/n, "goroutines", result.Lower)
+		rec.Add("rss_bytes_per_watcher", (after.rssBytes-before.rssBytes)/n, "bytes", result.Lower)
+		rec.Add("open_seconds", opened.Seconds(), "s", result.Lower)
+		rec.Add("watchers_closed", float64(closed), "watchers", result.Lower)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return rec.out, nil
+	return rec.Results(), nil
 }

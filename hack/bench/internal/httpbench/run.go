@@ -6,6 +6,9 @@ import (
 	"time"
 )
 
+// Level is the result level of every figure of this package.
+const Level = "http"
+
 // settle is how long a scenario lets the server sit after opening its
 // watches and before measuring: the openings' garbage, timers and
 // goroutines come and go in that time.

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/watchkeeper/watchkeeper/hack/bench/internal/histogram"
 )
 
 // openConcurrency bounds the watch requests in flight while opening: enough
@@ -126,7 +128,7 @@ type watchSet struct {
 	wg       sync.WaitGroup
 	stopping atomic.Bool
 	// latency, if set, gets write -> receipt of every annotated object event.
-	latency *histogram
+	latency *histogram.Histogram
 
 	// timeout is the watches' timeoutSeconds; started is when the first
 	// watch request went out.
@@ -157,7 +159,7 @@ const maxCloseReasons = 8
 // openWatches opens n watches and returns once every one has its response
 // headers (the apiserver flushes them as soon as the watch is set up). On
 // error no watch is left open.
-func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, latency *histogram) (*watchSet, error) {
+func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, latency *histogram.Histogram) (*watchSet, error) {
 	pool, err := newWatchPool(ctx, s, n)
 	if err != nil {
 		return nil, err
@@ -246,7 +248,7 @@ func (ws *watchSet) consume(body io.ReadCloser, i int, sent time.Time) {
 			ws.objects.Add(1)
 			ws.noteReceipt(now.UnixNano())
 			if ws.latency != nil && at > 0 {
-				ws.latency.record(now.Sub(time.Unix(0, at)))
+				ws.latency.Record(now.Sub(time.Unix(0, at)))
 			}
 		case eventBookmark:
 			ws.bookmarks.Add(1)

@@ -17,6 +17,12 @@ type Result struct {
 	Metric string  `json:"metric"`
 	Value  float64 `json:"value"`
 	Unit   string  `json:"unit"`
-	// Better is "lower" or "higher": which way a ratio is good.
+	// Better is Lower or Higher: which way a ratio is good.
 	Better string `json:"better"`
 }
+
+// Which way a figure is good, for Result.Better.
+const (
+	Lower  = "lower"
+	Higher = "higher"
+)

@@ -50,6 +50,47 @@ func newFleet(capacity int) *fleet {
 	}
 }
 
+// openFleet opens a fleet of n watches of s with opts and returns it with
+// how long opening took. newHandler, if set, makes each watch's handler. On
+// error the watches opened so far are stopped.
+func openFleet(ctx context.Context, s storage.Interface, n int, opts storage.ListOptions, newHandler func() eventHandler) (*fleet, time.Duration, error) {
+	f := newFleet(n)
+	start := time.Now()
+	err := f.open(ctx, s, n, opts, newHandler)
+	took := time.Since(start)
+	if err != nil {
+		f.stop()
+		return nil, took, err
+	}
+	return f, took, nil
+}
+
+// openForFleet opens the decorator's storage and the options a fleet's
+// watches of it open with; destroy releases the storage.
+func openForFleet(ctx context.Context, env Env, decorator string) (s storage.Interface, opts storage.ListOptions, destroy func(), err error) {
+	s, destroy, err = openStorage(ctx, env, decorator)
+	if err != nil {
+		return nil, opts, nil, err
+	}
+	if opts, err = fleetOptions(ctx, s); err != nil {
+		destroy()
+		return nil, opts, nil, err
+	}
+	return s, opts, destroy, nil
+}
+
+// fleetOptions are what every watch of a fleet asks for: bookmarks, from
+// the cache's current resourceVersion so no watch has initial events.
+func fleetOptions(ctx context.Context, s storage.Interface) (storage.ListOptions, error) {
+	rv, _, err := currentRV(ctx, s)
+	if err != nil {
+		return storage.ListOptions{}, err
+	}
+	pred := storage.Everything
+	pred.AllowWatchBookmarks = true
+	return storage.ListOptions{ResourceVersion: rv, Recursive: true, Predicate: pred}, nil
+}
+
 // open starts n watches with opts, one after another as many clients
 // arriving would, each with its consumer.
 func (f *fleet) open(ctx context.Context, s storage.Interface, n int, opts storage.ListOptions, newHandler func() eventHandler) error {

@@ -98,7 +98,15 @@ func createPod(ctx context.Context, s storage.Interface, pod *example.Pod) error
 // createPods writes n pods named prefix-<i> with a few concurrent writers,
 // as a bulk load is faster than one at a time and its speed is not measured.
 func createPods(ctx context.Context, s storage.Interface, prefix string, n int) error {
-	const writers = 8
+	return writePods(ctx, s, n, 8, func(i int) *example.Pod {
+		return benchPod(fmt.Sprintf("%s-%d", prefix, i), time.Time{})
+	})
+}
+
+// writePods creates pods 0..n-1 from writers concurrent writers, writer w
+// taking pods w, w+writers, ...; pod(i) builds pod i just before it is
+// written. It returns the first error, after which that writer stops.
+func writePods(ctx context.Context, s storage.Interface, n, writers int, pod func(i int) *example.Pod) error {
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -107,7 +115,7 @@ func createPods(ctx context.Context, s storage.Interface, prefix string, n int) 
 	for w := range writers {
 		wg.Go(func() {
 			for i := w; i < n; i += writers {
-				if err := createPod(ctx, s, benchPod(fmt.Sprintf("%s-%d", prefix, i), time.Time{})); err != nil {
+				if err := createPod(ctx, s, pod(i)); err != nil {
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = err
@@ -120,6 +128,25 @@ func createPods(ctx context.Context, s storage.Interface, prefix string, n int) 
 	}
 	wg.Wait()
 	return firstErr
+}
+
+// openFilled opens the decorator's storage holding n pods named
+// prefix-<i>, once a consistent list from its cache has them all; destroy
+// releases the storage.
+func openFilled(ctx context.Context, env Env, decorator, prefix string, n int) (s storage.Interface, destroy func(), err error) {
+	s, destroy, err = openStorage(ctx, env, decorator)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := createPods(ctx, s, prefix, n); err != nil {
+		destroy()
+		return nil, nil, fmt.Errorf("creating %d objects: %w", n, err)
+	}
+	if err := waitForObjects(ctx, s, n); err != nil {
+		destroy()
+		return nil, nil, err
+	}
+	return s, destroy, nil
 }
 
 // waitForObjects waits until a consistent list from the cache holds n

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apiserver/pkg/storage"
-
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
 )
 
@@ -33,7 +31,7 @@ const (
 // and with both at their default options. The window ends when every watch
 // has its bookmark, or just before the deadlines would end the watches.
 func Bookmarks(ctx context.Context, env Env, decorator string, n int, period time.Duration) ([]result.Result, error) {
-	fig := newFigures("bookmarks", decorator, map[string]int{"watchers": n, "period_seconds": int(period / time.Second)})
+	rec := result.NewRecorder("bookmarks", Level, decorator, map[string]int{"watchers": n, "period_seconds": int(period / time.Second)})
 	s, destroy, err := openStorage(ctx, env, decorator)
 	if err != nil {
 		return nil, err
@@ -44,26 +42,23 @@ func Bookmarks(ctx context.Context, env Env, decorator string, n int, period tim
 		return nil, err
 	}
 	defer mover.stop()
-	rv, _, err := currentRV(ctx, s)
+	opts, err := fleetOptions(ctx, s)
 	if err != nil {
 		return nil, err
 	}
-	pred := storage.Everything
-	pred.AllowWatchBookmarks = true
-	opts := storage.ListOptions{ResourceVersion: rv, Recursive: true, Predicate: pred}
 
 	base := time.Now()
 	due := base.Add(period)
 	deadline := due.Add(preDeadlineOffset)
 	watchCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	f := newFleet(n)
-	err = f.open(watchCtx, s, n, opts, nil)
+	// Opening counts from base, where the watches' deadlines were set.
+	f, _, err := openFleet(watchCtx, s, n, opts, nil)
 	openTime := time.Since(base)
-	defer f.stop()
 	if err != nil {
 		return nil, err
 	}
+	defer f.stop()
 	// Before the bookmarks fall due there must be a quiet stretch to measure.
 	quietEnd := due.Add(-1500 * time.Millisecond)
 	if time.Now().Add(settleTime).After(quietEnd.Add(-time.Second)) {
@@ -89,14 +84,14 @@ func Bookmarks(ctx context.Context, env Env, decorator string, n int, period tim
 	closed := f.closed.Load()
 	f.report()
 
-	fig.add("bookmarks_delivered", float64(delivered), "bookmarks", higher)
+	rec.Add("bookmarks_delivered", float64(delivered), "bookmarks", result.Higher)
 	if delivered > 0 {
-		fig.add("cpu_seconds_per_1000_bookmarks", cpu/float64(delivered)*1000, "s", lower)
+		rec.Add("cpu_seconds_per_1000_bookmarks", cpu/float64(delivered)*1000, "s", result.Lower)
 	}
-	fig.add("cpu_seconds_per_second", cpu/wall.Seconds(), "s/s", lower)
-	fig.add("cpu_seconds_per_second_before_bookmarks", quietCPU/quietWall.Seconds(), "s/s", lower)
-	fig.add("window_seconds", wall.Seconds(), "s", "")
-	fig.add("open_seconds", openTime.Seconds(), "s", lower)
-	fig.add("watchers_closed", float64(closed), "watchers", lower)
-	return fig.out, nil
+	rec.Add("cpu_seconds_per_second", cpu/wall.Seconds(), "s/s", result.Lower)
+	rec.Add("cpu_seconds_per_second_before_bookmarks", quietCPU/quietWall.Seconds(), "s/s", result.Lower)
+	rec.Add("window_seconds", wall.Seconds(), "s", "")
+	rec.Add("open_seconds", openTime.Seconds(), "s", result.Lower)
+	rec.Add("watchers_closed", float64(closed), "watchers", result.Lower)
+	return rec.Results(), nil
 }

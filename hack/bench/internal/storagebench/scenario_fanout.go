@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/klog/v2"
 
@@ -24,19 +24,12 @@ const fanOutWriters = 4
 // measures delivery: throughput over the whole run and write-to-receipt
 // latency of every delivered event (binned, not stored).
 func FanOut(ctx context.Context, env Env, decorator string, w, e int) ([]result.Result, error) {
-	fig := newFigures("fanout", decorator, map[string]int{"watchers": w, "events": e})
-	s, destroy, err := openStorage(ctx, env, decorator)
+	rec := result.NewRecorder("fanout", Level, decorator, map[string]int{"watchers": w, "events": e})
+	s, opts, destroy, err := openForFleet(ctx, env, decorator)
 	if err != nil {
 		return nil, err
 	}
 	defer destroy()
-	rv, _, err := currentRV(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	pred := storage.Everything
-	pred.AllowWatchBookmarks = true
-	opts := storage.ListOptions{ResourceVersion: rv, Recursive: true, Predicate: pred}
 
 	var (
 		latencies histogram.Histogram
@@ -70,14 +63,11 @@ func FanOut(ctx context.Context, env Env, decorator string, w, e int) ([]result.
 			}
 		}
 	}
-	f := newFleet(w)
-	openStart := time.Now()
-	err = f.open(ctx, s, w, opts, newHandler)
-	openTime := time.Since(openStart)
-	defer f.stop()
+	f, openTime, err := openFleet(ctx, s, w, opts, newHandler)
 	if err != nil {
 		return nil, err
 	}
+	defer f.stop()
 	waitGoroutinesSettle(500*time.Millisecond, 5*time.Second)
 
 	firstWrite := time.Now()
@@ -100,41 +90,23 @@ func FanOut(ctx context.Context, env Env, decorator string, w, e int) ([]result.
 	}
 
 	if span := time.Duration(last - firstWrite.UnixNano()); delivered > 0 && span > 0 {
-		fig.add("events_per_second", float64(delivered)/span.Seconds(), "events/s", higher)
+		rec.Add("events_per_second", float64(delivered)/span.Seconds(), "events/s", result.Higher)
 	}
-	fig.add("latency_p50_ms", ms(latencies.Quantile(0.50)), "ms", lower)
-	fig.add("latency_p99_ms", ms(latencies.Quantile(0.99)), "ms", lower)
-	fig.add("events_missing", float64(int64(w)*int64(e)-int64(delivered)), "events", lower)
-	fig.add("watchers_closed", float64(f.closed.Load()), "watchers", lower)
-	fig.add("write_seconds", writeTime.Seconds(), "s", lower)
-	fig.add("open_seconds", openTime.Seconds(), "s", lower)
-	return fig.out, nil
+	rec.Add("latency_p50_ms", ms(latencies.Quantile(0.50)), "ms", result.Lower)
+	rec.Add("latency_p99_ms", ms(latencies.Quantile(0.99)), "ms", result.Lower)
+	rec.Add("events_missing", float64(int64(w)*int64(e)-int64(delivered)), "events", result.Lower)
+	rec.Add("watchers_closed", float64(f.closed.Load()), "watchers", result.Lower)
+	rec.Add("write_seconds", writeTime.Seconds(), "s", result.Lower)
+	rec.Add("open_seconds", openTime.Seconds(), "s", result.Lower)
+	return rec.Results(), nil
 }
 
 // writeTimestamped creates e pods, each stamped with its write time, from a
 // few concurrent writers.
 func writeTimestamped(ctx context.Context, s storage.Interface, e int) error {
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	for wr := range fanOutWriters {
-		wg.Go(func() {
-			for i := wr; i < e; i += fanOutWriters {
-				if err := createPod(ctx, s, benchPod(fmt.Sprintf("fan-%d", i), time.Now())); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return firstErr
+	return writePods(ctx, s, e, fanOutWriters, func(i int) *example.Pod {
+		return benchPod(fmt.Sprintf("fan-%d", i), time.Now())
+	})
 }
 
 // stallTimeout ends the wait for deliveries that stopped coming: a watch the

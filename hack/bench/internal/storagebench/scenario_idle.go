@@ -5,8 +5,6 @@ import (
 	"runtime"
 	"time"
 
-	"k8s.io/apiserver/pkg/storage"
-
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
 )
 
@@ -16,48 +14,38 @@ import (
 // over an unbuffered channel); the parent subtracts it to get the cache's own
 // per-watcher cost.
 func Idle(ctx context.Context, env Env, decorator string, n int) ([]result.Result, error) {
-	fig := newFigures("idle", decorator, map[string]int{"watchers": n})
+	rec := result.NewRecorder("idle", Level, decorator, map[string]int{"watchers": n})
 	if decorator == None {
-		idleBaseline(fig, n)
-		return fig.out, nil
+		idleBaseline(rec, n)
+		return rec.Results(), nil
 	}
-	s, destroy, err := openStorage(ctx, env, decorator)
+	s, opts, destroy, err := openForFleet(ctx, env, decorator)
 	if err != nil {
 		return nil, err
 	}
 	defer destroy()
-	rv, _, err := currentRV(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	pred := storage.Everything
-	pred.AllowWatchBookmarks = true
-	opts := storage.ListOptions{ResourceVersion: rv, Recursive: true, Predicate: pred}
 
 	waitGoroutinesSettle(500*time.Millisecond, 5*time.Second)
 	bytesBefore, goroutinesBefore := heapStackBytes(), runtime.NumGoroutine()
-	f := newFleet(n)
-	start := time.Now()
-	err = f.open(ctx, s, n, opts, nil)
-	openTime := time.Since(start)
-	defer f.stop()
+	f, openTime, err := openFleet(ctx, s, n, opts, nil)
 	if err != nil {
 		return nil, err
 	}
+	defer f.stop()
 	goroutinesAfter := waitGoroutinesSettle(time.Second, 30*time.Second)
 	bytesAfter := heapStackBytes()
 
-	fig.add("heap_stack_bytes_per_watcher", perWatcher(float64(bytesAfter)-float64(bytesBefore), n), "B", lower)
-	fig.add("goroutines_per_watcher", perWatcher(float64(goroutinesAfter-goroutinesBefore), n), "goroutines", lower)
-	fig.add("open_seconds", openTime.Seconds(), "s", lower)
-	fig.add("watchers_closed", float64(f.closed.Load()), "watchers", lower)
+	rec.Add("heap_stack_bytes_per_watcher", perWatcher(float64(bytesAfter)-float64(bytesBefore), n), "B", result.Lower)
+	rec.Add("goroutines_per_watcher", perWatcher(float64(goroutinesAfter-goroutinesBefore), n), "goroutines", result.Lower)
+	rec.Add("open_seconds", openTime.Seconds(), "s", result.Lower)
+	rec.Add("watchers_closed", float64(f.closed.Load()), "watchers", result.Lower)
 	f.report()
-	return fig.out, nil
+	return rec.Results(), nil
 }
 
 // idleBaseline is the same measurement with no storage at all: n consumers
 // ranging over unbuffered channels, what any watch costs at minimum.
-func idleBaseline(fig *figures, n int) {
+func idleBaseline(rec *result.Recorder, n int) {
 	waitGoroutinesSettle(500*time.Millisecond, 5*time.Second)
 	bytesBefore, goroutinesBefore := heapStackBytes(), runtime.NumGoroutine()
 	start := time.Now()
@@ -81,9 +69,9 @@ func idleBaseline(fig *figures, n int) {
 	for range n {
 		<-done
 	}
-	fig.add("heap_stack_bytes_per_watcher", perWatcher(float64(bytesAfter)-float64(bytesBefore), n), "B", lower)
-	fig.add("goroutines_per_watcher", perWatcher(float64(goroutinesAfter-goroutinesBefore), n), "goroutines", lower)
-	fig.add("open_seconds", openTime.Seconds(), "s", lower)
+	rec.Add("heap_stack_bytes_per_watcher", perWatcher(float64(bytesAfter)-float64(bytesBefore), n), "B", result.Lower)
+	rec.Add("goroutines_per_watcher", perWatcher(float64(goroutinesAfter-goroutinesBefore), n), "goroutines", result.Lower)
+	rec.Add("open_seconds", openTime.Seconds(), "s", result.Lower)
 }
 
 func perWatcher(total float64, n int) float64 { return total / float64(n) }

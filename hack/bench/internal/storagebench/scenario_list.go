@@ -19,18 +19,12 @@ const listWarmups = 2
 // them from the cache: at resourceVersion "0" (any cached state) and
 // consistent (resourceVersion "", which must be at least as fresh as etcd).
 func List(ctx context.Context, env Env, decorator string, objects, repeats int) ([]result.Result, error) {
-	fig := newFigures("list", decorator, map[string]int{"objects": objects, "repeats": repeats})
-	s, destroy, err := openStorage(ctx, env, decorator)
+	rec := result.NewRecorder("list", Level, decorator, map[string]int{"objects": objects, "repeats": repeats})
+	s, destroy, err := openFilled(ctx, env, decorator, "list", objects)
 	if err != nil {
 		return nil, err
 	}
 	defer destroy()
-	if err := createPods(ctx, s, "list", objects); err != nil {
-		return nil, fmt.Errorf("creating %d objects: %w", objects, err)
-	}
-	if err := waitForObjects(ctx, s, objects); err != nil {
-		return nil, err
-	}
 	for _, series := range []struct{ name, rv string }{{"rv0", "0"}, {"consistent", ""}} {
 		opts := storage.ListOptions{ResourceVersion: series.rv, Predicate: storage.Everything, Recursive: true}
 		sample := make([]time.Duration, 0, repeats)
@@ -49,8 +43,8 @@ func List(ctx context.Context, env Env, decorator string, objects, repeats int) 
 				sample = append(sample, took)
 			}
 		}
-		fig.add(series.name+"_latency_p50_ms", ms(quantile(sample, 0.50)), "ms", lower)
-		fig.add(series.name+"_latency_p99_ms", ms(quantile(sample, 0.99)), "ms", lower)
+		rec.Add(series.name+"_latency_p50_ms", ms(quantile(sample, 0.50)), "ms", result.Lower)
+		rec.Add(series.name+"_latency_p99_ms", ms(quantile(sample, 0.99)), "ms", result.Lower)
 	}
-	return fig.out, nil
+	return rec.Results(), nil
 }

@@ -21,18 +21,12 @@ const watchListTimeout = 30 * time.Second
 // WatchList times sendInitialEvents watches of an idle resource holding
 // objects: from the call to the bookmark that ends the initial events.
 func WatchList(ctx context.Context, env Env, decorator string, objects, repeats int) ([]result.Result, error) {
-	fig := newFigures("watchlist", decorator, map[string]int{"objects": objects, "repeats": repeats})
-	s, destroy, err := openStorage(ctx, env, decorator)
+	rec := result.NewRecorder("watchlist", Level, decorator, map[string]int{"objects": objects, "repeats": repeats})
+	s, destroy, err := openFilled(ctx, env, decorator, "wl", objects)
 	if err != nil {
 		return nil, err
 	}
 	defer destroy()
-	if err := createPods(ctx, s, "wl", objects); err != nil {
-		return nil, fmt.Errorf("creating %d objects: %w", objects, err)
-	}
-	if err := waitForObjects(ctx, s, objects); err != nil {
-		return nil, err
-	}
 	// Upstream refuses a watch stream until the etcd client has been probed
 	// for progress requests, which happens in the background.
 	if err := waitWatchProgressSupported(ctx); err != nil {
@@ -46,9 +40,9 @@ func WatchList(ctx context.Context, env Env, decorator string, objects, repeats 
 		}
 		sample = append(sample, took)
 	}
-	fig.add("initial_events_end_p50_ms", ms(quantile(sample, 0.5)), "ms", lower)
-	fig.add("initial_events_end_max_ms", ms(quantile(sample, 1)), "ms", lower)
-	return fig.out, nil
+	rec.Add("initial_events_end_p50_ms", ms(quantile(sample, 0.5)), "ms", result.Lower)
+	rec.Add("initial_events_end_max_ms", ms(quantile(sample, 1)), "ms", result.Lower)
+	return rec.Results(), nil
 }
 
 func timeWatchList(ctx context.Context, s storage.Interface, objects int) (time.Duration, error) {

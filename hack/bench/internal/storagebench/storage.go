@@ -36,6 +36,9 @@ type Env struct {
 	Prefix string
 }
 
+// Level is the result level of every figure of this package.
+const Level = "storage"
+
 // readyTimeout bounds the wait for the cache's first list and watch.
 const readyTimeout = 60 * time.Second
 

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
+)
+
+// scenarioFuncs are one level's scenarios, each taking that level's Env E.
+// A level leaves out (nil) the scenarios it does not have.
+type scenarioFuncs[E any] struct {
+	idle      func(ctx context.Context, env E, decorator string, watchers int) ([]result.Result, error)
+	bookmarks func(ctx context.Context, env E, decorator string, watchers int, period time.Duration) ([]result.Result, error)
+	fanout    func(ctx context.Context, env E, decorator string, watchers, events int) ([]result.Result, error)
+	list      func(ctx context.Context, env E, decorator string, objects, repeats int) ([]result.Result, error)
+	watchlist func(ctx context.Context, env E, decorator string, objects, repeats int) ([]result.Result, error)
+}
+
+// run runs r's scenario with env, at r's sizes; ok is false when the level
+// has no scenario of that name.
+func (l scenarioFuncs[E]) run(ctx context.Context, env E, r runSpec) (rs []result.Result, ok bool, err error) {
+	switch {
+	case r.Scenario == "idle" && l.idle != nil:
+		rs, err = l.idle(ctx, env, r.Decorator, r.Watchers)
+	case r.Scenario == "bookmarks" && l.bookmarks != nil:
+		rs, err = l.bookmarks(ctx, env, r.Decorator, r.Watchers, r.Period)
+	case r.Scenario == "fanout" && l.fanout != nil:
+		rs, err = l.fanout(ctx, env, r.Decorator, r.Watchers, r.Events)
+	case r.Scenario == "list" && l.list != nil:
+		rs, err = l.list(ctx, env, r.Decorator, r.Objects, r.Repeats)
+	case r.Scenario == "watchlist" && l.watchlist != nil:
+		rs, err = l.watchlist(ctx, env, r.Decorator, r.Objects, r.Repeats)
+	default:
+		return nil, false, nil
+	}
+	return rs, true, err
+}
