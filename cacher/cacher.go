@@ -53,8 +53,10 @@ type Cacher struct {
 	progress   *progressRequester
 	// lastTickNanos is how long the last bookmark tick took, for Snapshot.
 	lastTickNanos atomic.Int64
-	wg            sync.WaitGroup
-	incoming      chan *event
+	// backfillMu runs one history backfill at a time (backfill.go).
+	backfillMu sync.Mutex
+	wg         sync.WaitGroup
+	incoming   chan *event
 	// forcedEvictionLog limits the capacity warning; only the reflector uses it.
 	forcedEvictionLog everyInterval
 

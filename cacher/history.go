@@ -19,6 +19,10 @@ type history struct {
 	// startRV is the RV just before the oldest retained event: the RV of the
 	// last evicted event, or of the list the cache was (re)built from.
 	startRV uint64
+	// fromList is whether startRV is still the (re)list's RV, nothing having
+	// been evicted since: then what came before it is a gap etcd can fill
+	// (backfill.go), not history given up.
+	fromList bool
 }
 
 func newHistory(window time.Duration, capacity int) *history {
@@ -29,6 +33,39 @@ func newHistory(window time.Duration, capacity int) *history {
 func (h *history) reset(rv uint64) {
 	h.ring, h.head, h.count = nil, 0, 0
 	h.startRV = rv
+	h.fromList = true
+}
+
+// prepend puts events from before the history's start (in RV order, all
+// above from and at or below startRV) in front of it and moves the start
+// back to from. Within the capacity the newest are kept. They take the
+// recorded time of the oldest event held (or now), so the window ages them
+// out no later than what followed them.
+func (h *history) prepend(events []*event, from uint64, now time.Time) {
+	if len(events) == 0 {
+		h.startRV = min(h.startRV, from)
+		return
+	}
+	if over := len(events) + h.count - h.capacity; over > 0 {
+		if over >= len(events) {
+			return
+		}
+		from, events = events[over-1].rv, events[over:]
+	}
+	stamp := now.UnixNano()
+	if h.count > 0 {
+		stamp = h.oldest().recordedNanos
+	}
+	out := make([]*event, min(max(16, len(events)+h.count), h.capacity))
+	for i, e := range events {
+		e.recordedNanos = stamp
+		out[i] = e
+	}
+	for i := range h.count {
+		out[len(events)+i] = h.at(i)
+	}
+	h.ring, h.head, h.count = out, 0, len(events)+h.count
+	h.startRV = from
 }
 
 // add appends e, evicting the oldest event when the capacity is reached. It
@@ -77,6 +114,7 @@ func (h *history) forget(rv uint64) {
 	}
 	if rv > h.startRV && h.count == 0 {
 		h.startRV = rv
+		h.fromList = false
 	}
 }
 
@@ -86,6 +124,7 @@ func (h *history) evictOldest() {
 	e := h.ring[h.head]
 	h.ring[h.head] = nil
 	h.startRV = e.rv
+	h.fromList = false
 	h.head = (h.head + 1) % len(h.ring)
 	h.count--
 }

@@ -204,36 +204,19 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (uint64, error) {
 // apply records one change in the store and the history and queues it for
 // the dispatcher.
 func (c *Cacher) apply(ev watch.Event) (uint64, error) {
-	obj := ev.Object
-	if wrapped, ok := obj.(storage.WatchEventWithRecordTime); ok {
-		obj = wrapped.Unwrap()
-	}
-	rv, err := c.versioner.ObjectResourceVersion(obj)
-	if err != nil {
-		return 0, err
-	}
-	cur, err := c.newObject(obj)
-	if err != nil {
-		return 0, err
-	}
 	now := c.clock.Now()
-	e := &event{typ: ev.Type, rv: rv, cur: cur, recordedNanos: now.UnixNano()}
+	e, err := c.newEvent(ev, now)
+	if err != nil {
+		return 0, err
+	}
+	cur, rv := e.cur, e.rv
 
 	c.mu.Lock()
+	var prev *object
 	if item, ok, _ := c.store.GetByKey(cur.key); ok {
-		e.prev = item.(*object)
+		prev = item.(*object)
 	}
-	if ev.Type == watch.Deleted && e.prev == nil {
-		e.prev = cur
-	}
-	if c.trigger != nil {
-		e.curTrigger = c.trigger.value(cur.obj)
-		if e.prev != nil {
-			e.prevTrigger = c.trigger.value(e.prev.obj)
-		} else {
-			e.prevTrigger = e.curTrigger
-		}
-	}
+	c.linkPrev(e, prev)
 	if ev.Type == watch.Deleted {
 		err = c.store.Delete(cur)
 	} else {
@@ -262,6 +245,41 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 	}
 	c.push(e)
 	return rv, nil
+}
+
+// newEvent turns a storage watch event into a cached one, all but what it
+// changed from (linkPrev).
+func (c *Cacher) newEvent(ev watch.Event, now time.Time) (*event, error) {
+	obj := ev.Object
+	if wrapped, ok := obj.(storage.WatchEventWithRecordTime); ok {
+		obj = wrapped.Unwrap()
+	}
+	rv, err := c.versioner.ObjectResourceVersion(obj)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := c.newObject(obj)
+	if err != nil {
+		return nil, err
+	}
+	return &event{typ: ev.Type, rv: rv, cur: cur, recordedNanos: now.UnixNano()}, nil
+}
+
+// linkPrev records the object e changed (nil for an addition) and the
+// trigger values before and after.
+func (c *Cacher) linkPrev(e *event, prev *object) {
+	e.prev = prev
+	if e.typ == watch.Deleted && e.prev == nil {
+		e.prev = e.cur
+	}
+	if c.trigger != nil {
+		e.curTrigger = c.trigger.value(e.cur.obj)
+		if e.prev != nil {
+			e.prevTrigger = c.trigger.value(e.prev.obj)
+		} else {
+			e.prevTrigger = e.curTrigger
+		}
+	}
 }
 
 // push hands an applied event to the dispatcher, waiting when it is behind.

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/klog/v2"
 
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
@@ -55,6 +56,19 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 			}
 			c.metrics.freshnessTimedOut(kind, err)
 			return newErrWatcher(err), nil
+		}
+	}
+
+	if requestedRV > 0 && !sendInitial {
+		c.mu.RLock()
+		gap := requestedRV < c.history.startRV && c.history.fromList
+		c.mu.RUnlock()
+		if gap {
+			// A resume from before the cache's list: etcd may still have
+			// what it missed. Failing that, the 410 below stands.
+			if err := c.backfill(ctx, requestedRV); err != nil {
+				klog.FromContext(ctx).V(2).Info("Watch cache history backfill failed", "resource", c.groupResource.String(), "from", requestedRV, "err", err)
+			}
 		}
 	}
 

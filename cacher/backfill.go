@@ -1,0 +1,157 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/klog/v2"
+)
+
+// backfillTimeout bounds one backfill: a resume waits at most this long
+// before it gets the 410 it would have got without one.
+const backfillTimeout = 10 * time.Second
+
+// backfillMetadata keeps the backfill's own etcd watch, which starts behind
+// and so is not synced, off the stream the cache follows: etcd answers a
+// progress request only when every watch of the stream is synced.
+var backfillMetadata = metadata.New(map[string]string{"source": "watchkeeper-backfill"})
+
+// backfill fills the history between rv and its start from etcd, when the
+// start is the cache's (re)list rather than history given up to the window
+// or the capacity. A client resuming from an RV just before the list (its
+// apiserver restarted, or the cache relisted after an etcd outage) then
+// continues without a relist, as it would have against the old cache.
+//
+// It reads etcd's state at rv (the objects the events change, which
+// selectors need), then etcd's events after rv up to the history's start,
+// and prepends them. If etcd has compacted rv away the read fails and the
+// client gets its 410, as it should. One backfill runs at a time per
+// resource; concurrent resumes wait for it and then find the gap filled.
+func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
+	c.backfillMu.Lock()
+	defer c.backfillMu.Unlock()
+	c.mu.RLock()
+	start, fromList := c.history.startRV, c.history.fromList
+	c.mu.RUnlock()
+	if !fromList || rv >= start {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(ctx, backfillMetadata), backfillTimeout)
+	defer cancel()
+
+	state, err := c.stateAt(ctx, rv)
+	if err != nil {
+		return err
+	}
+	events, err := c.eventsBetween(ctx, rv, start, state)
+	if err != nil {
+		return err
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.history.startRV != start || !c.history.fromList || c.ready.state != stateReady {
+		return fmt.Errorf("the history moved while it was being backfilled")
+	}
+	c.history.prepend(events, rv, c.clock.Now())
+	klog.V(2).InfoS("Backfilled the watch cache history from etcd", "resource", c.groupResource.String(),
+		"from", rv, "to", start, "events", len(events))
+	return nil
+}
+
+// stateAt is etcd's state of the resource at rv, by key.
+func (c *Cacher) stateAt(ctx context.Context, rv uint64) (map[string]*object, error) {
+	list := c.cfg.NewListFunc()
+	opts := storage.ListOptions{
+		ResourceVersion: strconv.FormatUint(rv, 10), ResourceVersionMatch: metav1.ResourceVersionMatchExact,
+		Recursive: true, Predicate: storage.Everything,
+	}
+	if err := c.storage.GetList(ctx, c.resourcePrefix, opts, list); err != nil {
+		return nil, err
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil, err
+	}
+	state := make(map[string]*object, len(items))
+	for _, item := range items {
+		o, err := c.newObject(item)
+		if err != nil {
+			return nil, err
+		}
+		state[o.key] = o
+	}
+	return state, nil
+}
+
+// eventsBetween reads etcd's events in (from, to] on a watch of its own,
+// replaying them on state so each knows what it changed. It asks for
+// progress until it has seen to, since a quiet resource sends no event past
+// it. At most the history's capacity is read.
+func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, state map[string]*object) ([]*event, error) {
+	w, err := c.storage.Watch(ctx, c.resourcePrefix, storage.ListOptions{
+		ResourceVersion: strconv.FormatUint(from, 10), Recursive: true, ProgressNotify: true,
+		Predicate: storage.SelectionPredicate{Label: labels.Everything(), Field: fields.Everything(), AllowWatchBookmarks: true},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	progress := c.clock.NewTicker(progressRequestPeriod)
+	defer progress.Stop()
+	var events []*event
+	now := c.clock.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("backfilling %v from %d to %d: %w", c.groupResource, from, to, ctx.Err())
+		case <-progress.C():
+			if err := c.storage.RequestWatchProgress(ctx); err != nil {
+				klog.V(4).InfoS("Backfill progress request failed", "resource", c.groupResource.String(), "err", err)
+			}
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return nil, fmt.Errorf("backfilling %v: the etcd watch closed", c.groupResource)
+			}
+			switch ev.Type {
+			case watch.Error:
+				return nil, errors.FromObject(ev.Object)
+			case watch.Bookmark:
+				if rv, err := c.versioner.ObjectResourceVersion(ev.Object); err == nil && rv >= to {
+					return events, nil
+				}
+				continue
+			}
+			e, err := c.newEvent(ev, now)
+			if err != nil {
+				return nil, err
+			}
+			if e.rv > to {
+				return events, nil
+			}
+			if len(events) == c.cfg.HistoryCapacity {
+				return nil, fmt.Errorf("backfilling %v: more than %d events between %d and %d", c.groupResource, c.cfg.HistoryCapacity, from, to)
+			}
+			c.linkPrev(e, state[e.cur.key])
+			if e.typ == watch.Deleted {
+				delete(state, e.cur.key)
+			} else {
+				state[e.cur.key] = e.cur
+			}
+			events = append(events, e)
+			if e.rv == to {
+				return events, nil
+			}
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package cacher
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+func TestHistoryPrepend(t *testing.T) {
+	at := func(d time.Duration) time.Time { return historyEpoch.Add(d) }
+	for _, tc := range []struct {
+		name      string
+		capacity  int
+		held      []uint64 // after a reset at 100
+		prepend   []uint64
+		from      uint64
+		wantRVs   []uint64
+		wantStart uint64
+	}{
+		{"fills the gap before the list", 10, []uint64{101, 102}, []uint64{95, 97}, 90, []uint64{95, 97, 101, 102}, 90},
+		{"an empty gap still moves the start", 10, []uint64{101}, nil, 90, []uint64{101}, 90},
+		{"capacity keeps the newest", 4, []uint64{101, 102}, []uint64{91, 93, 95, 97}, 90, []uint64{95, 97, 101, 102}, 93},
+		{"no room at all: unchanged", 2, []uint64{101, 102}, []uint64{95, 97}, 90, []uint64{101, 102}, 100},
+		{"into an empty history", 10, nil, []uint64{95}, 90, []uint64{95}, 90},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHistory(time.Minute, tc.capacity)
+			h.reset(100)
+			for i, rv := range tc.held {
+				h.add(historyEvent(rv, at(time.Duration(i+1)*time.Second)), at(0))
+			}
+			var events []*event
+			for _, rv := range tc.prepend {
+				events = append(events, historyEvent(rv, at(time.Hour)))
+			}
+			h.prepend(events, tc.from, at(10*time.Second))
+			if got := historyRVs(t, h); !slices.Equal(got, tc.wantRVs) || h.startRV != tc.wantStart {
+				t.Fatalf("after prepend: %v from %d, want %v from %d", got, h.startRV, tc.wantRVs, tc.wantStart)
+			}
+			// Prepended events age out no later than what followed them.
+			if h.len() > 0 && len(tc.held) > 0 && h.oldest().recordedNanos > at(time.Second).UnixNano() {
+				t.Errorf("the oldest event is stamped %v, after the first held one", time.Unix(0, h.oldest().recordedNanos))
+			}
+			// Growing after a prepend keeps order.
+			h.add(historyEvent(200, at(20*time.Second)), at(20*time.Second))
+			if got := historyRVs(t, h); got[len(got)-1] != 200 || !slices.IsSorted(got) {
+				t.Fatalf("after an add: %v", got)
+			}
+		})
+	}
+}
+
+// A client resuming from an RV before the cache's list (its apiserver
+// restarted, or the cache relisted) continues from etcd's events instead of
+// getting 410; when etcd no longer has that RV it gets the 410.
+func TestBackfillBeforeTheList(t *testing.T) {
+	a90 := newTestPod("a", 90, map[string]string{"app": "web"}, "")
+	fs := newFakeStorage(100, newTestPod("a", 97, map[string]string{"app": "db"}, ""), newTestPod("b", 99, nil, ""))
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	// etcd's state at 90: a is still web, b does not exist yet.
+	fs.setList(90, a90)
+
+	web := labelled("app=web")
+	type result struct {
+		w   watch.Interface
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: web})
+		done <- result{w, err}
+	}()
+	bw, opts := fs.waitWatch(t, 2)
+	if opts.ResourceVersion != "90" {
+		t.Fatalf("backfill watch from %q, want 90", opts.ResourceVersion)
+	}
+	bw.send(t, watch.Modified, newTestPod("a", 97, map[string]string{"app": "db"}, "")) // a leaves app=web
+	bw.send(t, watch.Added, newTestPod("b", 99, nil, ""))
+	bw.sendBookmark(t, 100)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(r.w.Stop)
+	// The selector saw a leave: a DELETED of the old a at 97.
+	ev := nextEvent(t, r.w)
+	if ev.Type != watch.Deleted || eventRV(t, ev) != 97 {
+		t.Fatalf("first event %s, want DELETED a@97 (it left the selector)", describe(ev))
+	}
+	sw.send(t, watch.Modified, newTestPod("a", 101, map[string]string{"app": "web"}, ""))
+	if ev := nextEvent(t, r.w); ev.Type != watch.Added || eventRV(t, ev) != 101 {
+		t.Fatalf("then %s, want ADDED a@101", describe(ev))
+	}
+	c.mu.RLock()
+	start, fromList := c.history.startRV, c.history.fromList
+	c.mu.RUnlock()
+	if start != 90 || !fromList {
+		t.Errorf("history starts at %d (fromList %v), want 90", start, fromList)
+	}
+
+	// etcd compacted 80 away: the exact read fails and the resume gets 410.
+	fs.failLists(1)
+	w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "80", Recursive: true, Predicate: web})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev = nextEvent(t, w)
+	if s := errorStatus(t, ev); s.Code != 410 || s.Reason != v1.StatusReasonExpired {
+		t.Fatalf("resume from 80 after a failed backfill: %+v, want 410 Expired", s)
+	}
+}
