@@ -53,6 +53,7 @@ func (d *dispatcher) dispatch(e *event) {
 	d.candidates = c.watchers.candidates(d.candidates[:0], e)
 	c.mu.RUnlock()
 	objs := c.objectsOf(e)
+	now := c.clock.Now().UnixNano()
 	delivered := 0
 	for _, w := range d.candidates {
 		// A watcher that started from a state at or after this event already
@@ -64,7 +65,7 @@ func (d *dispatcher) dispatch(e *event) {
 		if !ok {
 			continue
 		}
-		if !w.deliver(out) {
+		if !w.deliver(out, now) {
 			c.terminateSlow(w)
 			continue
 		}
@@ -103,13 +104,14 @@ func (d *dispatcher) tick() {
 		return shared
 	}
 	sent, count := 0, 0
+	nowNanos := c.clock.Now().UnixNano()
 	// A watcher closed since it was filed is skipped. Offering never waits,
 	// so holding the read lock is cheap.
 	c.mu.RLock()
 	for _, slot := range d.due {
 		for _, w := range slot {
 			count++
-			if c.watchers.has(w) && w.offerBookmark(d.rv, sharedBookmark) {
+			if c.watchers.has(w) && w.offerBookmark(d.rv, sharedBookmark, nowNanos) {
 				sent++
 			}
 		}

@@ -139,13 +139,15 @@ func (w *watcher) start(ctx context.Context, initial []watch.Event) {
 // not taken yet. It never waits. It reports false when the client is too far
 // behind (the queue is full, or nothing was taken for slowClientTimeout):
 // the caller then closes the watcher.
-func (w *watcher) deliver(ev watch.Event) bool {
+// nowNanos is the dispatcher's clock reading for this event (one read per
+// event rather than one per watcher behind).
+func (w *watcher) deliver(ev watch.Event, nowNanos int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.deliverLocked(ev)
+	return w.deliverLocked(ev, nowNanos)
 }
 
-func (w *watcher) deliverLocked(ev watch.Event) bool {
+func (w *watcher) deliverLocked(ev watch.Event, now int64) bool {
 	if w.state != watcherOpen {
 		return true
 	}
@@ -158,7 +160,6 @@ func (w *watcher) deliverLocked(ev watch.Event) bool {
 		default:
 		}
 	}
-	now := w.c.clock.Now().UnixNano()
 	if !w.roomLocked(queued, now) {
 		return false
 	}
@@ -309,7 +310,7 @@ func (w *watcher) closeLocked() {
 // which is proof of life enough. shared is the tick's bookmark at the
 // dispatched RV, used when no initial-events-end marker is due. It reports
 // whether a bookmark was queued.
-func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject) bool {
+func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject, nowNanos int64) bool {
 	rv := max(dispatchedRV, w.startRV)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -322,7 +323,7 @@ func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject
 		// A marker is already on its way, or events are.
 		return false
 	}
-	if !w.roomLocked(queued, w.c.clock.Now().UnixNano()) {
+	if !w.roomLocked(queued, nowNanos) {
 		// The next tick offers the marker again, or the next event finds
 		// the client too slow.
 		return false
@@ -350,7 +351,7 @@ func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject
 	if after := w.tracker.State(); after != before {
 		w.c.metrics.watcherMoved(before, after)
 	}
-	return w.deliverLocked(ev)
+	return w.deliverLocked(ev, nowNanos)
 }
 
 // signalInitialized tells API priority and fairness that the watch's
