@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
@@ -128,6 +129,11 @@ func (s *fakeStorage) GetList(ctx context.Context, key string, opts storage.List
 	if s.listFailures > 0 {
 		s.listFailures--
 		return storage.NewUnreachableError(key, 0)
+	}
+	// The fake holds one state: an exact read at any other RV is one etcd
+	// has compacted away.
+	if opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact && opts.ResourceVersion != strconv.FormatUint(s.listRV, 10) {
+		return storage.NewInvalidError(field.ErrorList{field.Invalid(field.NewPath("resourceVersion"), opts.ResourceVersion, "compacted")})
 	}
 	list, ok := listObj.(*example.PodList)
 	if !ok {
