@@ -3,7 +3,9 @@ package cacher
 import (
 	"bytes"
 	"io"
+	"maps"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,8 +27,10 @@ type sharedObject struct {
 	obj  runtime.Object
 	meta metav1.Object
 
-	mu        sync.Mutex
-	encodings map[runtime.Identifier]*encoding
+	// encodings is copied on write: a thousand watches encoding one event
+	// read it at once, and only the first for each encoder writes.
+	encodings atomic.Pointer[map[runtime.Identifier]*encoding]
+	mu        sync.Mutex // serialises writers of encodings
 }
 
 type encoding struct {
@@ -45,16 +49,26 @@ func share(obj runtime.Object) (*sharedObject, error) {
 }
 
 func (s *sharedObject) encoding(id runtime.Identifier) *encoding {
+	if m := s.encodings.Load(); m != nil {
+		if e, ok := (*m)[id]; ok {
+			return e
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.encodings == nil {
-		s.encodings = make(map[runtime.Identifier]*encoding, 1)
+	old := s.encodings.Load()
+	if old != nil {
+		if e, ok := (*old)[id]; ok {
+			return e
+		}
 	}
-	e, ok := s.encodings[id]
-	if !ok {
-		e = &encoding{}
-		s.encodings[id] = e
+	m := make(map[runtime.Identifier]*encoding, 1)
+	if old != nil {
+		maps.Copy(m, *old)
 	}
+	e := &encoding{}
+	m[id] = e
+	s.encodings.Store(&m)
 	return e
 }
 

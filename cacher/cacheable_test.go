@@ -127,3 +127,24 @@ func TestCacheEncodeError(t *testing.T) {
 		t.Fatalf("encoder called %d times, want 1", calls)
 	}
 }
+
+// BenchmarkCacheEncodeShared is many watches writing one event's cached
+// encoding at once, as the HTTP handlers of a fan-out do.
+func BenchmarkCacheEncodeShared(b *testing.B) {
+	pod := newTestPod("a", 7, map[string]string{"app": "x"}, "node1")
+	s, err := share(pod)
+	if err != nil {
+		b.Fatal(err)
+	}
+	encode := func(obj runtime.Object, w io.Writer) error {
+		return json.NewEncoder(w).Encode(obj)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := s.forWatcher().CacheEncode("json", encode, io.Discard); err != nil {
+				b.Error(err)
+			}
+		}
+	})
+}
