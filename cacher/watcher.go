@@ -72,9 +72,12 @@ type watcher struct {
 	// done wakes a pump blocked on the client when the watcher is closed;
 	// made with the first pump, as idle watchers never need it.
 	done chan struct{}
-	// blockedSinceNanos is when the client last took an event while others
-	// were queued (or when the first was queued).
+	// blockedSinceNanos is when the dispatcher last saw the client take an
+	// event while others were queued (or queued the first): taken counts
+	// what the pump handed over, seenTaken what the dispatcher last saw, so
+	// the pump never reads the clock.
 	blockedSinceNanos int64
+	taken, seenTaken  uint64
 	// initialLeft counts the initial events (and end bookmark) not yet
 	// delivered; they are not bounded by the queue limit.
 	initialLeft int
@@ -179,6 +182,9 @@ func (w *watcher) roomLocked(queued int, nowNanos int64) bool {
 	if queued >= w.c.cfg.WatcherBuffer+w.initialLeft {
 		return false
 	}
+	if w.taken != w.seenTaken {
+		w.seenTaken, w.blockedSinceNanos = w.taken, nowNanos
+	}
 	return queued == 0 || time.Duration(nowNanos-w.blockedSinceNanos) <= slowClientTimeout
 }
 
@@ -240,7 +246,7 @@ func (w *watcher) pump() {
 		if w.state != watcherClosed {
 			w.queue[w.head] = watch.Event{}
 			w.head++
-			w.blockedSinceNanos = w.c.clock.Now().UnixNano()
+			w.taken++
 			w.deliveredLocked(ev)
 			if w.initialLeft > 0 {
 				w.initialLeft--
