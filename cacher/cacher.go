@@ -51,6 +51,8 @@ type Cacher struct {
 	// storage_liveness.go.
 	heardNanos atomic.Int64
 	progress   *progressRequester
+	// verifying is whether a check of etcd's revision after a silence runs.
+	verifying atomic.Bool
 	// lastTickNanos is how long the last bookmark tick took, for Snapshot.
 	lastTickNanos atomic.Int64
 	// backfillMu runs one history backfill at a time (backfill.go).

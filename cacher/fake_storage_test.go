@@ -35,6 +35,7 @@ type fakeStorage struct {
 	listCalls    int
 
 	currentRV     uint64
+	unreachable   bool // GetCurrentResourceVersion fails, as with etcd down
 	compactRV     int64
 	progressCalls int
 	sizeKeys      storage.KeysFunc
@@ -166,7 +167,16 @@ func (s *fakeStorage) RequestWatchProgress(ctx context.Context) error {
 func (s *fakeStorage) GetCurrentResourceVersion(ctx context.Context) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.unreachable {
+		return 0, storage.NewUnreachableError("current revision", 0)
+	}
 	return s.currentRV, nil
+}
+
+func (s *fakeStorage) setUnreachable(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unreachable = down
 }
 
 func (s *fakeStorage) CompactRevision() int64 {

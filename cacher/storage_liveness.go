@@ -1,6 +1,7 @@
 package cacher
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -61,17 +62,40 @@ func (c *Cacher) checkStorageLiveness(now time.Time) {
 		return
 	}
 	switch {
-	case silent >= timeout:
-		c.mu.Lock()
-		lost := c.watchLost
-		c.watchLost = nil
-		c.mu.Unlock()
-		if lost != nil {
-			klog.InfoS("Storage watch silent; ending it", "resource", c.groupResource.String(), "silentFor", silent)
-			close(lost)
-		}
+	case silent >= timeout && c.verifying.CompareAndSwap(false, true):
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			defer c.verifying.Store(false)
+			c.verifySilence(now, silent)
+		}()
 	case silent >= timeout/3:
 		c.progress.request()
+	}
+}
+
+// verifySilence tells an idle etcd from a dead one. etcd sends no progress
+// notification, asked for or periodic, to a watch that starts above its
+// current revision, so on an etcd nobody writes to the cache's watch is
+// silent although all is well. If etcd answers and has nothing the cache
+// lacks, that answer is the word the cache waited for; if it does not
+// answer, or is ahead while the watch says nothing, the watch is lost.
+func (c *Cacher) verifySilence(now time.Time, silent time.Duration) {
+	ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
+	defer cancel()
+	rv, err := c.storage.GetCurrentResourceVersion(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil && rv <= c.rv {
+		c.heard(c.clock.Now())
+		return
+	}
+	lost := c.watchLost
+	c.watchLost = nil
+	if lost != nil {
+		klog.InfoS("Storage watch silent; ending it", "resource", c.groupResource.String(), "silentFor", silent,
+			"etcdRV", rv, "cacheRV", c.rv, "err", err)
+		close(lost)
 	}
 }
 

@@ -39,8 +39,22 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 		t.Fatal("the cache went not ready although storage answered every progress request")
 	}
 
-	// Now storage says nothing: progress requests go out one at a time, and
-	// at the timeout the watch is given up.
+	// An idle etcd answers no progress request for a watch that starts
+	// above its revision, but it answers a read of its revision: nothing
+	// new there, so the quiet is not an outage.
+	c.stepTicks(t, int(timeout/time.Second)+3, 1, nil)
+	time.Sleep(50 * time.Millisecond)
+	if !c.Ready() {
+		t.Fatal("the cache went not ready on an idle etcd that answers")
+	}
+	sw.sendBookmark(t, 100)
+	poll(t, "the progress notification to be heard", func() bool {
+		return time.Duration(c.clk.Now().UnixNano()-c.heardNanos.Load()) == 0
+	})
+
+	// Now storage is gone: progress requests go out one at a time, the
+	// revision cannot be read, and at the timeout the watch is given up.
+	fs.setUnreachable(true)
 	fs.failLists(1 << 20)
 	c.stepTicks(t, int(timeout/time.Second)-1, 1, nil)
 	if !c.Ready() {
@@ -67,6 +81,7 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 
 	// Storage comes back: the reflector's backoff expires, it lists and
 	// watches again and the cache serves.
+	fs.setUnreachable(false)
 	fs.failLists(0)
 	for !c.Ready() {
 		c.clk.Step(time.Second)

@@ -215,6 +215,7 @@ func (w *watcher) pump() {
 		if w.state == watcherClosed {
 			w.pumping = false
 			close(w.result)
+			w.releaseLocked()
 			w.mu.Unlock()
 			return
 		}
@@ -280,12 +281,24 @@ func (w *watcher) terminate() {
 	}
 	w.state = watcherClosed
 	w.queue, w.head = nil, 0
+	w.releaseLocked()
 	if w.done != nil {
 		close(w.done)
 	}
 	if !w.pumping {
 		w.closeLocked()
 	}
+}
+
+// releaseLocked lets go of the request: a closed watcher may stay filed on
+// the bookmark calendar until its slot comes up (up to a period), and must
+// not keep the request's context and what hangs off it alive until then.
+func (w *watcher) releaseLocked() {
+	if w.stopOnCancel != nil {
+		w.stopOnCancel()
+		w.stopOnCancel = nil
+	}
+	w.initCtx = nil
 }
 
 // drain lets the client read what is queued, then closes the watcher.
@@ -306,9 +319,7 @@ func (w *watcher) drain() {
 func (w *watcher) closeLocked() {
 	w.state = watcherClosed
 	close(w.result)
-	if w.stopOnCancel != nil {
-		w.stopOnCancel()
-	}
+	w.releaseLocked()
 }
 
 // offerBookmark queues a bookmark at the dispatched RV (or the watcher's
