@@ -11,7 +11,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 25m
 FUZZTIME ?= 15s
 FUZZ_FLAGS ?= -run XXX -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 
-.PHONY: all build test fuzz verify run bench-bookmarks bench bench-quick update-codegen
+.PHONY: all build test fuzz verify run bench-bookmarks bench bench-quick update-codegen soak
 
 all: build
 
@@ -51,3 +51,11 @@ bench:
 # The same at small sizes and a 20s bookmark period: under 3 minutes.
 bench-quick:
 	$(GO) run ./hack/bench -quick $(BENCH_FLAGS)
+
+# The bounded soak (not part of make test): writers, thousands of watchers
+# and WatchList informers, etcd restarts and compactions, then a check of
+# every watcher against etcd's history and one line of figures. Longer:
+# make soak SOAK_DURATION=30m; more knobs: SOAK_FLAGS="-watchers 5000".
+SOAK_DURATION ?= 10m
+soak:
+	$(GO) run ./hack/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)

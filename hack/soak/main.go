@@ -1,0 +1,569 @@
+// Command soak is watchkeeper's bounded soak (make soak): the sample
+// apiserver with watchkeeper as its watch cache, on an etcd that is
+// restarted and compacted while writers create, update and delete widgets
+// and thousands of watchers with label and field selectors follow them:
+// plain watches that resume from their last event or bookmark whenever a
+// stream ends (and list again on 410), and client-go shared informers,
+// whose reflectors use WatchList. At the end a checker compares every
+// watcher's record with etcd's history, recorded live by a watch of its own
+// (check.go says what counts as lost, duplicated and unexpected), and the
+// soak prints one line of figures. It exits non-zero when anything was
+// lost, duplicated or unexpected, or a watcher did not catch up.
+//
+// The etcd member runs in this process (embedded, restarted on the same
+// ports and data); the sample apiserver runs as a child process of this
+// binary (its "serve" subcommand), so its memory and goroutines are its own.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apiserver/pkg/storage/etcd3"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
+	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == serveCommand {
+		os.Exit(serve(os.Args[2:]))
+	}
+	os.Exit(run())
+}
+
+type config struct {
+	duration          time.Duration
+	watchers          int
+	informers         int
+	writers           int
+	objects           int
+	rate              float64
+	restartEvery      time.Duration
+	downtime          time.Duration
+	longDowntime      time.Duration
+	silenceTimeout    time.Duration
+	compactEvery      time.Duration
+	compactLag        time.Duration
+	bookmarkFrequency time.Duration
+	finalWait         time.Duration
+	heartbeat         time.Duration
+	workDir           string
+	keep              bool
+}
+
+func run() int {
+	var c config
+	fs := flag.NewFlagSet("soak", flag.ExitOnError)
+	fs.DurationVar(&c.duration, "duration", 10*time.Minute, "how long the writers write and etcd is restarted and compacted")
+	fs.IntVar(&c.watchers, "watchers", 2000, "plain watchers (list, then watch and resume)")
+	fs.IntVar(&c.informers, "informers", 100, "client-go shared informers (WatchList)")
+	fs.IntVar(&c.writers, "writers", 8, "writers, each owning its widgets")
+	fs.IntVar(&c.objects, "objects", 50, "widgets per writer")
+	fs.Float64Var(&c.rate, "rate", 25, "writes per second, all writers together")
+	fs.DurationVar(&c.restartEvery, "etcd-restart-every", 2*time.Minute, "how often etcd is restarted")
+	fs.DurationVar(&c.downtime, "etcd-downtime", 2*time.Second, "how long etcd stays down at the 1st, 3rd, ... restart: less than the silence timeout, the cache rides it out")
+	fs.DurationVar(&c.longDowntime, "etcd-long-downtime", 10*time.Second, "how long etcd stays down at the 2nd, 4th, ... restart (the 4th, 8th, ... then compacted at once): more than the silence timeout, the cache goes not ready and relists")
+	fs.DurationVar(&c.silenceTimeout, "silence-timeout", 5*time.Second, "the server's --watch-cache-storage-silence-timeout")
+	fs.DurationVar(&c.compactEvery, "compact-every", time.Minute, "how often etcd is compacted")
+	fs.DurationVar(&c.compactLag, "compact-lag", 10*time.Second, "how far behind the current revision a compaction cuts")
+	fs.DurationVar(&c.bookmarkFrequency, "bookmark-frequency", 5*time.Second, "the server's --watch-cache-bookmark-frequency")
+	fs.DurationVar(&c.finalWait, "final-wait", 3*time.Minute, "how long every watcher has to catch up at the end")
+	fs.DurationVar(&c.heartbeat, "etcd-heartbeat", time.Second, "how often a key outside the server's prefix is written, as a shared etcd's leases and other resources do; 0 for an etcd only the widgets write to (then, once the writers stop, the cache relists every silence timeout: etcd sends no progress to a watch that starts past its revision)")
+	fs.StringVar(&c.workDir, "workdir", "", "where etcd's data and the logs go (default: a new temporary directory)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the work directory after a clean run")
+	_ = fs.Parse(os.Args[1:])
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ok, err := soak(ctx, c)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "soak: %v\n", err)
+		return 2
+	}
+	if !ok {
+		return 1
+	}
+	return 0
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s soak: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func soak(ctx context.Context, c config) (ok bool, err error) {
+	dir := c.workDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "watchkeeper-soak-"); err != nil {
+			return false, err
+		}
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false, err
+	}
+	defer func() {
+		if ok && err == nil && !c.keep {
+			_ = os.RemoveAll(dir)
+		} else {
+			logf("work directory kept: %s (server.log, etcd.log, clients.log)", dir)
+		}
+	}()
+	// client-go's own logs (reflectors retrying while etcd is down, ...).
+	clientLog, err := os.Create(filepath.Join(dir, "clients.log"))
+	if err != nil {
+		return false, err
+	}
+	defer clientLog.Close()
+	klog.LogToStderr(false)
+	klog.SetOutput(clientLog)
+
+	// etcd, and the checker's record of it, from before the first write.
+	etcd, err := newEtcdMember(filepath.Join(dir, "etcd"))
+	if err != nil {
+		return false, err
+	}
+	if err := etcd.start(); err != nil {
+		return false, err
+	}
+	defer etcd.stop()
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.endpoint()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return false, err
+	}
+	defer client.Close()
+	head, err := client.Get(ctx, widgetsPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return false, err
+	}
+	keys := newKeyTable()
+	tr := newTruth(keys)
+	truthCtx, stopTruth := context.WithCancel(ctx)
+	defer stopTruth()
+	var truthDone sync.WaitGroup
+	// From the current revision, not the next: etcd sends no progress to a
+	// watch whose start is ahead of its revision (watchable_store.go
+	// progressIfSync), and a fresh etcd holds no widget to replay.
+	truthDone.Go(func() { tr.run(truthCtx, client, head.Header.Revision) })
+	if c.heartbeat > 0 {
+		truthDone.Go(func() { heartbeat(truthCtx, client, c.heartbeat) })
+	}
+
+	srv, err := startServer(ctx, dir, etcd.endpoint(), []string{
+		"--watch-cache-bookmark-frequency=" + c.bookmarkFrequency.String(),
+		"--watch-cache-bookmark-pre-deadline-offset=1s",
+		"--watch-cache-storage-silence-timeout=" + c.silenceTimeout.String(),
+	})
+	if err != nil {
+		return false, err
+	}
+	defer srv.stop()
+	goroutinesBefore, err := srv.metric(ctx, "go_goroutines")
+	if err != nil {
+		return false, err
+	}
+	srv.dumpGoroutines(ctx, filepath.Join(dir, "goroutines-before.txt"))
+	logf("etcd %s, sample apiserver %s (pid %d, %v goroutines), work directory %s", etcd.endpoint(), srv.url, srv.pid, goroutinesBefore, dir)
+
+	cfg := rest.CopyConfig(srv.admin)
+	cfg.QPS, cfg.Burst = -1, 0
+	cs, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		return false, err
+	}
+	st := newStats()
+
+	// The watchers.
+	specs, err := catalog()
+	if err != nil {
+		return false, err
+	}
+	var stopping atomic.Bool
+	isStopping := stopping.Load
+	watchCtx, stopWatchers := context.WithCancel(ctx)
+	defer stopWatchers()
+	var watchersWG sync.WaitGroup
+	recs := make([]*watcherRec, 0, c.watchers+c.informers)
+	var informers []*informerHandle
+	for i := range c.watchers + c.informers {
+		r := &watcherRec{kind: "watch", spec: specs[i%len(specs)]}
+		if i >= c.watchers {
+			r.kind = "informer"
+			informers = append(informers, &informerHandle{rec: r, informer: informer(watchCtx, cs, keys, r, st, isStopping, &watchersWG)})
+		} else {
+			watchersWG.Go(func() { plainWatcher(watchCtx, cs, keys, r, st, isStopping) })
+		}
+		recs = append(recs, r)
+		time.Sleep(5 * time.Millisecond) // a ramp, not a stampede
+	}
+	logf("%d watchers and %d informers over %d specs started", c.watchers, c.informers, len(specs))
+
+	// The writers, paced by one token source.
+	writeCtx, stopWriters := context.WithCancel(ctx)
+	defer stopWriters()
+	var writersWG sync.WaitGroup
+	tokens := make(chan struct{})
+	writersWG.Go(func() {
+		t := time.NewTicker(time.Duration(float64(time.Second) / c.rate))
+		defer t.Stop()
+		for {
+			select {
+			case <-writeCtx.Done():
+				return
+			case <-t.C:
+				select {
+				case tokens <- struct{}{}:
+				default: // every writer busy: the write is skipped, not queued
+				}
+			}
+		}
+	})
+	for id := range c.writers {
+		writersWG.Go(func() { writer(writeCtx, cs, id, c.objects, tokens, st) })
+	}
+
+	// The faults: etcd restarts and compactions.
+	chaosCtx, stopChaos := context.WithCancel(ctx)
+	defer stopChaos()
+	var chaosWG sync.WaitGroup
+	var restarts, compactions atomic.Int64
+	comp := &compaction{}
+	var chaosErr atomic.Value
+	chaosWG.Go(func() {
+		t := time.NewTicker(c.restartEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-chaosCtx.Done():
+				return
+			case <-t.C:
+			}
+			// Restarts go short, long, short, long with a compaction, and
+			// round again. A short outage the cache rides out; after a long
+			// one it relists, and watchers resume from before its list: it
+			// backfills them from etcd's history, or, when a compaction
+			// took that history, answers 410 and they relist.
+			n := restarts.Load()
+			down := c.downtime
+			if n%2 == 1 {
+				down = c.longDowntime
+			}
+			etcd.stop()
+			select {
+			case <-chaosCtx.Done():
+			case <-time.After(down):
+			}
+			if err := etcd.start(); err != nil {
+				chaosErr.Store(err)
+				return
+			}
+			restarts.Add(1)
+			if n%4 != 3 {
+				logf("etcd restarted after %v down", down)
+				continue
+			}
+			// Move the revision past anything a watcher can resume from
+			// (keys no resource watches), then compact up to it, before
+			// the cache is ready again.
+			for try := time.Now(); time.Since(try) < 20*time.Second && chaosCtx.Err() == nil; time.Sleep(time.Second) {
+				if err := bumpRevision(chaosCtx, client, 50); err != nil {
+					continue
+				}
+				if _, err := tr.waitCaughtUp(chaosCtx, client, 5*time.Second); err != nil {
+					continue
+				}
+				if target := int64(tr.seen.Load()); comp.compact(chaosCtx, client, target) {
+					compactions.Add(1)
+					logf("etcd restarted after %v down, and compacted at once at %d", down, target)
+					break
+				}
+			}
+		}
+	})
+	chaosWG.Go(func() { compactor(chaosCtx, client, tr, comp, c.compactEvery, c.compactLag, &compactions) })
+
+	start := time.Now()
+	progress := time.NewTicker(30 * time.Second)
+	deadline := time.After(c.duration)
+	for running := true; running; {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-deadline:
+			running = false
+		case <-progress.C:
+			logf("%v: writes %d (errors %d), delivered %d, bookmarks %d, 410s %d, relists %d, streams %d, etcd restarts %d, compactions %d, errors %s",
+				time.Since(start).Round(time.Second), st.writes.Load(), st.writeErrs.Load(), st.delivered.Load(), st.bookmarks.Load(),
+				st.gone.Load(), st.relists.Load(), st.streams.Load(), restarts.Load(), compactions.Load(), st.errorSummary())
+		}
+	}
+	progress.Stop()
+	stopChaos()
+	chaosWG.Wait()
+	if err, _ := chaosErr.Load().(error); err != nil {
+		return false, err
+	}
+	if err := etcd.start(); err != nil { // up for the end, whatever the schedule
+		return false, err
+	}
+	stopWriters()
+	writersWG.Wait()
+
+	// The end: the checker catches up with etcd, then every watcher with
+	// the checker.
+	final, err := tr.waitCaughtUp(ctx, client, 2*time.Minute)
+	if err != nil {
+		return false, err
+	}
+	logf("writes stopped after %v; etcd at revision %d; waiting for every watcher to reach it", time.Since(start).Round(time.Second), final)
+	waitStart := time.Now()
+	behind := 0
+	for {
+		behind = 0
+		for _, r := range recs {
+			if !r.caughtUp(final) {
+				behind++
+			}
+		}
+		if behind == 0 || time.Since(waitStart) > c.finalWait {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	logf("%d watchers caught up in %v, %d behind", len(recs)-behind, time.Since(waitStart).Round(time.Second), behind)
+	storeMismatch := 0
+	finalTruth := finalState(tr.snapshot())
+	for _, h := range informers {
+		store := map[int32]uint64{}
+		for _, obj := range h.informer.GetStore().List() {
+			if w, ok := obj.(*v1alpha1.Widget); ok {
+				store[keys.id(w.Namespace+"/"+w.Name)] = parseRV(w.ResourceVersion)
+			}
+		}
+		storeMismatch += storeMismatches(store, finalTruth, h.rec.spec)
+	}
+	stopping.Store(true)
+	stopWatchers()
+	watchersWG.Wait()
+	stopTruth()
+	truthDone.Wait()
+
+	// The server once its clients are gone: their connections too.
+	if t, err := rest.TransportFor(cfg); err == nil {
+		utilnet.CloseIdleConnectionsFor(t)
+	}
+	goroutinesAfter := goroutinesBefore
+	for settle := time.Now(); time.Since(settle) < 20*time.Second; time.Sleep(2 * time.Second) {
+		if goroutinesAfter, err = srv.metric(ctx, "go_goroutines"); err != nil {
+			return false, err
+		}
+		if goroutinesAfter <= goroutinesBefore {
+			break
+		}
+	}
+	srv.dumpGoroutines(ctx, filepath.Join(dir, "goroutines-after.txt"))
+	maxRSS, err := srv.maxRSS()
+	if err != nil {
+		return false, err
+	}
+	var self syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+
+	checkStart := time.Now()
+	events := tr.snapshot()
+	res := check(events, recs, final, keys)
+	logf("checked %d watchers' %d states and %d streams against %d etcd events in %v", len(recs), res.states, res.streams, len(events), time.Since(checkStart).Round(time.Millisecond))
+	for _, ex := range res.examples {
+		logf("  %s", ex)
+	}
+	if errs := st.errorSummary(); errs != "{}" {
+		logf("errors clients saw (by where:code): %s", errs)
+		st.mu.Lock()
+		for k, m := range st.messages {
+			logf("  %s, e.g.: %.300s", k, m)
+		}
+		st.mu.Unlock()
+	}
+
+	fmt.Printf("soak: duration=%v written=%d delivered=%d lost=%d duplicated=%d unexpected=%d 410s=%d relists=%d "+
+		"watchers=%d informers=%d behind=%d store_mismatches=%d streams=%d etcd_restarts=%d compactions=%d "+
+		"max_rss=%.0fMiB goroutines_before=%.0f goroutines_after=%.0f soak_max_rss=%.0fMiB\n",
+		c.duration, res.written, res.delivered, res.lost, res.duplicated, res.unexpected, st.gone.Load(), st.relists.Load(),
+		c.watchers, c.informers, behind, storeMismatch, res.streams, restarts.Load(), compactions.Load(),
+		float64(maxRSS)/(1<<20), goroutinesBefore, goroutinesAfter, float64(self.Maxrss)/1024)
+	ok = res.lost == 0 && res.duplicated == 0 && res.unexpected == 0 && behind == 0 && storeMismatch == 0 && res.written > 0
+	return ok, nil
+}
+
+// informerHandle keeps an informer with its record, for the store check.
+type informerHandle struct {
+	rec      *watcherRec
+	informer cache.SharedIndexInformer
+}
+
+// heartbeat writes a key no resource of the server watches, so etcd's
+// revision moves even when the writers are quiet.
+func heartbeat(ctx context.Context, client *clientv3.Client, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, _ = client.Put(wctx, "/soak/heartbeat", time.Now().Format(time.RFC3339Nano))
+		cancel()
+	}
+}
+
+// bumpRevision writes n times a key no resource watches.
+func bumpRevision(ctx context.Context, client *clientv3.Client, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for i := range n {
+		if _, err := client.Put(ctx, "/soak/bump", strconv.Itoa(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compaction compacts etcd the way an apiserver does (etcd3.Compact,
+// through compact_rev_key, so the server's store learns of it).
+type compaction struct {
+	mu      sync.Mutex
+	version int64 // compact_rev_key's, as last seen
+}
+
+func (c *compaction) compact(ctx context.Context, client *clientv3.Client, target int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for range 2 { // a second try when the key moved under us
+		var compacted int64
+		var err error
+		c.version, _, compacted, err = etcd3.Compact(ctx, client, c.version, target)
+		if err != nil {
+			return false
+		}
+		if compacted == target {
+			return true
+		}
+	}
+	return false
+}
+
+// compactor compacts etcd every interval, at the revision it had lag ago,
+// never past what the checker has recorded.
+func compactor(ctx context.Context, client *clientv3.Client, tr *truth, comp *compaction, every, lag time.Duration, count *atomic.Int64) {
+	type sample struct {
+		at  time.Time
+		rev int64
+	}
+	var samples []sample
+	lastCompaction := time.Now()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := client.Get(rctx, widgetsPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		if err != nil {
+			continue // etcd down
+		}
+		now := time.Now()
+		samples = append(samples, sample{at: now, rev: resp.Header.Revision})
+		for len(samples) > 1 && now.Sub(samples[1].at) >= lag {
+			samples = samples[1:]
+		}
+		if now.Sub(lastCompaction) < every || now.Sub(samples[0].at) < lag {
+			continue
+		}
+		if target := min(samples[0].rev, int64(tr.seen.Load())); comp.compact(ctx, client, target) {
+			count.Add(1)
+			lastCompaction = now
+			logf("etcd compacted at %d (the revision %v ago)", target, now.Sub(samples[0].at).Round(time.Second))
+		}
+	}
+}
+
+// catalog is the specs watchers cycle through: every namespace and all of
+// them, times selectors on labels (equality, sets), on the trigger field
+// spec.nodeName (the cache's index), on spec.color, and both.
+func catalog() ([]*spec, error) {
+	selectors := [][2]string{
+		{"", ""},
+		{"app=soak", ""},
+		{"tier in (a,b)", ""},
+		{"tier notin (c),shard!=s0", ""},
+		{"", "spec.color!=red"},
+		{"shard in (s1,s2),tier=c", "spec.color=blue"},
+	}
+	for i := range soakShards {
+		selectors = append(selectors, [2]string{fmt.Sprintf("shard=s%d", i), ""})
+	}
+	for i := range soakNodes {
+		selectors = append(selectors, [2]string{"", fmt.Sprintf("spec.nodeName=node-%d", i)})
+		selectors = append(selectors, [2]string{"app=soak", fmt.Sprintf("spec.nodeName=node-%d,spec.color=green", i)})
+	}
+	namespaces := []string{""}
+	for i := range soakNamespaces {
+		namespaces = append(namespaces, soakNamespace(i))
+	}
+	var out []*spec
+	for _, sel := range selectors {
+		for _, ns := range namespaces {
+			s, err := newSpec(ns, sel[0], sel[1])
+			if err != nil {
+				return nil, fmt.Errorf("spec %q %q: %w", sel[0], sel[1], err)
+			}
+			out = append(out, s)
+		}
+	}
+	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out, nil
+}
+
+func (s *stats) errorSummary() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.errors))
+	for k := range s.errors {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("{")
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s=%d", k, s.errors[k])
+	}
+	b.WriteString("}")
+	return b.String()
+}
