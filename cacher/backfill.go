@@ -8,10 +8,7 @@ import (
 
 	"google.golang.org/grpc/metadata"
 	"k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/klog/v2"
@@ -71,24 +68,15 @@ func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
 
 // stateAt is etcd's state of the resource at rv, by key.
 func (c *Cacher) stateAt(ctx context.Context, rv uint64) (map[string]*object, error) {
-	list := c.cfg.NewListFunc()
-	opts := storage.ListOptions{
+	objs, _, err := c.listStorage(ctx, storage.ListOptions{
 		ResourceVersion: strconv.FormatUint(rv, 10), ResourceVersionMatch: metav1.ResourceVersionMatchExact,
 		Recursive: true, Predicate: storage.Everything,
-	}
-	if err := c.storage.GetList(ctx, c.resourcePrefix, opts, list); err != nil {
-		return nil, err
-	}
-	items, err := meta.ExtractList(list)
+	})
 	if err != nil {
 		return nil, err
 	}
-	state := make(map[string]*object, len(items))
-	for _, item := range items {
-		o, err := c.newObject(item)
-		if err != nil {
-			return nil, err
-		}
+	state := make(map[string]*object, len(objs))
+	for _, o := range objs {
 		state[o.key] = o
 	}
 	return state, nil
@@ -99,10 +87,7 @@ func (c *Cacher) stateAt(ctx context.Context, rv uint64) (map[string]*object, er
 // progress until it has seen to, since a quiet resource sends no event past
 // it. At most the history's capacity is read.
 func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, state map[string]*object) ([]*event, error) {
-	w, err := c.storage.Watch(ctx, c.resourcePrefix, storage.ListOptions{
-		ResourceVersion: strconv.FormatUint(from, 10), Recursive: true, ProgressNotify: true,
-		Predicate: storage.SelectionPredicate{Label: labels.Everything(), Field: fields.Everything(), AllowWatchBookmarks: true},
-	})
+	w, err := c.storage.Watch(ctx, c.resourcePrefix, c.storageWatchOptions(from))
 	if err != nil {
 		return nil, err
 	}

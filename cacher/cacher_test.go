@@ -113,11 +113,13 @@ func waitForLeaks(leaked func(goroutine) bool) []string {
 // cacherGoroutine is a goroutine running this package's code, other than a
 // test blocked in t.Run: the cacher's own goroutines and any a test started.
 func cacherGoroutine(g goroutine) bool {
+	// The goroutines running the tests themselves (benchmarks run on the
+	// main one, under TestMain) are not the cacher's.
 	return strings.Contains(g.stack, "github.com/watchkeeper/watchkeeper/cacher.") &&
-		!strings.Contains(g.stack, "testing.(*T).Run(")
+		!strings.Contains(g.stack, "testing.(*T).Run(") && !strings.Contains(g.stack, "testing.(*B).Run(")
 }
 
-func expectNoCacherGoroutines(t *testing.T) {
+func expectNoCacherGoroutines(t testing.TB) {
 	t.Helper()
 	if leaked := waitForLeaks(cacherGoroutine); len(leaked) > 0 {
 		t.Errorf("%d goroutines of the cacher (or of the test) still run:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
@@ -127,7 +129,7 @@ func expectNoCacherGoroutines(t *testing.T) {
 func expectNoWatcherGoroutines(t *testing.T) {
 	t.Helper()
 	if leaked := waitForLeaks(func(g goroutine) bool {
-		return strings.Contains(g.stack, "cacher.(*watcher).run")
+		return strings.Contains(g.stack, "cacher.(*watcher).pump")
 	}); len(leaked) > 0 {
 		t.Errorf("%d watcher goroutines still run after their watchers ended:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
 	}
@@ -150,7 +152,7 @@ type testCacher struct {
 // a 1s granularity and no jitter, and stops it when the test ends. Each test
 // (or subtest) owns its cacher: the goroutine check in the cleanup looks at
 // every cacher goroutine.
-func newTestCacher(t *testing.T, fs *fakeStorage, mutate func(*Config)) *testCacher {
+func newTestCacher(t testing.TB, fs *fakeStorage, mutate func(*Config)) *testCacher {
 	t.Helper()
 	clk := testingclock.NewFakeClock(testEpoch)
 	cfg := Config{

@@ -9,11 +9,9 @@ import (
 	"testing"
 	"time"
 
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
-	testingclock "k8s.io/utils/clock/testing"
 )
 
 // BenchmarkListFromCache lists 10,000 cached pods at RV "0", as the bench's
@@ -24,15 +22,7 @@ func BenchmarkListFromCache(b *testing.B) {
 		pods = append(pods, newTestPod(fmt.Sprintf("pod-%05d", i), uint64(10+i), map[string]string{"app": "web"}, "node1"))
 	}
 	fs := newFakeStorage(20_000, pods...)
-	c, err := New(Config{
-		Storage: fs, ResourcePrefix: "/pods/", KeyFunc: testPodKey,
-		NewFunc: func() kruntime.Object { return &example.Pod{} }, NewListFunc: func() kruntime.Object { return &example.PodList{} },
-		GetAttrsFunc: testPodAttrs, StorageSilenceTimeout: -1,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Stop()
+	c := newTestCacher(b, fs, nil)
 	if err := c.WaitReady(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -54,15 +44,7 @@ func BenchmarkListFromCache(b *testing.B) {
 // everything: the dispatcher's cost per event (op = one event).
 func BenchmarkDispatch(b *testing.B) {
 	fs := newFakeStorage(100)
-	c, err := New(Config{
-		Storage: fs, ResourcePrefix: "/pods/", KeyFunc: testPodKey,
-		NewFunc: func() kruntime.Object { return &example.Pod{} }, NewListFunc: func() kruntime.Object { return &example.PodList{} },
-		GetAttrsFunc: testPodAttrs, StorageSilenceTimeout: -1,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Stop()
+	c := newTestCacher(b, fs, nil)
 	if err := c.WaitReady(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -82,7 +64,7 @@ func BenchmarkDispatch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d := &dispatcher{c: c}
+	d := &dispatcher{c: c.Cacher}
 	b.ReportAllocs()
 	b.ResetTimer()
 	rv := uint64(101)
@@ -98,17 +80,9 @@ func BenchmarkDispatch(b *testing.B) {
 func BenchmarkBookmarkTick(b *testing.B) {
 	const watchers = 100_000
 	fs := newFakeStorage(100)
-	clk := testingclock.NewFakeClock(testEpoch)
-	c, err := New(Config{
-		Storage: fs, ResourcePrefix: "/pods/", KeyFunc: testPodKey,
-		NewFunc: func() kruntime.Object { return &example.Pod{} }, NewListFunc: func() kruntime.Object { return &example.PodList{} },
-		GetAttrsFunc: testPodAttrs, StorageSilenceTimeout: -1, Clock: clk,
-		BookmarkFrequency: time.Minute, BookmarkGranularity: time.Second,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Stop()
+	// newTestCacher's schedule: a minute in one-second slots, fake clock.
+	c := newTestCacher(b, fs, nil)
+	clk := c.clk
 	if err := c.WaitReady(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -128,7 +102,7 @@ func BenchmarkBookmarkTick(b *testing.B) {
 		}()
 		defer w.Stop()
 	}
-	d := &dispatcher{c: c, rv: 100}
+	d := &dispatcher{c: c.Cacher, rv: 100}
 	// -cpuprofile would mostly show the 100,000 Watch calls above: set
 	// WATCHKEEPER_TICK_PROFILE to profile the ticks alone.
 	if path := os.Getenv("WATCHKEEPER_TICK_PROFILE"); path != "" {

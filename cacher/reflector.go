@@ -100,30 +100,13 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 
 func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	start := c.clock.Now()
-	list := c.cfg.NewListFunc()
-	opts := storage.ListOptions{ResourceVersion: "", Recursive: true, Predicate: storage.Everything}
-	if err := c.storage.GetList(ctx, c.resourcePrefix, opts, list); err != nil {
+	listed, rv, err := c.listStorage(ctx, storage.ListOptions{ResourceVersion: "", Recursive: true, Predicate: storage.Everything})
+	if err != nil {
 		return 0, fmt.Errorf("listing %v: %w", c.groupResource, err)
 	}
-	listMeta, err := meta.ListAccessor(list)
-	if err != nil {
-		return 0, err
-	}
-	rv, err := c.versioner.ParseResourceVersion(listMeta.GetResourceVersion())
-	if err != nil {
-		return 0, err
-	}
-	items, err := meta.ExtractList(list)
-	if err != nil {
-		return 0, err
-	}
-	objs := make([]any, 0, len(items))
-	for _, item := range items {
-		o, err := c.newObject(item)
-		if err != nil {
-			return 0, err
-		}
-		objs = append(objs, o)
+	objs := make([]any, len(listed))
+	for i, o := range listed {
+		objs[i] = o
 	}
 
 	c.mu.Lock()
@@ -144,19 +127,54 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	return rv, nil
 }
 
-// watchFrom follows the storage watch from rv and returns the last RV it
-// applied and why it stopped.
-func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (uint64, error) {
-	opts := storage.ListOptions{
+// listStorage lists the whole resource from the wrapped storage with opts
+// and returns its objects and the list's RV.
+func (c *Cacher) listStorage(ctx context.Context, opts storage.ListOptions) ([]*object, uint64, error) {
+	list := c.cfg.NewListFunc()
+	if err := c.storage.GetList(ctx, c.resourcePrefix, opts, list); err != nil {
+		return nil, 0, err
+	}
+	listMeta, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, 0, err
+	}
+	rv, err := c.versioner.ParseResourceVersion(listMeta.GetResourceVersion())
+	if err != nil {
+		return nil, 0, err
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil, 0, err
+	}
+	objs := make([]*object, 0, len(items))
+	for _, item := range items {
+		o, err := c.newObject(item)
+		if err != nil {
+			return nil, 0, err
+		}
+		objs = append(objs, o)
+	}
+	return objs, rv, nil
+}
+
+// storageWatchOptions is how the cache watches its storage from rv: every
+// object, with etcd's progress notifications, which move the cache's RV on
+// a quiet resource and are not forwarded to watchers.
+func (c *Cacher) storageWatchOptions(rv uint64) storage.ListOptions {
+	return storage.ListOptions{
 		ResourceVersion: strconv.FormatUint(rv, 10),
 		Recursive:       true,
 		Predicate: storage.SelectionPredicate{
 			Label: labels.Everything(), Field: fields.Everything(), AllowWatchBookmarks: true,
 		},
-		// etcd's progress notifications move the cache's RV on a quiet
-		// resource; they are not forwarded to watchers.
 		ProgressNotify: true,
 	}
+}
+
+// watchFrom follows the storage watch from rv and returns the last RV it
+// applied and why it stopped.
+func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (uint64, error) {
+	opts := c.storageWatchOptions(rv)
 	lost := c.newWatchLost()
 	w, err := c.storage.Watch(ctx, c.resourcePrefix, opts)
 	if err != nil {
