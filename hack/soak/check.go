@@ -21,14 +21,21 @@ import (
 // out of the selectors), at e's revision, as the server's cache defines
 // watch events (cacher/convert.go forWatcher, upstream's rule).
 //
+// A stream owes nothing at or below the RV it resumed from, so it must
+// resume where the watcher's previous stream (at its f) or state (at its L)
+// left off, or below: every event the spec sees between where the previous
+// left off and where the stream resumed is lost. The first stream of a
+// watcher owes nothing before its start.
+//
 // A state (a LIST, or a WatchList's initial events up to the bookmark that
 // ends them) at RV L must hold exactly the objects the truth has at L in the
 // spec, each at its resourceVersion. A watcher that lists again resets its
 // expectation there: what happened between its last stream's f and L is in
 // the state, not owed as events.
 //
-//   - lost: an event a stream owed and did not deliver; an object a state
-//     lacks, or has at another resourceVersion.
+//   - lost: an event a stream owed and did not deliver, or that fell between
+//     two of a watcher's streams (or a state and a stream); an object a
+//     state lacks, or has at another resourceVersion.
 //   - duplicated: an event a stream delivered a second time, or at or below
 //     the RV it resumed from; an object a state holds twice.
 //   - unexpected: an event the truth does not have for that spec (at that
@@ -100,15 +107,23 @@ func check(events []truthEvent, recs []*watcherRec, final uint64, keys *keyTable
 			want = expected(events, rec.spec)
 			exp[rec.spec] = want
 		}
-		for _, seg := range rec.segs {
+		// leftOff is where the watcher's last state or stream left it: a
+		// stream owes nothing below its own start, so the next must start at
+		// or below leftOff, or what lies between is lost.
+		var leftOff uint64
+		for si, seg := range rec.segs {
 			if seg.state {
 				res.states++
 				states = append(states, stateCheck{w: wi, rec: rec, seg: seg})
+				leftOff = seg.rv
 				continue
 			}
 			res.streams++
 			res.delivered += int64(len(seg.events))
-			checkStream(res, wi, rec, seg, want, final, keys)
+			if si > 0 && seg.rv > leftOff {
+				checkGap(res, wi, rec, leftOff, seg.rv, want, keys)
+			}
+			leftOff = checkStream(res, wi, rec, seg, want, final, keys)
 		}
 	}
 
@@ -157,14 +172,31 @@ func check(events []truthEvent, recs []*watcherRec, final uint64, keys *keyTable
 	return res
 }
 
-func checkStream(res *result, wi int, rec *watcherRec, seg *segment, exp []expEvent, final uint64, keys *keyTable) {
+// checkGap counts as lost every event the watcher's spec sees in (from, to]:
+// its previous state or stream left off at from, and its next stream
+// resumed from to, so no stream owed them and none delivered them.
+func checkGap(res *result, wi int, rec *watcherRec, from, to uint64, exp []expEvent, keys *keyTable) {
+	for _, e := range between(exp, from, to) {
+		res.lost++
+		res.note("watcher %d (%s %v) stream from %d after the previous left off at %d: lost %s %s@%d", wi, rec.kind, rec.spec, to, from, typeNames[e.typ], keys.name(e.key), e.rev)
+	}
+}
+
+// between is the events of exp (sorted by revision) in (from, to].
+func between(exp []expEvent, from, to uint64) []expEvent {
+	lo := sort.Search(len(exp), func(i int) bool { return exp[i].rev > from })
+	hi := sort.Search(len(exp), func(i int) bool { return exp[i].rev > to })
+	return exp[lo:max(lo, hi)]
+}
+
+// checkStream checks one stream and returns the RV it left off at: every
+// event up to it was owed.
+func checkStream(res *result, wi int, rec *watcherRec, seg *segment, exp []expEvent, final uint64, keys *keyTable) uint64 {
 	end := seg.ack
 	if seg.openAtEnd {
 		end = max(end, final)
 	}
-	lo := sort.Search(len(exp), func(i int) bool { return exp[i].rev > seg.rv })
-	hi := sort.Search(len(exp), func(i int) bool { return exp[i].rev > end })
-	want := exp[lo:max(lo, hi)]
+	want := between(exp, seg.rv, end)
 	seen := make(map[uint64]bool, len(seg.events))
 	last, i := seg.rv, 0
 	for _, g := range seg.events {
@@ -201,6 +233,7 @@ func checkStream(res *result, wi int, rec *watcherRec, seg *segment, exp []expEv
 		res.lost++
 		res.note("watcher %d (%s %v) stream from %d to %d: lost %s %s@%d", wi, rec.kind, rec.spec, seg.rv, end, typeNames[want[i].typ], keys.name(want[i].key), want[i].rev)
 	}
+	return max(end, seg.rv)
 }
 
 // finalState is the truth's widgets at the end.

@@ -59,6 +59,10 @@ func TestCheck(t *testing.T) {
 		{"state with one it should not have", []*segment{state(12, item{a, 12}, item{b, 11})}, want{unexpected: 1}},
 		{"state holding one twice", []*segment{state(12, item{a, 12}, item{a, 12})}, want{duplicated: 1}},
 		{"a relist resets what is owed", []*segment{stream(9, 10, all[0]), state(14, item{b, 14}), stream(14, 15, all[4])}, want{}},
+		{"a resume where the previous stream left off", []*segment{stream(9, 12, all[0], all[1]), stream(12, 15, all[2:]...)}, want{}},
+		{"a resume past where the previous stream left off", []*segment{stream(9, 12, all[0], all[1]), stream(13, 15, all[3], all[4])}, want{lost: 1}},
+		{"a resume past a gap the spec does not see", []*segment{stream(9, 10, all[0]), stream(11, 15, all[1:]...)}, want{}},
+		{"a stream past where the state left off", []*segment{state(12, item{a, 12}), stream(13, 15, all[3], all[4])}, want{lost: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &watcherRec{kind: "watch", spec: sp, segs: tc.segs}
