@@ -37,6 +37,8 @@ type Cacher struct {
 	clock          clock.WithTicker
 	policy         bookmarks.Policy
 	metrics        *resourceMetrics
+	// logger carries the resource; every log line of the cache uses it.
+	logger klog.Logger
 	// watchContext tags the cache's own watch and its progress requests with
 	// the same gRPC metadata, so etcd answers a progress request on the
 	// stream the cache actually reads.
@@ -103,6 +105,7 @@ func New(cfg Config) (*Cacher, error) {
 		clock:             cfg.Clock,
 		policy:            bookmarks.Policy{Frequency: cfg.BookmarkFrequency, PreDeadlineOffset: cfg.BookmarkPreDeadlineOffset},
 		metrics:           newResourceMetrics(cfg.GroupResource),
+		logger:            klog.Background().WithValues("resource", cfg.GroupResource.String()),
 		watchMetadata:     metadata.New(map[string]string{"source": "watchkeeper"}),
 		stopCh:            make(chan struct{}),
 		incoming:          make(chan *event, incomingBuffer),

@@ -829,7 +829,10 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "200", Recursive: true, Predicate: everything(false)})
+				// Only a WatchList waits for its RV; a plain watch starts at
+				// once (TestPlainWatchAheadStartsAtOnce).
+				w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "200", Recursive: true,
+					Predicate: everything(true), SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
 				done <- result{w, err}
 			}()
 			// Waiting: the tick, the freshness timeout and the progress timer
@@ -852,6 +855,19 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 					t.Fatalf("Watch: %v", r.err)
 				}
 				defer r.w.Stop()
+				// The initial state at 200, then the bookmark ending it.
+				for {
+					ev := nextEvent(t, r.w)
+					if ev.Type == watch.Bookmark {
+						if rv := eventRV(t, ev); rv < 200 {
+							t.Fatalf("initial-events-end bookmark at %d, below the floor 200", rv)
+						}
+						break
+					}
+					if ev.Type != watch.Added {
+						t.Fatalf("initial events: got %s, want ADDED", describe(ev))
+					}
+				}
 				sw.send(t, watch.Added, newTestPod("after", 201, nil, ""))
 				if ev := nextEvent(t, r.w); ev.Type != watch.Added || eventRV(t, ev) != 201 {
 					t.Fatalf("got %s, want ADDED after@201 (nothing at or below 200)", describe(ev))
@@ -889,6 +905,43 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 				t.Errorf("events after the error: %d", len(rest))
 			}
 		})
+	}
+}
+
+// A plain watch from an RV the cache has not reached starts at once, as
+// upstream's cache and etcd start it, and hears only what comes after it.
+func TestPlainWatchAheadStartsAtOnce(t *testing.T) {
+	fs := newFakeStorage(100)
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	done := make(chan watch.Interface, 1)
+	go func() {
+		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "200", Recursive: true, Predicate: everything(true)})
+		if err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+		done <- w
+	}()
+	var w watch.Interface
+	select {
+	case w = <-done:
+	case <-time.After(waitFor):
+		// The fake clock never moves here: a wait for the RV would hang.
+		t.Fatalf("a plain watch from an RV ahead of the cache did not start")
+	}
+	if w == nil {
+		return
+	}
+	defer w.Stop()
+	if n := fs.progressCount(); n != 0 {
+		t.Errorf("%d progress requests for a plain watch, want 0: it waits for nothing", n)
+	}
+	sw.send(t, watch.Added, newTestPod("before", 150, nil, ""))
+	sw.send(t, watch.Added, newTestPod("at", 200, nil, ""))
+	sw.send(t, watch.Added, newTestPod("after", 201, nil, ""))
+	if ev := nextEvent(t, w); ev.Type != watch.Added || eventRV(t, ev) != 201 {
+		t.Fatalf("got %s, want ADDED after@201 (nothing at or below 200)", describe(ev))
 	}
 }
 
@@ -1175,7 +1228,7 @@ func tailLines(b []byte, n int) string {
 	return string(bytes.Join(lines, []byte("\n")))
 }
 
-// --- 8. Storage watch errors: relist ---
+// --- 8. Storage watch errors: relist on a compaction, re-watch on the rest ---
 
 func TestStorageWatchErrorRelists(t *testing.T) {
 	tests := []struct {
@@ -1192,11 +1245,20 @@ func TestStorageWatchErrorRelists(t *testing.T) {
 			wantRelist: true,
 		},
 		{
-			name: "500 Internal error",
+			// etcd3 reports "etcdserver: no leader" (a watch opened
+			// WithRequireLeader during an election) as an InternalError.
+			name: "500 Internal error (no leader)",
 			fail: func(t *testing.T, sw *fakeWatch) {
-				sw.sendError(t, &apierrors.NewInternalError(fmt.Errorf("boom")).ErrStatus)
+				sw.sendError(t, &apierrors.NewInternalError(fmt.Errorf("etcdserver: no leader")).ErrStatus)
 			},
-			wantRelist: true,
+			wantRelist: false,
+		},
+		{
+			name: "503 Service unavailable",
+			fail: func(t *testing.T, sw *fakeWatch) {
+				sw.sendError(t, &apierrors.NewServiceUnavailable("etcd unavailable").ErrStatus)
+			},
+			wantRelist: false,
 		},
 		{
 			name:       "stream closed without an error",
@@ -1244,7 +1306,7 @@ func TestStorageWatchErrorRelists(t *testing.T) {
 					t.Errorf("storage watch resumed from RV %q, want 101 (the last applied)", opts2.ResourceVersion)
 				}
 				if n := fs.listCount(); n != 1 {
-					t.Errorf("GetList called %d times, want 1: a closed stream resumes without a relist", n)
+					t.Errorf("GetList called %d times, want 1: the watch resumes without a relist", n)
 				}
 				if !c.Ready() {
 					t.Errorf("not ready after a resumed watch")

@@ -67,12 +67,18 @@ var (
 	freshnessTimeouts = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem, Name: "freshness_timeouts_total",
 		Help: "Requests that waited the freshness timeout for the cache to reach the resourceVersion they need and were " +
-			"answered 504 (a WatchList ends so that its client lists instead), by kind of request: watchlist, watch, list.",
+			"answered 504 (a WatchList ends so that its client lists instead), by kind of request: watchlist, list. A plain watch waits for nothing.",
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource", "request"})
 	freshnessProbes = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem, Name: "bookmark_freshness_probes_total",
 		Help:           "Progress requests made so that bookmarks about to be due carry an RV etcd confirmed within --watch-cache-bookmark-max-staleness.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+	storageWatchRetries = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "storage_watch_retries_total",
+		Help: "Storage watches re-opened from the cache's resourceVersion after a transient failure (no leader, unavailable, " +
+			"a broken stream), the cache staying ready and its watchers open.",
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource"})
 
@@ -85,6 +91,7 @@ func registerMetrics() {
 		for _, m := range []compbasemetrics.Registerable{
 			bookmarksSent, storageBookmarks, tickDuration, watchersDue, watchersByState,
 			historyEvents, historyForcedEvictions, expiredWatches, freshnessTimeouts, freshnessProbes,
+			storageWatchRetries,
 		} {
 			legacyregistry.MustRegister(m)
 		}
@@ -110,6 +117,7 @@ type resourceMetrics struct {
 	expiredWatches         compbasemetrics.CounterMetric
 	freshnessTimeouts      map[string]compbasemetrics.CounterMetric
 	freshnessProbes        compbasemetrics.CounterMetric
+	storageWatchRetries    compbasemetrics.CounterMetric
 	byState                [3]compbasemetrics.GaugeMetric
 }
 
@@ -133,8 +141,9 @@ func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
 		expiredWatches:          expiredWatches.WithLabelValues(g, r),
 		freshnessTimeouts:       map[string]compbasemetrics.CounterMetric{},
 		freshnessProbes:         freshnessProbes.WithLabelValues(g, r),
+		storageWatchRetries:     storageWatchRetries.WithLabelValues(g, r),
 	}
-	for _, kind := range []string{requestWatchList, requestWatch, requestList} {
+	for _, kind := range []string{requestWatchList, requestList} {
 		m.freshnessTimeouts[kind] = freshnessTimeouts.WithLabelValues(g, r, kind)
 	}
 	for _, s := range []watchlist.State{watchlist.WaitingForBookmark, watchlist.BookmarkReceived, watchlist.BookmarkSent} {
@@ -146,7 +155,6 @@ func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
 // Kinds of request for freshness_timeouts_total.
 const (
 	requestWatchList = "watchlist"
-	requestWatch     = "watch"
 	requestList      = "list"
 )
 

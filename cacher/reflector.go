@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/metadata"
-	"k8s.io/apimachinery/pkg/api/errors"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -42,7 +42,6 @@ func (c *Cacher) reflectLoop() {
 		}
 	}()
 
-	logger := klog.Background().WithValues("resource", c.groupResource.String())
 	backoff := initialBackoff
 	for {
 		listed, err := c.listAndWatch(ctx)
@@ -53,7 +52,7 @@ func (c *Cacher) reflectLoop() {
 			backoff = initialBackoff
 		}
 		c.metrics.initializationErrors.Inc()
-		logger.Error(err, "Watch cache lost its watch; relisting", "backoff", backoff)
+		c.logger.Error(err, "Watch cache lost its watch; relisting", "backoff", backoff)
 		c.mu.Lock()
 		c.ready.set(statePending, c.clock.Now())
 		c.terminateAllLocked()
@@ -81,20 +80,43 @@ func closed(ch <-chan struct{}) bool {
 
 // listAndWatch lists the resource, makes it the cache's state, and follows
 // the storage watch from there until it fails in a way a re-watch cannot
-// mend. listed reports whether the list succeeded.
+// mend: a compaction past the cache's RV, a silent etcd, an error of the
+// cache's own, or transient failures lasting storageWatchRetryWindow.
+// Transient failures re-open the watch from the cache's RV, the cache
+// staying ready and its client watches open. listed reports whether the
+// list succeeded.
 func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 	rv, err := c.list(ctx)
 	if err != nil {
 		return false, err
 	}
+	retry := watchRetry{window: storageWatchRetryWindow}
 	for {
-		rv, err = c.watchFrom(ctx, rv)
-		if err == errWatchClosed && ctx.Err() == nil {
-			// A watch that just ended (etcd restarted, stream reset) resumes
-			// from where it was; only an error forces a relist.
-			continue
+		var delivered bool
+		rv, delivered, err = c.watchFrom(ctx, rv)
+		if ctx.Err() != nil {
+			return true, err
 		}
-		return true, err
+		if delivered {
+			retry.progressed()
+		}
+		if err = classifyWatchError(err); !isTransient(err) {
+			return true, err
+		}
+		wait, ok := retry.next(c.clock.Now())
+		if !ok {
+			return true, fmt.Errorf("storage watch failing for %v: %w", storageWatchRetryWindow, err)
+		}
+		c.metrics.storageWatchRetries.Inc()
+		c.logger.Info("Storage watch failed; re-opening it from the cache's resourceVersion, watchers kept",
+			"resourceVersion", rv, "after", wait, "err", err)
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+				return true, ctx.Err()
+			case <-c.clock.After(wait):
+			}
+		}
 	}
 }
 
@@ -172,35 +194,36 @@ func (c *Cacher) storageWatchOptions(rv uint64) storage.ListOptions {
 }
 
 // watchFrom follows the storage watch from rv and returns the last RV it
-// applied and why it stopped.
-func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (uint64, error) {
+// applied, whether the watch delivered any event or progress, and why it
+// stopped.
+func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered bool, _ error) {
 	opts := c.storageWatchOptions(rv)
 	lost := c.newWatchLost()
 	w, err := c.storage.Watch(ctx, c.resourcePrefix, opts)
 	if err != nil {
-		return rv, fmt.Errorf("watching %v from %d: %w", c.groupResource, rv, err)
+		return rv, false, fmt.Errorf("watching %v from %d: %w", c.groupResource, rv, err)
 	}
 	defer w.Stop()
 	c.heard(c.clock.Now())
 	for {
 		select {
 		case <-ctx.Done():
-			return rv, ctx.Err()
+			return rv, delivered, ctx.Err()
 		case <-lost:
-			return rv, silentError(c.cfg.StorageSilenceTimeout)
+			return rv, delivered, silentError(c.cfg.StorageSilenceTimeout)
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return rv, errWatchClosed
+				return rv, delivered, errWatchClosed
 			}
 			c.heard(c.clock.Now())
 			switch ev.Type {
 			case watch.Error:
-				err := errors.FromObject(ev.Object)
-				return rv, fmt.Errorf("watching %v from %d: %w", c.groupResource, rv, err)
+				err := apierrors.FromObject(ev.Object)
+				return rv, delivered, fmt.Errorf("watching %v from %d: %w", c.groupResource, rv, err)
 			case watch.Bookmark:
 				next, err := c.versioner.ObjectResourceVersion(ev.Object)
 				if err != nil {
-					return rv, err
+					return rv, delivered, err
 				}
 				c.metrics.storageBookmarks.Inc()
 				c.mu.Lock()
@@ -208,12 +231,14 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (uint64, error) {
 				c.mu.Unlock()
 				c.push(progress(next))
 				rv = max(rv, next)
+				delivered = true
 			default:
 				next, err := c.apply(ev)
 				if err != nil {
-					return rv, err
+					return rv, delivered, err
 				}
 				rv = next
+				delivered = true
 			}
 		}
 	}

@@ -46,15 +46,14 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 			return newErrWatcher(err), nil
 		}
 	}
-	if requiredRV > 0 {
+	if sendInitial && requiredRV > 0 {
+		// The initial state must be at least as fresh as the RV asked for.
+		// A plain watch waits for nothing (upstream's rule, and etcd's): it
+		// starts at once and hears the events after its RV when the cache
+		// applies them. A WatchList ends with the 504 rather than waiting
+		// on: client-go then falls back to a LIST, which etcd can serve.
 		if err := c.waitFresh(ctx, requiredRV); err != nil {
-			// A WatchList ends with the 504 rather than waiting on: client-go
-			// then falls back to a LIST, which etcd can serve.
-			kind := requestWatch
-			if sendInitial {
-				kind = requestWatchList
-			}
-			c.metrics.freshnessTimedOut(kind, err)
+			c.metrics.freshnessTimedOut(requestWatchList, err)
 			return newErrWatcher(err), nil
 		}
 	}
@@ -94,7 +93,9 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		initial = initialAdded(c.objectsLocked(key, opts.Recursive), opts.Predicate)
 		w.startRV = c.rv
 	case requestedRV == 0:
-		w.startRV = c.rv
+		// From now: etcd's current RV when it was read (RV "" with
+		// sendInitialEvents=false), or wherever the cache is.
+		w.startRV = max(requiredRV, c.rv)
 	default:
 		c.forgetCompactedLocked()
 		events, ok := c.history.since(requestedRV)

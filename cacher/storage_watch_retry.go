@@ -1,0 +1,86 @@
+package cacher
+
+import (
+	"errors"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// storageWatchRetryWindow is how long the cache keeps re-opening a failing
+// storage watch from its RV before it gives up and relists. It is client-go's
+// MaxInternalErrorRetryDuration as upstream's cacher sets it (30s): an etcd
+// leader election ends every watch opened WithRequireLeader with "no
+// leader", and is over within seconds; a relist would end every client watch
+// of every resource at the same moment.
+const storageWatchRetryWindow = 30 * time.Second
+
+// maxStorageWatchRetryBackoff caps the spacing of re-opened watches: an
+// election is over in a few seconds, so the cache should look again soon.
+const maxStorageWatchRetryBackoff = 2 * time.Second
+
+// errTransient marks a storage watch failure the cache survives by
+// re-opening the watch from its RV, keeping its state and its watchers.
+var errTransient = errors.New("transient storage watch failure")
+
+// transientError wraps a storage watch failure that a re-watch can mend.
+type transientError struct{ err error }
+
+func (e transientError) Error() string { return e.err.Error() }
+func (e transientError) Unwrap() []error {
+	return []error{e.err, errTransient}
+}
+
+// classifyWatchError sorts an error the storage watch reported: a
+// compaction past the cache's RV (410) needs a relist, as does anything the
+// cache's own code failed at; etcd's troubles (no leader, unavailable,
+// timeouts, a broken stream: InternalError and friends) are transient.
+func classifyWatchError(err error) error {
+	if err == nil || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return err
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) || errors.Is(err, errWatchClosed) {
+		return transientError{err}
+	}
+	return err
+}
+
+func isTransient(err error) bool { return errors.Is(err, errTransient) }
+
+// watchRetry is the budget of one run of storage watch failures: a backoff
+// that grows from initialBackoff, and a window that starts at the first
+// failure and restarts whenever a watch delivers something. Pure: the
+// caller passes the time.
+type watchRetry struct {
+	window  time.Duration
+	first   time.Time // zero while no failure is pending
+	backoff time.Duration
+}
+
+// progressed says a watch delivered something: the failures before it are
+// forgiven.
+func (r *watchRetry) progressed() {
+	r.first = time.Time{}
+	r.backoff = 0
+}
+
+// next returns how long to wait before re-opening the watch after a failure
+// at now, and false when the failures have lasted longer than the window.
+// The first re-open is immediate: a stream that etcd merely reset resumes
+// at once, as a restarted member's clients expect.
+func (r *watchRetry) next(now time.Time) (time.Duration, bool) {
+	if r.first.IsZero() {
+		r.first = now
+	}
+	if now.Sub(r.first) >= r.window {
+		return 0, false
+	}
+	delay := time.Duration(0)
+	if r.backoff > 0 {
+		delay = wait.Jitter(r.backoff, 0.5)
+	}
+	r.backoff = min(max(2*r.backoff, initialBackoff), maxStorageWatchRetryBackoff)
+	return delay, true
+}

@@ -1,0 +1,147 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/component-base/metrics/testutil"
+)
+
+func TestWatchRetryBudget(t *testing.T) {
+	r := watchRetry{window: 30 * time.Second}
+	now := testEpoch
+	// The first re-open is immediate, then the backoff grows to its cap.
+	var waits []time.Duration
+	for range 8 {
+		d, ok := r.next(now)
+		if !ok {
+			t.Fatalf("gave up after %v, inside the window", now.Sub(testEpoch))
+		}
+		waits = append(waits, d)
+		now = now.Add(time.Second)
+	}
+	if waits[0] != 0 {
+		t.Errorf("first wait %v, want 0", waits[0])
+	}
+	for i, want := range []time.Duration{100, 200, 400, 800, 1600, 2000, 2000} {
+		lo, hi := want*time.Millisecond, want*time.Millisecond*3/2
+		if d := waits[i+1]; d < lo || d > hi {
+			t.Errorf("wait %d = %v, want in [%v, %v]", i+1, d, lo, hi)
+		}
+	}
+	if _, ok := r.next(testEpoch.Add(30 * time.Second)); ok {
+		t.Errorf("still retrying 30s after the first failure")
+	}
+	// A watch that delivered something restarts the budget.
+	r.progressed()
+	if d, ok := r.next(testEpoch.Add(40 * time.Second)); !ok || d != 0 {
+		t.Errorf("after progress: next = %v, %v; want an immediate retry", d, ok)
+	}
+}
+
+func TestClassifyWatchError(t *testing.T) {
+	for _, tc := range []struct {
+		err       error
+		transient bool
+	}{
+		{apierrors.NewInternalError(fmt.Errorf("etcdserver: no leader")), true},
+		{apierrors.NewServiceUnavailable("x"), true},
+		{apierrors.NewTimeoutError("x", 1), true},
+		{fmt.Errorf("watching pods from 5: %w", apierrors.NewInternalError(fmt.Errorf("x"))), true},
+		{errWatchClosed, true},
+		{apierrors.NewResourceExpired("compacted"), false},
+		{fmt.Errorf("watching pods from 5: %w", apierrors.NewGone("x")), false},
+		{silentError(time.Second), false},
+		{fmt.Errorf("computing the key: boom"), false},
+	} {
+		if got := isTransient(classifyWatchError(tc.err)); got != tc.transient {
+			t.Errorf("%v: transient = %v, want %v", tc.err, got, tc.transient)
+		}
+	}
+}
+
+// A storage watch that keeps failing transiently is re-opened from the
+// cache's RV, the cache ready and its watchers kept, until the failures have
+// lasted the retry window; then the cache relists and ends its watchers. A
+// watch that delivers something in between restarts the window.
+func TestStorageWatchRetryWindow(t *testing.T) {
+	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	w := c.startWatch(t, context.Background(), "100", everything(false))
+	retriesBefore, _ := testutil.GetCounterMetricValue(c.metrics.storageWatchRetries)
+	noLeader := &apierrors.NewInternalError(fmt.Errorf("etcdserver: no leader")).ErrStatus
+
+	// fail sends the error on watch n and waits for the retry: immediate
+	// for the first of a run, otherwise after a backoff on the fake clock.
+	fail := func(n int, wantRV string, step time.Duration) {
+		t.Helper()
+		sw, opts := fs.waitWatch(t, n)
+		if n > 1 && opts.ResourceVersion != wantRV {
+			t.Fatalf("storage watch #%d opened at RV %q, want %s", n, opts.ResourceVersion, wantRV)
+		}
+		sw.sendError(t, noLeader)
+		if step > 0 {
+			// The tick and the backoff timer.
+			c.waitWaiters(t, 2)
+			c.clk.Step(step)
+		}
+	}
+	sw, _ := fs.waitWatch(t, 1)
+	sw.send(t, watch.Modified, newTestPod("a", 101, map[string]string{"v": "1"}, ""))
+	if ev := nextEvent(t, w); eventRV(t, ev) != 101 {
+		t.Fatalf("got %s, want @101", describe(ev))
+	}
+
+	// Failures from 0s to 27s: re-opened every time, never relisted. The
+	// step covers the longest jittered backoff (2s * 1.5).
+	const step = 3 * time.Second
+	fail(1, "", 0)
+	n := 2
+	for elapsed := time.Duration(0); elapsed < storageWatchRetryWindow; elapsed += step {
+		fail(n, "101", step)
+		n++
+	}
+	if got := fs.listCount(); got != 1 {
+		t.Fatalf("GetList called %d times during transient failures, want 1", got)
+	}
+	if !c.Ready() {
+		t.Fatalf("not ready during transient failures")
+	}
+	if got, _ := testutil.GetCounterMetricValue(c.metrics.storageWatchRetries); got-retriesBefore != float64(n-1) {
+		t.Errorf("storage_watch_retries_total +%v, want +%d", got-retriesBefore, n-1)
+	}
+	// An event restarts the window: the client watch still gets it.
+	sw, _ = fs.waitWatch(t, n)
+	sw.send(t, watch.Modified, newTestPod("a", 102, map[string]string{"v": "2"}, ""))
+	if ev := nextEvent(t, w); eventRV(t, ev) != 102 {
+		t.Fatalf("after the retries: got %s, want @102", describe(ev))
+	}
+	sw.sendError(t, noLeader)
+	n++
+	for elapsed := time.Duration(0); elapsed < storageWatchRetryWindow; elapsed += step {
+		fail(n, "102", step)
+		n++
+	}
+	if got := fs.listCount(); got != 1 || !c.Ready() {
+		t.Fatalf("relisted (%d lists, ready %v) within 30s of the last event", got, c.Ready())
+	}
+
+	// Past the window: relist, and the client watch ends.
+	fs.setList(300, newTestPod("a", 300, nil, ""))
+	sw, _ = fs.waitWatch(t, n)
+	sw.sendError(t, noLeader)
+	poll(t, "the reflector to give up and back off", func() bool { return !c.Ready() && c.clk.Waiters() == 2 })
+	drainUntilClosed(t, w)
+	c.clk.Step(time.Second)
+	if _, opts := fs.waitWatch(t, n+1); opts.ResourceVersion != "300" {
+		t.Errorf("storage watch after the relist at RV %q, want 300", opts.ResourceVersion)
+	}
+	if got := fs.listCount(); got != 2 {
+		t.Errorf("GetList called %d times, want 2", got)
+	}
+}
