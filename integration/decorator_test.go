@@ -14,7 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 
 	"github.com/watchkeeper/watchkeeper/decorator"
-	"github.com/watchkeeper/watchkeeper/integration/etcdtest"
+	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 	"github.com/watchkeeper/watchkeeper/options"
 )
 

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
-	"github.com/watchkeeper/watchkeeper/integration/etcdtest"
+	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
 	informers "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/informers/externalversions"
 )

@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/watchkeeper/watchkeeper/integration/etcdtest"
+	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
 	informers "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/informers/externalversions"
 )

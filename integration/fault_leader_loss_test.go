@@ -28,7 +28,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/watchkeeper/watchkeeper/cacher"
-	"github.com/watchkeeper/watchkeeper/integration/etcdtest"
+	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 )
 
 // The third fault of issue 6: a 3-member etcd cluster loses its leader, and

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"io"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/watchkeeper/watchkeeper/internal/freeport"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/server"
 )
@@ -115,10 +115,9 @@ func withNegotiation(c *rest.Config) *rest.Config {
 
 func freeLoopbackPort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }

@@ -3,15 +3,12 @@ package main
 import (
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
+	"github.com/watchkeeper/watchkeeper/internal/etcdlaunch"
 )
 
 const (
@@ -29,8 +26,8 @@ const (
 func etcdMain(args []string) error {
 	fs := flag.NewFlagSet("etcd", flag.ExitOnError)
 	dir := fs.String("dir", "", "data directory")
-	clientURL := fs.String("client-url", "", "client URL, e.g. http://127.0.0.1:2379")
-	peerURL := fs.String("peer-url", "", "peer URL")
+	clientPort := fs.Int("client-port", 0, "loopback client port (0: a free one)")
+	peerPort := fs.Int("peer-port", 0, "loopback peer port (0: a free one)")
 	watchParent := fs.Bool("exit-on-stdin-eof", false, "exit when stdin closes (set by the parent)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -38,41 +35,21 @@ func etcdMain(args []string) error {
 	if *watchParent {
 		exitWhenParentGone()
 	}
-	cu, err := url.Parse(*clientURL)
-	if err != nil {
-		return fmt.Errorf("--client-url: %w", err)
-	}
-	pu, err := url.Parse(*peerURL)
-	if err != nil {
-		return fmt.Errorf("--peer-url: %w", err)
-	}
-	cfg := embed.NewConfig()
-	cfg.Name = "bench"
-	cfg.Dir = *dir
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.WatchProgressNotifyInterval = etcdProgressNotifyInterval
-	cfg.QuotaBackendBytes = etcdQuota
-	// The data is thrown away after the run; fsync would only add disk
-	// latency noise to write-to-receipt figures.
-	cfg.UnsafeNoFsync = true
-	logger, err := zap.NewProductionConfig().Build(zap.IncreaseLevel(zapcore.WarnLevel))
+	e, err := etcdlaunch.Start(etcdlaunch.Config{
+		Name:                   "bench",
+		Dir:                    *dir,
+		ClientPort:             *clientPort,
+		PeerPort:               *peerPort,
+		ProgressNotifyInterval: etcdProgressNotifyInterval,
+		QuotaBackendBytes:      etcdQuota,
+		// The data is thrown away after the run; fsync would only add disk
+		// latency noise to write-to-receipt figures.
+		NoFsync: true,
+	})
 	if err != nil {
 		return err
 	}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger.Named("etcd"))
-
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return fmt.Errorf("starting etcd: %w", err)
-	}
-	defer e.Close()
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(time.Minute):
-		return fmt.Errorf("etcd not ready after a minute")
-	}
+	defer e.Stop()
 	fmt.Println(etcdReadyLine)
 
 	sig := make(chan os.Signal, 1)

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/integration/etcdtest"
+	"github.com/watchkeeper/watchkeeper/internal/freeport"
 )
 
 // etcdProcess is the etcd child as the parent holds it.
@@ -26,12 +26,11 @@ type etcdProcess struct {
 // startEtcd starts `bench etcd` on free loopback ports with a fresh data
 // directory under workDir and waits until it serves.
 func startEtcd(self, workDir, logDir string) (*etcdProcess, error) {
-	ports, err := etcdtest.FreePorts(2)
+	ports, err := freeport.Ports(2)
 	if err != nil {
 		return nil, err
 	}
 	clientURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-	peerURL := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
 	dir := filepath.Join(workDir, "etcd")
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
@@ -40,7 +39,7 @@ func startEtcd(self, workDir, logDir string) (*etcdProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "etcd", "--dir", dir, "--client-url", clientURL, "--peer-url", peerURL, "--exit-on-stdin-eof")
+	cmd := exec.Command(self, "etcd", "--dir", dir, "--client-port", strconv.Itoa(ports[0]), "--peer-port", strconv.Itoa(ports[1]), "--exit-on-stdin-eof")
 	cmd.Stderr = logFile
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

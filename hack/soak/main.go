@@ -135,15 +135,12 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	klog.SetOutput(clientLog)
 
 	// etcd, and the checker's record of it, from before the first write.
-	etcd, err := newEtcdMember(filepath.Join(dir, "etcd"))
+	etcd, err := startEtcd(filepath.Join(dir, "etcd"))
 	if err != nil {
 		return false, err
 	}
-	if err := etcd.start(); err != nil {
-		return false, err
-	}
-	defer etcd.stop()
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.endpoint()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	defer etcd.Stop()
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return false, err
 	}
@@ -165,7 +162,7 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 		truthDone.Go(func() { heartbeat(truthCtx, client, c.heartbeat) })
 	}
 
-	srv, err := startServer(ctx, dir, etcd.endpoint(), []string{
+	srv, err := startServer(ctx, dir, etcd.Endpoint(), []string{
 		"--watch-cache-bookmark-frequency=" + c.bookmarkFrequency.String(),
 		"--watch-cache-bookmark-pre-deadline-offset=1s",
 		"--watch-cache-storage-silence-timeout=" + c.silenceTimeout.String(),
@@ -179,7 +176,7 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 		return false, err
 	}
 	srv.dumpGoroutines(ctx, filepath.Join(dir, "goroutines-before.txt"))
-	logf("etcd %s, sample apiserver %s (pid %d, %v goroutines), work directory %s", etcd.endpoint(), srv.url, srv.pid, goroutinesBefore, dir)
+	logf("etcd %s, sample apiserver %s (pid %d, %v goroutines), work directory %s", etcd.Endpoint(), srv.url, srv.pid, goroutinesBefore, dir)
 
 	cfg := rest.CopyConfig(srv.admin)
 	cfg.QPS, cfg.Burst = -1, 0
@@ -264,12 +261,12 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 			if n%2 == 1 {
 				down = c.longDowntime
 			}
-			etcd.stop()
+			etcd.Stop()
 			select {
 			case <-chaosCtx.Done():
 			case <-time.After(down):
 			}
-			if err := etcd.start(); err != nil {
+			if err := etcd.Start(); err != nil {
 				chaosErr.Store(err)
 				return
 			}
@@ -319,7 +316,7 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	if err, _ := chaosErr.Load().(error); err != nil {
 		return false, err
 	}
-	if err := etcd.start(); err != nil { // up for the end, whatever the schedule
+	if err := etcd.Start(); err != nil { // up for the end, whatever the schedule
 		return false, err
 	}
 	stopWriters()

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/cli"
 
+	"github.com/watchkeeper/watchkeeper/internal/freeport"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/server"
 )
 
@@ -60,7 +61,7 @@ func startServer(ctx context.Context, dir, etcdURL string, extra []string) (*ser
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(1)
+	ports, err := freeport.Ports(1)
 	if err != nil {
 		return nil, err
 	}

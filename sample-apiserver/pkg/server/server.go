@@ -80,12 +80,12 @@ func New(o *Options, out io.Writer) (_ *Server, err error) {
 		}
 	}
 	if standalone && o.embeddedEtcd() {
-		e, url, err := startEmbeddedEtcd(filepath.Join(o.DataDir, "etcd"))
+		e, err := startEmbeddedEtcd(filepath.Join(o.DataDir, "etcd"))
 		if err != nil {
 			return nil, err
 		}
-		s.stopEtcd = sync.OnceFunc(e.Close)
-		o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{url}
+		s.stopEtcd = e.Stop
+		o.Recommended.Etcd.StorageConfig.Transport.ServerList = e.Endpoints()
 	}
 
 	d, err := decorator.New(o.WatchCache)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
-	"github.com/watchkeeper/watchkeeper/integration/etcdtest"
+	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 )
 
 // TestScenarios runs each scenario once at a tiny size against an embedded

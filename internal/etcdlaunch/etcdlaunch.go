@@ -1,0 +1,372 @@
+// Package etcdlaunch runs real etcd members inside the calling process: the
+// one launcher behind the integration tests (through package etcdtest), the
+// benchmark's etcd child, the soak and the sample apiserver's standalone
+// mode. Every member is configured in one place, config; what callers may
+// vary is in Config. Members stop and start again on the same ports and
+// data directory, which the fault tests and the soak's restarts need.
+//
+// It returns errors and never imports "testing", so binaries may use it.
+package etcdlaunch
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/watchkeeper/watchkeeper/internal/freeport"
+)
+
+// ReadyTimeout bounds how long Start waits for a member to serve.
+const ReadyTimeout = time.Minute
+
+// ProgressNotifyInterval is the interval the sample apiserver and the soak
+// run etcd with: progress notifications keep a quiet resource's cache
+// current.
+const ProgressNotifyInterval = 5 * time.Second
+
+// Config is what differs between the members watchkeeper runs.
+type Config struct {
+	// Name is the member's name in its cluster.
+	Name string
+	// Dir is the data directory, created if missing.
+	Dir string
+	// ClientPort and PeerPort are loopback ports; 0 picks a free one.
+	ClientPort, PeerPort int
+	// Logger receives etcd's logs (named "etcd"); nil: NewLogger("").
+	Logger *zap.Logger
+	// ProgressNotifyInterval is etcd's watch progress notify interval;
+	// 0 keeps etcd's default (10m).
+	ProgressNotifyInterval time.Duration
+	// QuotaBackendBytes is the backend quota; 0 keeps etcd's default.
+	QuotaBackendBytes int64
+	// NoFsync turns fsync off, for members whose data is thrown away or
+	// outlives only graceful restarts.
+	NoFsync bool
+}
+
+// NewLogger is the logger members use unless told otherwise: etcd's
+// warnings and errors, as JSON, to path, or to stderr when path is "".
+func NewLogger(path string) (*zap.Logger, error) {
+	zapCfg := zap.NewProductionConfig()
+	zapCfg.Level = zap.NewAtomicLevelAt(zapcore.WarnLevel)
+	if path != "" {
+		zapCfg.OutputPaths = []string{path}
+		zapCfg.ErrorOutputPaths = []string{path}
+	}
+	return zapCfg.Build()
+}
+
+// config is the one etcd configuration of every member.
+func (c Config) config(clientPort, peerPort int) (*embed.Config, error) {
+	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the etcd data directory: %w", err)
+	}
+	logger := c.Logger
+	if logger == nil {
+		var err error
+		if logger, err = NewLogger(""); err != nil {
+			return nil, err
+		}
+	}
+	clientURL := loopbackURL(clientPort)
+	peerURL := loopbackURL(peerPort)
+	cfg := embed.NewConfig()
+	cfg.Name = c.Name
+	cfg.Dir = c.Dir
+	cfg.UnsafeNoFsync = c.NoFsync
+	cfg.ListenClientUrls = []url.URL{clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{clientURL}
+	cfg.ListenPeerUrls = []url.URL{peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{peerURL}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if c.ProgressNotifyInterval > 0 {
+		cfg.WatchProgressNotifyInterval = c.ProgressNotifyInterval
+	}
+	if c.QuotaBackendBytes > 0 {
+		cfg.QuotaBackendBytes = c.QuotaBackendBytes
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger.Named("etcd"))
+	return cfg, nil
+}
+
+func loopbackURL(port int) url.URL {
+	return url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+}
+
+// portLock keeps two members of this process from picking the same free
+// ports between closing the probe listeners and etcd binding them.
+var portLock sync.Mutex
+
+// pickPorts returns the configured ports, free ones where they are 0.
+func (c Config) pickPorts() (client, peer int, err error) {
+	ports, err := freeport.Ports(2)
+	if err != nil {
+		return 0, 0, err
+	}
+	client, peer = c.ClientPort, c.PeerPort
+	if client == 0 {
+		client = ports[0]
+	}
+	if peer == 0 {
+		peer = ports[1]
+	}
+	return client, peer, nil
+}
+
+// Member is one embedded etcd member with a data directory that outlives
+// Stop, so Start brings the same member back with its data.
+type Member struct {
+	cfg *embed.Config
+
+	mu      sync.Mutex
+	running *embed.Etcd
+}
+
+// Start runs a single-member etcd and waits until it serves.
+func Start(c Config) (*Member, error) {
+	portLock.Lock()
+	defer portLock.Unlock()
+	client, peer, err := c.pickPorts()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := c.config(client, peer)
+	if err != nil {
+		return nil, err
+	}
+	m := &Member{cfg: cfg}
+	if err := m.Start(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Endpoint is the client URL, for clients and storagebackend configs.
+func (m *Member) Endpoint() string { return m.cfg.AdvertiseClientUrls[0].String() }
+
+// Endpoints are the client URLs.
+func (m *Member) Endpoints() []string { return []string{m.Endpoint()} }
+
+// Dir is the member's data directory.
+func (m *Member) Dir() string { return m.cfg.Dir }
+
+// Start starts a stopped member on its ports and data and waits until it
+// serves. Starting a running member does nothing.
+func (m *Member) Start() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.running != nil {
+		return nil
+	}
+	// On a restart the data directory already names the cluster, and etcd
+	// ignores the initial-cluster settings.
+	srv, err := embed.StartEtcd(m.cfg)
+	if err != nil {
+		return fmt.Errorf("starting embedded etcd in %s: %w", m.cfg.Dir, err)
+	}
+	select {
+	case <-srv.Server.ReadyNotify():
+	case <-time.After(ReadyTimeout):
+		srv.Close()
+		return fmt.Errorf("embedded etcd not ready after %v", ReadyTimeout)
+	}
+	m.running = srv
+	return nil
+}
+
+// Stop shuts the member down and keeps its data. Stopping a stopped member
+// does nothing.
+func (m *Member) Stop() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.running != nil {
+		m.running.Close()
+		m.running = nil
+	}
+}
+
+// Restart stops the member and starts it again on the same ports and data.
+func (m *Member) Restart() error {
+	m.Stop()
+	return m.Start()
+}
+
+// Kill stops the member abruptly: raft stops at once, without handing
+// leadership over, so a leader's peers must notice its loss and elect
+// another. Its client connections are cut only when etcd's shutdown stops
+// waiting for open gRPC streams (its request timeout, about 7s, which Kill
+// waits for): until then a client watching through this member hears
+// nothing, as from a frozen member. Its data is kept and Start brings it
+// back. Killing a stopped member does nothing.
+func (m *Member) Kill() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.running != nil {
+		m.running.Server.HardStop()
+		m.running.Close()
+		m.running = nil
+	}
+}
+
+// Err carries the running member's fatal error; nil when it is stopped.
+func (m *Member) Err() <-chan error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.running == nil {
+		return nil
+	}
+	return m.running.Err()
+}
+
+// Running reports whether the member is started.
+func (m *Member) Running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.running != nil
+}
+
+// IsLeader reports whether the member runs and sees itself as the leader.
+func (m *Member) IsLeader() bool {
+	id, lead, ok := m.raftIDs()
+	return ok && lead != 0 && id == lead
+}
+
+// raftIDs are the member's own ID and the leader it knows of (0: none).
+func (m *Member) raftIDs() (id, lead uint64, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.running == nil {
+		return 0, 0, false
+	}
+	s := m.running.Server
+	return uint64(s.MemberID()), uint64(s.Leader()), true
+}
+
+// Cluster is a multi-member etcd, every member on its own loopback ports and
+// data directory. Each member stops and restarts as a single member does.
+type Cluster struct {
+	Members []*Member
+}
+
+// StartCluster runs one member per config as a new cluster and waits until
+// every member is ready (which needs a quorum, hence all members start at
+// once). On an error no member is left running.
+func StartCluster(cs []Config) (*Cluster, error) {
+	if len(cs) < 1 {
+		return nil, errors.New("a cluster needs at least one member")
+	}
+	portLock.Lock()
+	defer portLock.Unlock()
+
+	token := fmt.Sprintf("watchkeeper-%d", time.Now().UnixNano())
+	c := &Cluster{Members: make([]*Member, len(cs))}
+	initial := make([]string, len(cs))
+	for i, mc := range cs {
+		client, peer, err := mc.pickPorts()
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := mc.config(client, peer)
+		if err != nil {
+			return nil, err
+		}
+		cfg.InitialClusterToken = token
+		cfg.ClusterState = embed.ClusterStateFlagNew
+		c.Members[i] = &Member{cfg: cfg}
+		initial[i] = cfg.Name + "=" + cfg.AdvertisePeerUrls[0].String()
+	}
+	for _, m := range c.Members {
+		m.cfg.InitialCluster = strings.Join(initial, ",")
+	}
+
+	// Every member waits for the others before it is ready: start them all
+	// at once. The port lock is held until they have bound their ports.
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, m := range c.Members {
+		wg.Go(func() {
+			if err := m.Start(); err != nil {
+				errs[i] = fmt.Errorf("member %d: %w", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Endpoints are every member's client URLs, for a client that fails over.
+func (c *Cluster) Endpoints() []string {
+	var out []string
+	for _, m := range c.Members {
+		out = append(out, m.Endpoints()...)
+	}
+	return out
+}
+
+// Stop stops every member, keeping their data.
+func (c *Cluster) Stop() {
+	var wg sync.WaitGroup
+	for _, m := range c.Members {
+		wg.Go(m.Stop)
+	}
+	wg.Wait()
+}
+
+// Leader is the index of the running member that is the leader, as that
+// member sees it, or -1 when no running member leads.
+func (c *Cluster) Leader() int {
+	for i, m := range c.Members {
+		if m.IsLeader() {
+			return i
+		}
+	}
+	return -1
+}
+
+// WaitLeader waits up to d until one running member leads and every
+// running member agrees on it, and returns its index.
+func (c *Cluster) WaitLeader(d time.Duration) (int, error) {
+	deadline := time.Now().Add(d)
+	for {
+		if i := c.agreedLeader(); i >= 0 {
+			return i, nil
+		}
+		if time.Now().After(deadline) {
+			return -1, fmt.Errorf("no leader that every running member agrees on after %v", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) agreedLeader() int {
+	leader := -1
+	var lead uint64
+	for i, m := range c.Members {
+		id, l, ok := m.raftIDs()
+		if !ok {
+			continue
+		}
+		if l == 0 || (lead != 0 && l != lead) {
+			return -1
+		}
+		lead = l
+		if id == l {
+			leader = i
+		}
+	}
+	return leader
+}

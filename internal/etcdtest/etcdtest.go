@@ -1,0 +1,123 @@
+// Package etcdtest is the testing.TB face of package etcdlaunch for
+// watchkeeper's tests: an embedded etcd member or cluster that fails the
+// test instead of returning errors, logs through the test and is stopped
+// when the test ends. Unlike upstream's testserver it can stop and restart
+// a member on the same ports and data directory, which the fault tests need.
+//
+// Tests only: binaries use etcdlaunch.
+package etcdtest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/watchkeeper/watchkeeper/internal/etcdlaunch"
+)
+
+// Etcd is one embedded etcd member with a data directory that outlives
+// Stop, so Restart brings the same member back with its data.
+type Etcd struct {
+	t testing.TB
+	*etcdlaunch.Member
+}
+
+// config is a test member's: no fsync (a test member is never kept across
+// crashes), logs at error level through the test.
+func config(t testing.TB, name string) etcdlaunch.Config {
+	return etcdlaunch.Config{
+		Name:    name,
+		Dir:     t.TempDir(),
+		Logger:  testLogger(t),
+		NoFsync: true,
+	}
+}
+
+func testLogger(t testing.TB) *zap.Logger {
+	return zaptest.NewLogger(t, zaptest.Level(zapcore.ErrorLevel))
+}
+
+// Start runs a single-member etcd on free loopback ports and a fresh data
+// directory. It is stopped when the test ends.
+func Start(t testing.TB) *Etcd {
+	t.Helper()
+	m, err := etcdlaunch.Start(config(t, "watchkeeper-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+	return &Etcd{t: t, Member: m}
+}
+
+// Client returns a new client of the member, closed when the test ends. It
+// keeps working across Stop and Restart: it reconnects by itself.
+func (e *Etcd) Client() *clientv3.Client {
+	e.t.Helper()
+	return newClient(e.t, e.Endpoints())
+}
+
+// Restart stops the member and starts it again on the same ports and data.
+func (e *Etcd) Restart() {
+	e.t.Helper()
+	if err := e.Member.Restart(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func newClient(t testing.TB, endpoints []string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 10 * time.Second,
+		Logger:      testLogger(t).Named("etcd-client"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Cluster is a multi-member etcd running in the test process. Each member
+// is an *Etcd, so it stops and restarts as a single member does; the
+// cluster adds what a fault test needs on top: all the endpoints, and who
+// leads.
+type Cluster struct {
+	t testing.TB
+	*etcdlaunch.Cluster
+	Members []*Etcd
+}
+
+// StartCluster runs an n-member etcd cluster on free loopback ports and
+// waits until every member is ready. It is stopped when the test ends.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	cfgs := make([]etcdlaunch.Config, n)
+	for i := range n {
+		name := fmt.Sprintf("member-%d", i)
+		cfgs[i] = config(t, name)
+		cfgs[i].Logger = cfgs[i].Logger.Named(name)
+	}
+	lc, err := etcdlaunch.StartCluster(cfgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lc.Stop)
+	c := &Cluster{t: t, Cluster: lc, Members: make([]*Etcd, n)}
+	for i, m := range lc.Members {
+		c.Members[i] = &Etcd{t: t, Member: m}
+	}
+	return c
+}
+
+// Client returns a new client of the whole cluster, closed when the test
+// ends. It fails over between members by itself.
+func (c *Cluster) Client() *clientv3.Client {
+	c.t.Helper()
+	return newClient(c.t, c.Endpoints())
+}
