@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"math/bits"
 	"net"
 	"net/http"
 	"net/url"
@@ -28,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchkeeper/watchkeeper/cacher"
+	"github.com/watchkeeper/watchkeeper/internal/histogram"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 )
 
@@ -38,9 +37,9 @@ import (
 //
 // The clients are deliberately cheap: a watch is read as lines and searched
 // with bytes.Index for its type and a timestamp annotation instead of being
-// decoded (hack/bench/internal/httpbench does the same; being internal to
-// hack/bench it cannot be imported from here). A thousand client-go decoders
-// would make the client, not the server, what the test measures on two cores.
+// decoded (hack/bench/internal/httpbench does the same). A thousand
+// client-go decoders would make the client, not the server, what the test
+// measures on two cores.
 
 const (
 	hostileGroup = "demo.watchkeeper.io"
@@ -209,67 +208,6 @@ func (l *hostileLines) next() ([]byte, error) {
 			return l.buf, err
 		}
 	}
-}
-
-// hostileHist is a latency histogram safe for concurrent use: 32 buckets
-// per power of two of nanoseconds, so a quantile is within ~3%.
-type hostileHist struct {
-	counts [64 * 32]atomic.Int64
-	n      atomic.Int64
-	max    atomic.Int64
-}
-
-func hostileBucket(ns int64) int {
-	if ns < 32 {
-		return int(max(ns, 0))
-	}
-	e := bits.Len64(uint64(ns)) - 6 // ns >> e is in [32, 64)
-	return (e+1)*32 + int(ns>>e) - 32
-}
-
-func hostileBucketUpper(b int) time.Duration {
-	if b < 32 {
-		return time.Duration(b)
-	}
-	e := b/32 - 1
-	return time.Duration((int64(b%32) + 33) << e)
-}
-
-func (h *hostileHist) record(d time.Duration) {
-	h.counts[hostileBucket(int64(d))].Add(1)
-	h.n.Add(1)
-	for {
-		m := h.max.Load()
-		if int64(d) <= m || h.max.CompareAndSwap(m, int64(d)) {
-			return
-		}
-	}
-}
-
-// quantile is the upper bound of the bucket holding quantile q.
-func (h *hostileHist) quantile(q float64) time.Duration { return hostileQuantile(q, h) }
-
-// hostileQuantile is quantile q of several histograms pooled.
-func hostileQuantile(q float64, hs ...*hostileHist) time.Duration {
-	var n, top int64
-	for _, h := range hs {
-		n += h.n.Load()
-		top = max(top, h.max.Load())
-	}
-	if n == 0 {
-		return 0
-	}
-	rank := int64(math.Ceil(q * float64(n)))
-	seen := int64(0)
-	for b := range hs[0].counts {
-		for _, h := range hs {
-			seen += h.counts[b].Load()
-		}
-		if seen >= rank {
-			return min(hostileBucketUpper(b), time.Duration(top))
-		}
-	}
-	return time.Duration(top)
 }
 
 // hostileHeap samples the process's heap while a phase runs: the live heap
@@ -494,7 +432,7 @@ func TestHostileStalledClient(t *testing.T) {
 		name     string
 		s        *sampleServer
 		objs     []*v1alpha1.Widget
-		hist     [phases + 1]hostileHist
+		hist     [phases + 1]histogram.Histogram
 		received atomic.Int64
 		lastRV   uint64
 	}
@@ -575,7 +513,7 @@ func TestHostileStalledClient(t *testing.T) {
 							break
 						}
 					}
-					sd.hist[p].record(time.Duration(now - ev.writtenAt))
+					sd.hist[p].Record(time.Duration(now - ev.writtenAt))
 					sd.received.Add(1)
 				}
 			})
@@ -717,7 +655,7 @@ func TestHostileStalledClient(t *testing.T) {
 
 	// Latency: the readers' p99 with a stalled client on their server within
 	// 2x of without. Phase p stalls sides[p-1].
-	var with, without []*hostileHist
+	var with, without []*histogram.Histogram
 	for p := 1; p <= phases; p++ {
 		for i, sd := range sides {
 			h := &sd.hist[p]
@@ -728,16 +666,16 @@ func TestHostileStalledClient(t *testing.T) {
 				without = append(without, h)
 			}
 			t.Logf("phase %d, server %s (%s a stalled client): %d deliveries, p50 %v p99 %v max %v",
-				p, sd.name, cond, h.n.Load(), h.quantile(0.5), h.quantile(0.99), time.Duration(h.max.Load()))
-			if want := int64(readers * writesPerPhase); h.n.Load() != want {
-				t.Errorf("phase %d, server %s: %d deliveries, want %d", p, sd.name, h.n.Load(), want)
+				p, sd.name, cond, h.Count(), h.Quantile(0.5), h.Quantile(0.99), h.Max())
+			if want := uint64(readers * writesPerPhase); h.Count() != want {
+				t.Errorf("phase %d, server %s: %d deliveries, want %d", p, sd.name, h.Count(), want)
 			}
 		}
 	}
-	p99With, p99Without := hostileQuantile(0.99, with...), hostileQuantile(0.99, without...)
+	p99With, p99Without := histogram.Quantile(0.99, with...), histogram.Quantile(0.99, without...)
 	t.Logf("readers' latency without a stalled client: p50 %v p90 %v p99 %v; with: p50 %v p90 %v p99 %v (%.2fx)",
-		hostileQuantile(0.5, without...), hostileQuantile(0.9, without...), p99Without,
-		hostileQuantile(0.5, with...), hostileQuantile(0.9, with...), p99With, float64(p99With)/float64(p99Without))
+		histogram.Quantile(0.5, without...), histogram.Quantile(0.9, without...), p99Without,
+		histogram.Quantile(0.5, with...), histogram.Quantile(0.9, with...), p99With, float64(p99With)/float64(p99Without))
 	if max(p99With, latencyFloor) > 2*max(p99Without, latencyFloor) {
 		t.Errorf("readers' p99 latency with a stalled client %v > 2 x %v without", p99With, p99Without)
 	}

@@ -9,8 +9,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/watchkeeper/watchkeeper/hack/bench/internal/histogram"
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
+	"github.com/watchkeeper/watchkeeper/internal/histogram"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
 )

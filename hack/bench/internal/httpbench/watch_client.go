@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/hack/bench/internal/histogram"
+	"github.com/watchkeeper/watchkeeper/internal/histogram"
 )
 
 // openConcurrency bounds the watch requests in flight while opening: enough

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/klog/v2"
 
-	"github.com/watchkeeper/watchkeeper/hack/bench/internal/histogram"
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
+	"github.com/watchkeeper/watchkeeper/internal/histogram"
 )
 
 // fanOutWriters write the events concurrently, as a few controllers would.

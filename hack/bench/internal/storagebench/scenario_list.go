@@ -9,6 +9,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
+	"github.com/watchkeeper/watchkeeper/internal/histogram"
 )
 
 // listWarmups are untimed lists before each timed series, so the first
@@ -43,8 +44,8 @@ func List(ctx context.Context, env Env, decorator string, objects, repeats int) 
 				sample = append(sample, took)
 			}
 		}
-		rec.Add(series.name+"_latency_p50_ms", ms(quantile(sample, 0.50)), "ms", result.Lower)
-		rec.Add(series.name+"_latency_p99_ms", ms(quantile(sample, 0.99)), "ms", result.Lower)
+		rec.Add(series.name+"_latency_p50_ms", ms(histogram.SampleQuantile(sample, 0.50)), "ms", result.Lower)
+		rec.Add(series.name+"_latency_p99_ms", ms(histogram.SampleQuantile(sample, 0.99)), "ms", result.Lower)
 	}
 	return rec.Results(), nil
 }

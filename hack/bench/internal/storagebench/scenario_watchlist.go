@@ -13,6 +13,7 @@ import (
 	etcdfeature "k8s.io/apiserver/pkg/storage/feature"
 
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
+	"github.com/watchkeeper/watchkeeper/internal/histogram"
 )
 
 // watchListTimeout bounds one WatchList: upstream needs about a second.
@@ -40,8 +41,8 @@ func WatchList(ctx context.Context, env Env, decorator string, objects, repeats 
 		}
 		sample = append(sample, took)
 	}
-	rec.Add("initial_events_end_p50_ms", ms(quantile(sample, 0.5)), "ms", result.Lower)
-	rec.Add("initial_events_end_max_ms", ms(quantile(sample, 1)), "ms", result.Lower)
+	rec.Add("initial_events_end_p50_ms", ms(histogram.SampleQuantile(sample, 0.5)), "ms", result.Lower)
+	rec.Add("initial_events_end_max_ms", ms(histogram.SampleQuantile(sample, 1)), "ms", result.Lower)
 	return rec.Results(), nil
 }
 

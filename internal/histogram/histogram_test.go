@@ -79,3 +79,43 @@ func TestNegativeDurationsCountAsZero(t *testing.T) {
 		t.Errorf("max of two negative durations = %v, want 0", got)
 	}
 }
+
+// Several histograms pooled give the quantile of all their values, and no
+// quantile is above the largest value recorded.
+func TestPooledQuantileAndMax(t *testing.T) {
+	var a, b Histogram
+	for i := 1; i <= 50; i++ {
+		a.Record(time.Duration(i))
+		b.Record(time.Duration(50 + i))
+	}
+	if got := Quantile(0.5, &a, &b); got != 50 {
+		t.Errorf("pooled median of 1..100 = %d, want 50", got)
+	}
+	if got := Quantile(0.99, &a, &b); got != 99 {
+		t.Errorf("pooled q0.99 of 1..100 = %d, want 99", got)
+	}
+	var big Histogram
+	big.Record(1000003 * time.Nanosecond)
+	if big.Max() != 1000003 || big.Quantile(1) != 1000003 {
+		t.Errorf("max %d, q1 %d; want both 1000003", big.Max(), big.Quantile(1))
+	}
+	if Quantile(0.5) != 0 {
+		t.Error("no histograms have a median")
+	}
+}
+
+func TestSampleQuantileIsNearestRank(t *testing.T) {
+	if SampleQuantile(nil, 0.5) != 0 {
+		t.Error("empty sample has a median")
+	}
+	sample := []time.Duration{30, 10, 20}
+	if got := SampleQuantile(sample, 0.5); got != 20 {
+		t.Errorf("median of 10, 20, 30 = %d, want 20", got)
+	}
+	if got := SampleQuantile(sample, 1); got != 30 {
+		t.Errorf("max of 10, 20, 30 = %d, want 30", got)
+	}
+	if sample[0] != 30 {
+		t.Error("SampleQuantile sorted its argument")
+	}
+}

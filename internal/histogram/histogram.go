@@ -1,12 +1,14 @@
 // Package histogram is a fixed-size, HDR-like latency histogram that many
-// goroutines record into at once. A fan-out run delivers watchers*events
-// latencies (10M at 10k x 1k); keeping them all would cost more memory than
-// the caches under test, so values are binned on arrival with a bounded
-// relative error instead.
+// goroutines record into at once, and the nearest-rank quantile of a small
+// sample. A fan-out run delivers watchers*events latencies (10M at 10k x
+// 1k); keeping them all would cost more memory than the caches under test,
+// so values are binned on arrival with a bounded relative error instead.
+// The benchmarks, the soak and the integration tests all measure with it.
 package histogram
 
 import (
 	"math/bits"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -26,22 +28,42 @@ const (
 type Histogram struct {
 	counts [bucketCount]atomic.Uint64
 	total  atomic.Uint64
+	max    atomic.Int64
 }
 
 // Record adds one duration. Negative durations (clock steps) count as 0.
 func (h *Histogram) Record(d time.Duration) {
-	v := uint64(max(d, 0))
-	h.counts[index(v)].Add(1)
+	d = max(d, 0)
+	h.counts[index(uint64(d))].Add(1)
 	h.total.Add(1)
+	for {
+		m := h.max.Load()
+		if int64(d) <= m || h.max.CompareAndSwap(m, int64(d)) {
+			return
+		}
+	}
 }
 
 // Count is the number of recorded values.
 func (h *Histogram) Count() uint64 { return h.total.Load() }
 
+// Max is the largest recorded value (exact), or 0 when nothing was recorded.
+func (h *Histogram) Max() time.Duration { return time.Duration(h.max.Load()) }
+
 // Quantile returns the value at quantile q in [0, 1] (the midpoint of its
-// bucket), or 0 when nothing was recorded. Call it once recording is done.
-func (h *Histogram) Quantile(q float64) time.Duration {
-	n := h.total.Load()
+// bucket, at most Max), or 0 when nothing was recorded. Call it once
+// recording is done.
+func (h *Histogram) Quantile(q float64) time.Duration { return Quantile(q, h) }
+
+// Quantile is the value at quantile q of several histograms pooled, as
+// Histogram.Quantile is of one.
+func Quantile(q float64, hs ...*Histogram) time.Duration {
+	var n uint64
+	var top time.Duration
+	for _, h := range hs {
+		n += h.Count()
+		top = max(top, h.Max())
+	}
 	if n == 0 {
 		return 0
 	}
@@ -49,15 +71,29 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 	rank := uint64(q*float64(n) + 0.999999)
 	rank = min(max(rank, 1), n)
 	var seen uint64
-	for i := range h.counts {
-		seen += h.counts[i].Load()
+	for i := range bucketCount {
+		for _, h := range hs {
+			seen += h.counts[i].Load()
+		}
 		if seen >= rank {
 			lo, hi := bounds(i)
-			return time.Duration(lo + (hi-lo)/2)
+			return min(time.Duration(lo+(hi-lo)/2), top)
 		}
 	}
-	lo, hi := bounds(bucketCount - 1)
-	return time.Duration(lo + (hi-lo)/2)
+	return top
+}
+
+// SampleQuantile is the nearest-rank q-quantile of a small sample, kept
+// whole (a few hundred values at most; larger samples go through a
+// Histogram).
+func SampleQuantile(sample []time.Duration, q float64) time.Duration {
+	if len(sample) == 0 {
+		return 0
+	}
+	s := slices.Clone(sample)
+	slices.Sort(s)
+	rank := int(q*float64(len(s)) + 0.999999)
+	return s[min(max(rank, 1), len(s))-1]
 }
 
 func index(v uint64) int {
