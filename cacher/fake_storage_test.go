@@ -9,13 +9,13 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/watchkeeper/watchkeeper/internal/fixtures"
 )
 
 // waitFor is the real-time bound for waiting on goroutines (never for
@@ -286,14 +286,6 @@ func newTestPod(name string, rv uint64, lbls map[string]string, node string) *ex
 
 func testPodKey(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) }
 
-func testPodAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
-	pod, ok := obj.(*example.Pod)
-	if !ok {
-		return nil, nil, fmt.Errorf("not a pod: %T", obj)
-	}
-	return labels.Set(pod.Labels), fields.Set{
-		"metadata.name":      pod.Name,
-		"metadata.namespace": pod.Namespace,
-		"spec.nodeName":      pod.Spec.NodeName,
-	}, nil
-}
+// testPodAttrs are the pods' attributes, as every storage-level test and
+// benchmark describes them.
+var testPodAttrs = fixtures.PodAttrs

@@ -9,16 +9,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/kubernetes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
-	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/etcd3"
@@ -30,41 +24,18 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/watchkeeper/watchkeeper/cacher"
+	"github.com/watchkeeper/watchkeeper/internal/fixtures"
 )
 
 var (
-	scheme = runtime.NewScheme()
-	codecs = serializer.NewCodecFactory(scheme)
 	// The codec and transformer upstream's cacher tests use.
-	protoCodec  runtime.Codec
+	protoCodec  = fixtures.ProtoCodec
 	transformer = identity.NewEncryptCheckTransformer()
+
+	newPod     = fixtures.NewPod
+	newPodList = fixtures.NewPodList
+	podAttrs   = fixtures.PodAttrs
 )
-
-func init() {
-	metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
-	utilruntime.Must(example.AddToScheme(scheme))
-	utilruntime.Must(examplev1.AddToScheme(scheme))
-	pb := protobuf.NewSerializer(scheme, scheme)
-	protoCodec = codecs.CodecForVersions(pb, pb, schema.GroupVersions{examplev1.SchemeGroupVersion}, nil)
-}
-
-func newPod() runtime.Object     { return &example.Pod{} }
-func newPodList() runtime.Object { return &example.PodList{} }
-
-func podAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
-	pod, ok := obj.(*example.Pod)
-	if !ok {
-		return nil, nil, fmt.Errorf("not a pod: %T", obj)
-	}
-	f := fields.Set{
-		"spec.nodeName":      pod.Spec.NodeName,
-		"spec.restartPolicy": string(pod.Spec.RestartPolicy),
-		"status.phase":       string(pod.Status.Phase),
-		"metadata.name":      pod.Name,
-		"metadata.namespace": pod.Namespace,
-	}
-	return labels.Set(pod.Labels), f, nil
-}
 
 // env is one resource's cache over a real etcd, as the tests drive it.
 type env struct {
@@ -83,12 +54,10 @@ func clusterScoped(c *cacher.Config) {
 
 // nodeNameIndex adds the trigger and indexers upstream's tests use.
 func nodeNameIndex(c *cacher.Config) {
-	c.IndexerFuncs = storage.IndexerFuncs{
-		"spec.nodeName": func(obj runtime.Object) string { return obj.(*example.Pod).Spec.NodeName },
-	}
+	c.IndexerFuncs = fixtures.PodTriggers()
 	c.Indexers = &cache.Indexers{
-		"f:spec.nodeName":      func(obj any) ([]string, error) { return []string{obj.(*example.Pod).Spec.NodeName}, nil },
-		"f:metadata.namespace": func(obj any) ([]string, error) { return []string{obj.(*example.Pod).Namespace}, nil },
+		fixtures.NodeNameIndex:  fixtures.NodeNameIndexFunc,
+		fixtures.NamespaceIndex: fixtures.NamespaceIndexFunc,
 	}
 }
 

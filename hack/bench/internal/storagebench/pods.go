@@ -8,21 +8,14 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apiserver/pkg/apis/example"
-	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/watchkeeper/watchkeeper/internal/fixtures"
 )
 
-// The resource is example.Pod stored as protobuf, what the integration
-// harness and upstream's cacher tests use; both decorators get the same codec.
 const (
 	resourcePrefix = "/pods/"
 	benchNamespace = "bench"
@@ -31,45 +24,17 @@ const (
 	writtenAtAnnotation = "bench.watchkeeper.io/written-at"
 )
 
-var codec runtime.Codec
-
-func init() {
-	scheme := runtime.NewScheme()
-	metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
-	utilruntime.Must(example.AddToScheme(scheme))
-	utilruntime.Must(examplev1.AddToScheme(scheme))
-	pb := protobuf.NewSerializer(scheme, scheme)
-	codec = serializer.NewCodecFactory(scheme).CodecForVersions(pb, pb, schema.GroupVersions{examplev1.SchemeGroupVersion}, nil)
-}
-
-func newPod() runtime.Object     { return &example.Pod{} }
-func newPodList() runtime.Object { return &example.PodList{} }
+// The resource is example.Pod stored as protobuf (package fixtures), what
+// the integration harness and upstream's cacher tests use; both decorators
+// get the same codec.
+var codec = fixtures.ProtoCodec
 
 func podKey(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(resourcePrefix, obj) }
 
-func podAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
-	pod, ok := obj.(*example.Pod)
-	if !ok {
-		return nil, nil, fmt.Errorf("not a pod: %T", obj)
-	}
-	return labels.Set(pod.Labels), fields.Set{
-		"spec.nodeName":      pod.Spec.NodeName,
-		"status.phase":       string(pod.Status.Phase),
-		"metadata.name":      pod.Name,
-		"metadata.namespace": pod.Namespace,
-	}, nil
-}
-
 // The trigger and indexer the real pods registry has, so both caches take
 // their indexed dispatch paths as they would in a kube-apiserver.
-var podTriggers = storage.IndexerFuncs{
-	"spec.nodeName": func(obj runtime.Object) string { return obj.(*example.Pod).Spec.NodeName },
-}
-
 func podIndexers() *cache.Indexers {
-	return &cache.Indexers{
-		"f:spec.nodeName": func(obj any) ([]string, error) { return []string{obj.(*example.Pod).Spec.NodeName}, nil },
-	}
+	return &cache.Indexers{fixtures.NodeNameIndex: fixtures.NodeNameIndexFunc}
 }
 
 func benchPod(name string, writtenAt time.Time) *example.Pod {

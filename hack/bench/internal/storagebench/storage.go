@@ -16,6 +16,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 
 	"github.com/watchkeeper/watchkeeper/decorator"
+	"github.com/watchkeeper/watchkeeper/internal/fixtures"
 	"github.com/watchkeeper/watchkeeper/options"
 )
 
@@ -62,7 +63,7 @@ func openStorage(ctx context.Context, env Env, name string) (storage.Interface, 
 	cfg := storagebackend.NewDefaultConfig(env.Prefix, codec)
 	cfg.Transport.ServerList = []string{env.EtcdEndpoint}
 	s, destroy, err := d(cfg.ForResource(schema.GroupResource{Resource: "pods"}), resourcePrefix,
-		podKey, newPod, newPodList, podAttrs, podTriggers, podIndexers())
+		podKey, fixtures.NewPod, fixtures.NewPodList, fixtures.PodAttrs, fixtures.PodTriggers(), podIndexers())
 	if err != nil {
 		return nil, nil, fmt.Errorf("building %s storage: %w", name, err)
 	}
@@ -84,7 +85,7 @@ func waitReady(ctx context.Context, s storage.Interface) error {
 		if err == nil {
 			err = s.GetList(ctx, resourcePrefix, storage.ListOptions{
 				ResourceVersion: "0", Predicate: storage.Everything, Recursive: true,
-			}, newPodList())
+			}, fixtures.NewPodList())
 		}
 		if err == nil {
 			return nil
