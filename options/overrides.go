@@ -45,7 +45,9 @@ func (r ResourceOverride) apply(o WatchCacheOptions) WatchCacheOptions {
 		}
 	}
 	set(&o.BookmarkFrequency, r.BookmarkFrequency)
-	set(&o.BookmarkPreDeadlineOffset, r.BookmarkPreDeadlineOffset)
+	if r.BookmarkPreDeadlineOffset != nil {
+		o.BookmarkPreDeadlineOffset, o.preDeadlineOffsetGiven = *r.BookmarkPreDeadlineOffset, true
+	}
 	set(&o.EventsHistoryWindow, r.EventsHistoryWindow)
 	set(&o.BookmarkGranularity, r.BookmarkGranularity)
 	set(&o.BookmarkMaxStaleness, r.BookmarkMaxStaleness)
@@ -57,13 +59,17 @@ func (r ResourceOverride) apply(o WatchCacheOptions) WatchCacheOptions {
 }
 
 // ForResource returns the options in force for gr: the global ones with gr's
-// override, if any, applied. The result carries no overrides.
+// override, if any, applied. The result carries no overrides, and its
+// BookmarkPreDeadlineOffset is the one in force: an offset nobody gave
+// follows gr's frequency (EffectiveBookmarkPreDeadlineOffset), so an
+// override that sets only the frequency is valid as the global flag is.
 func (o *WatchCacheOptions) ForResource(gr schema.GroupResource) *WatchCacheOptions {
 	out := *o
 	out.ResourceOverrides = nil
 	if r, ok := o.ResourceOverrides[gr]; ok {
 		out = r.apply(out)
 	}
+	out.BookmarkPreDeadlineOffset, out.preDeadlineOffsetGiven = out.EffectiveBookmarkPreDeadlineOffset(), true
 	return &out
 }
 

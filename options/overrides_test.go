@@ -77,6 +77,44 @@ func TestResourceOverrides(t *testing.T) {
 			},
 		},
 		{
+			name: "an override that sets only a 2s frequency: its offset follows it, as the global one does",
+			args: []string{flag + "widgets.demo.watchkeeper.io:bookmark-frequency=2s"},
+			check: func(t *testing.T, o *WatchCacheOptions) {
+				if w := o.ForResource(widgets); w.BookmarkPreDeadlineOffset != time.Second {
+					t.Errorf("widgets: offset %v, want 1s", w.BookmarkPreDeadlineOffset)
+				}
+				if g := o.ForResource(gadgets); g.BookmarkPreDeadlineOffset != 2*time.Second {
+					t.Errorf("gadgets: offset %v, want 2s", g.BookmarkPreDeadlineOffset)
+				}
+			},
+		},
+		{
+			name: "a global 2s frequency, a 1m override: each offset follows its own frequency",
+			args: []string{"--watch-cache-bookmark-frequency=2s", flag + "gadgets.demo.watchkeeper.io:bookmark-frequency=1m"},
+			check: func(t *testing.T, o *WatchCacheOptions) {
+				if w := o.ForResource(widgets); w.BookmarkPreDeadlineOffset != time.Second {
+					t.Errorf("widgets: offset %v, want 1s", w.BookmarkPreDeadlineOffset)
+				}
+				if g := o.ForResource(gadgets); g.BookmarkPreDeadlineOffset != 2*time.Second {
+					t.Errorf("gadgets: offset %v, want 2s", g.BookmarkPreDeadlineOffset)
+				}
+			},
+		},
+		{
+			name: "a global offset given is held to an override's frequency",
+			args: []string{"--watch-cache-bookmark-pre-deadline-offset=1500ms", flag + "widgets.demo.watchkeeper.io:bookmark-frequency=1s"},
+			valErrs: []string{
+				"--watch-cache-resource-overrides for widgets.demo.watchkeeper.io: --watch-cache-bookmark-pre-deadline-offset=1.5s: must be less than --watch-cache-bookmark-frequency (1s)",
+			},
+		},
+		{
+			name: "an override's offset given at the default's value does not follow its frequency",
+			args: []string{flag + "widgets.demo.watchkeeper.io:bookmark-frequency=2s,bookmark-pre-deadline-offset=2s"},
+			valErrs: []string{
+				"--watch-cache-resource-overrides for widgets.demo.watchkeeper.io: --watch-cache-bookmark-pre-deadline-offset=2s: must be less than --watch-cache-bookmark-frequency (2s)",
+			},
+		},
+		{
 			name: "the global window fixed at 75s is too short for a 2m override",
 			args: []string{"--watch-cache-events-history-window=75s", flag + "gadgets.demo.watchkeeper.io:bookmark-frequency=2m"},
 			valErrs: []string{

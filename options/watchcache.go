@@ -49,6 +49,9 @@ type WatchCacheOptions struct {
 	BookmarkFrequency time.Duration
 	// BookmarkPreDeadlineOffset is how long before a watch's deadline it gets a
 	// last bookmark, so its client resumes instead of relisting. Upstream: 2s.
+	// It must be less than BookmarkFrequency. Left at its default (not given
+	// on the command line, and still DefaultBookmarkPreDeadlineOffset), it
+	// follows the frequency: see EffectiveBookmarkPreDeadlineOffset.
 	BookmarkPreDeadlineOffset time.Duration
 	// EventsHistoryWindow is how long past events are kept for clients
 	// resuming a watch. 0 means BookmarkFrequency + 15s, upstream's rule.
@@ -88,6 +91,11 @@ type WatchCacheOptions struct {
 	// ResourceOverrides sets part of the schedule per group/resource; see
 	// --watch-cache-resource-overrides.
 	ResourceOverrides map[schema.GroupResource]ResourceOverride
+
+	// preDeadlineOffsetGiven is set when the pre-deadline offset was given
+	// (on the command line, or by an override): it then stays as given,
+	// even at the default's value.
+	preDeadlineOffsetGiven bool
 }
 
 // NewWatchCacheOptions returns the options with upstream's values.
@@ -107,9 +115,10 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.BookmarkFrequency, FlagBookmarkFrequency, o.BookmarkFrequency,
 		"How often a watch that allows bookmarks gets one, even when nothing changed. "+
 			"Must be > 0 and >= --"+FlagBookmarkGranularity+". Upstream hardcodes 1m.")
-	fs.DurationVar(&o.BookmarkPreDeadlineOffset, FlagBookmarkPreDeadlineOffset, o.BookmarkPreDeadlineOffset,
+	fs.Var(preDeadlineOffsetValue{o}, FlagBookmarkPreDeadlineOffset,
 		"How long before a watch's deadline it gets a last bookmark, so the client resumes from it instead of relisting. "+
-			"Must be >= 0 and < --"+FlagBookmarkFrequency+". Upstream hardcodes 2s.")
+			"Must be >= 0 and < --"+FlagBookmarkFrequency+". Unless given, it is 2s or half of --"+FlagBookmarkFrequency+
+			", whichever is less, so that setting only the frequency is always valid. Upstream hardcodes 2s.")
 	fs.DurationVar(&o.EventsHistoryWindow, FlagEventsHistoryWindow, o.EventsHistoryWindow,
 		"How long past events are kept for clients resuming a watch; older resourceVersions get 410 Gone. "+
 			"0 means --"+FlagBookmarkFrequency+" + 15s. When set, must be >= --"+FlagBookmarkFrequency+" + --"+FlagBookmarkGranularity+
@@ -135,7 +144,48 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.Var(overridesValue{&o.ResourceOverrides}, FlagResourceOverrides,
 		"Schedule settings for one resource, e.g. widgets.demo.watchkeeper.io:bookmark-frequency=5s,events-history-window=20s "+
 			"(repeat the flag for more resources; the core group is the resource alone). Keys: "+strings.Join(overrideKeys, ", ")+
-			". Each resource's resulting schedule must pass the same rules as the global flags; a resource the server does not serve is an error at start-up.")
+			". Each resource's resulting schedule must pass the same rules as the global flags (a pre-deadline offset given nowhere follows the resource's frequency); "+
+			"a resource the server does not serve is an error at start-up.")
+}
+
+// preDeadlineOffsetValue is --watch-cache-bookmark-pre-deadline-offset: a
+// duration flag that records that it was given, so that the offset stops
+// following the frequency.
+type preDeadlineOffsetValue struct{ o *WatchCacheOptions }
+
+func (v preDeadlineOffsetValue) Type() string { return "duration" }
+
+func (v preDeadlineOffsetValue) String() string {
+	if v.o == nil {
+		return ""
+	}
+	return v.o.BookmarkPreDeadlineOffset.String()
+}
+
+func (v preDeadlineOffsetValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	v.o.BookmarkPreDeadlineOffset, v.o.preDeadlineOffsetGiven = d, true
+	return nil
+}
+
+// EffectiveBookmarkPreDeadlineOffset is the pre-deadline offset in force.
+// One that was given (on the command line, by an override, or set to
+// anything but the default) is taken as it is, and Validate holds it to the
+// rule offset < frequency. Otherwise it is the default 2s, capped at half the
+// frequency: a default must not make a valid frequency fail, and the rule
+// stays because bookmarks.Policy stops the heartbeat at the pre-deadline
+// bookmark, so an offset at or above the frequency would leave a watch that
+// long without a bookmark before its deadline, and the bookmark its client
+// resumes from older than the history window promises to keep
+// (frequency + granularity).
+func (o *WatchCacheOptions) EffectiveBookmarkPreDeadlineOffset() time.Duration {
+	if o.preDeadlineOffsetGiven || o.BookmarkPreDeadlineOffset != DefaultBookmarkPreDeadlineOffset || o.BookmarkFrequency <= 0 {
+		return o.BookmarkPreDeadlineOffset
+	}
+	return min(DefaultBookmarkPreDeadlineOffset, o.BookmarkFrequency/2)
 }
 
 // EffectiveEventsHistoryWindow is the history window in force: the configured
@@ -185,10 +235,10 @@ func (o *WatchCacheOptions) Validate() []error {
 		bad(FlagBookmarkFrequency, o.BookmarkFrequency, "must be at least --%s (%v): a bookmark cannot be scheduled finer than a slot",
 			FlagBookmarkGranularity, o.BookmarkGranularity)
 	}
-	if o.BookmarkPreDeadlineOffset < 0 {
-		bad(FlagBookmarkPreDeadlineOffset, o.BookmarkPreDeadlineOffset, "must not be negative")
-	} else if o.BookmarkFrequency > 0 && o.BookmarkPreDeadlineOffset >= o.BookmarkFrequency {
-		bad(FlagBookmarkPreDeadlineOffset, o.BookmarkPreDeadlineOffset, "must be less than --%s (%v)",
+	if offset := o.EffectiveBookmarkPreDeadlineOffset(); offset < 0 {
+		bad(FlagBookmarkPreDeadlineOffset, offset, "must not be negative")
+	} else if o.BookmarkFrequency > 0 && offset >= o.BookmarkFrequency {
+		bad(FlagBookmarkPreDeadlineOffset, offset, "must be less than --%s (%v)",
 			FlagBookmarkFrequency, o.BookmarkFrequency)
 	}
 	if o.EventsHistoryWindow < 0 {

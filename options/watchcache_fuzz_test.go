@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // FuzzFlags parses random values of the watch-cache flags from the command
@@ -18,7 +19,8 @@ import (
 // every rule holds:
 //
 //	granularity > 0; frequency > 0 and >= granularity;
-//	0 <= pre-deadline offset < frequency;
+//	0 <= pre-deadline offset < frequency, where an offset not given is
+//	min(2s, frequency/2), so it never fails;
 //	window >= 0 and the effective window >= frequency + granularity
 //	(computed without overflow);
 //	0 <= jitter < 1; capacity > 0.
@@ -45,6 +47,9 @@ func FuzzFlags(f *testing.F) {
 	f.Add("0", "-1ns", "-1ns", "-1s", "-0.0000001", "-1")                      // everything wrong at once
 	f.Add("1ns", "0", "", "1ns", "NaN", "0x10")                                // the smallest; NaN jitter, hex capacity
 	f.Add("1m", "59.999999999s", "", "", "+Inf", "1e3")                        // offset just below frequency; Inf jitter, a float capacity
+	f.Add("2s", "", "", "", "", "")                                            // a frequency alone at the default offset: the offset follows it
+	f.Add("1ns", "", "2ns", "1ns", "", "")                                     // the smallest frequency alone: the offset follows it to 0
+	f.Add("2s", "2s", "", "", "", "")                                          // an offset given at the default's value stays
 	f.Add("1h", "", "", "2h", "-Inf", "010")                                   // granularity above frequency; octal capacity
 	f.Add("2562047h", "2562047h", "0", "1h", "", "")                           // near the largest duration
 	f.Add("9223372036854775807ns", "", "9223372036854775807ns", "1ns", "", "") // the largest duration
@@ -85,7 +90,19 @@ func FuzzFlags(f *testing.F) {
 			}
 		}
 
-		broken := brokenRules(o)
+		given := fs.Changed(FlagBookmarkPreDeadlineOffset)
+		inForce := offsetModel(given, o.BookmarkPreDeadlineOffset, o.BookmarkFrequency)
+		if got := o.ForResource(schema.GroupResource{}).BookmarkPreDeadlineOffset; got != inForce {
+			t.Fatalf("args %q: offset in force %v, want %v", args, got, inForce)
+		}
+		if !given {
+			for _, err := range errs {
+				if strings.HasPrefix(err.Error(), "--"+FlagBookmarkPreDeadlineOffset+"=") {
+					t.Fatalf("args %q: the offset was not given, yet Validate refused its default: %v", args, err)
+				}
+			}
+		}
+		broken := brokenRules(o, inForce)
 		if len(errs) == 0 && len(broken) > 0 {
 			t.Fatalf("args %q (parse error: %v): Validate accepted %+v, which breaks: %s", args, parseErr, *o, strings.Join(broken, "; "))
 		}
@@ -123,8 +140,18 @@ func checkParsed(t *testing.T, o *WatchCacheOptions, freq, offset, window, granu
 	}
 }
 
-// brokenRules lists the rules o breaks, computing sums exactly.
-func brokenRules(o *WatchCacheOptions) []string {
+// offsetModel is the pre-deadline offset in force as the flag's help states
+// it: the one given, else upstream's 2s capped at half the frequency.
+func offsetModel(given bool, offset, frequency time.Duration) time.Duration {
+	if given || frequency <= 0 {
+		return offset
+	}
+	return min(2*time.Second, frequency/2)
+}
+
+// brokenRules lists the rules o breaks with offset as its pre-deadline
+// offset, computing sums exactly.
+func brokenRules(o *WatchCacheOptions, offset time.Duration) []string {
 	var broken []string
 	rule := func(ok bool, what string) {
 		if !ok {
@@ -134,15 +161,15 @@ func brokenRules(o *WatchCacheOptions) []string {
 	rule(o.BookmarkGranularity > 0, "granularity > 0")
 	rule(o.BookmarkFrequency > 0, "frequency > 0")
 	rule(o.BookmarkFrequency >= o.BookmarkGranularity, "frequency >= granularity")
-	rule(o.BookmarkPreDeadlineOffset >= 0, "offset >= 0")
-	rule(o.BookmarkPreDeadlineOffset < o.BookmarkFrequency, "offset < frequency")
+	rule(offset >= 0, "offset >= 0")
+	rule(offset < o.BookmarkFrequency, "offset < frequency")
 	rule(o.EventsHistoryWindow >= 0, "window >= 0")
 	minWindow := new(big.Int).Add(big.NewInt(int64(o.BookmarkFrequency)), big.NewInt(int64(o.BookmarkGranularity)))
 	rule(big.NewInt(int64(o.EffectiveEventsHistoryWindow())).Cmp(minWindow) >= 0,
 		"effective window ("+o.EffectiveEventsHistoryWindow().String()+") >= frequency + granularity ("+minWindow.String()+"ns)")
 	rule(o.BookmarkJitter >= 0 && o.BookmarkJitter < 1, "0 <= jitter < 1")
 	for name, d := range map[string]time.Duration{
-		"frequency": o.BookmarkFrequency, "offset": o.BookmarkPreDeadlineOffset,
+		"frequency": o.BookmarkFrequency, "offset": offset,
 		"window": o.EventsHistoryWindow, "granularity": o.BookmarkGranularity,
 	} {
 		rule(d <= MaxDuration, name+" <= MaxDuration")
@@ -183,6 +210,8 @@ func FuzzResourceOverrides(f *testing.F) {
 	f.Add("1s", "a:events-history-window=1s,bookmark-granularity=2s", "a:bookmark-jitter=0")
 	f.Add("", "a:bookmark-jitter=NaN", "b:bookmark-frequency=2562047h47m16s")
 	f.Add("", ":", "a:b=c")
+	f.Add("", "a:bookmark-frequency=2s", "b:bookmark-frequency=1s,bookmark-pre-deadline-offset=2s") // one offset follows, one was given
+	f.Add("2s", "a:bookmark-frequency=1m", "b:bookmark-pre-deadline-offset=1s")                     // the global offset follows the global frequency
 	f.Fuzz(func(t *testing.T, freq, first, second string) {
 		o := NewWatchCacheOptions()
 		fs := pflag.NewFlagSet("fuzz", pflag.ContinueOnError)
@@ -210,9 +239,24 @@ func FuzzResourceOverrides(f *testing.F) {
 				t.Errorf("error names no flag: %v", err)
 			}
 		}
-		broken := brokenRules(o)
-		for gr := range o.ResourceOverrides {
-			for _, b := range brokenRules(o.ForResource(gr)) {
+		given := fs.Changed(FlagBookmarkPreDeadlineOffset)
+		broken := brokenRules(o, offsetModel(given, o.BookmarkPreDeadlineOffset, o.BookmarkFrequency))
+		for gr, ov := range o.ResourceOverrides {
+			// The resource's offset: its own, or the global one, which
+			// follows the resource's frequency unless it was given.
+			freq := o.BookmarkFrequency
+			if ov.BookmarkFrequency != nil {
+				freq = *ov.BookmarkFrequency
+			}
+			offset := offsetModel(given, o.BookmarkPreDeadlineOffset, freq)
+			if ov.BookmarkPreDeadlineOffset != nil {
+				offset = *ov.BookmarkPreDeadlineOffset
+			}
+			r := o.ForResource(gr)
+			if r.BookmarkPreDeadlineOffset != offset {
+				t.Fatalf("args %q: %s's offset in force %v, want %v", args, FormatGroupResource(gr), r.BookmarkPreDeadlineOffset, offset)
+			}
+			for _, b := range brokenRules(r, offset) {
 				broken = append(broken, FormatGroupResource(gr)+": "+b)
 			}
 		}

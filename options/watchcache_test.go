@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 func parse(t *testing.T, args ...string) (*WatchCacheOptions, error) {
@@ -31,7 +32,7 @@ func TestDefaultsAreUpstreams(t *testing.T) {
 		EventsHistoryCapacity:     100_000,
 		StorageSilenceTimeout:     15 * time.Second,
 	}
-	if diff := cmp.Diff(want, o); diff != "" {
+	if diff := cmp.Diff(want, o, cmp.AllowUnexported(WatchCacheOptions{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
 	}
 	if got := o.EffectiveEventsHistoryWindow(); got != 75*time.Second {
@@ -72,6 +73,46 @@ func TestParseAndValidate(t *testing.T) {
 		{
 			name: "window exactly frequency + granularity",
 			args: []string{"--watch-cache-bookmark-frequency=10s", "--watch-cache-events-history-window=11s"},
+		},
+		{
+			name: "a frequency alone of 2s: the default offset follows it to 1s",
+			args: []string{"--watch-cache-bookmark-frequency=2s"},
+			want: func(o *WatchCacheOptions) bool { return offsetInForce(o) == time.Second },
+		},
+		{
+			name: "a frequency alone of 1s: the default offset follows it to 500ms",
+			args: []string{"--watch-cache-bookmark-frequency=1s"},
+			want: func(o *WatchCacheOptions) bool { return offsetInForce(o) == 500*time.Millisecond },
+		},
+		{
+			name: "a frequency alone of 3s: the default offset is half of it",
+			args: []string{"--watch-cache-bookmark-frequency=3s"},
+			want: func(o *WatchCacheOptions) bool { return offsetInForce(o) == 1500*time.Millisecond },
+		},
+		{
+			name: "the smallest frequency alone: the default offset is 0",
+			args: []string{"--watch-cache-bookmark-frequency=1ns", "--watch-cache-bookmark-granularity=1ns", "--watch-cache-events-history-window=2ns"},
+			want: func(o *WatchCacheOptions) bool { return offsetInForce(o) == 0 },
+		},
+		{
+			name: "from a 4s frequency up the default offset is upstream's 2s",
+			args: []string{"--watch-cache-bookmark-frequency=4s"},
+			want: func(o *WatchCacheOptions) bool { return offsetInForce(o) == 2*time.Second },
+		},
+		{
+			name: "an offset given is kept, whatever the frequency",
+			args: []string{"--watch-cache-bookmark-pre-deadline-offset=1500ms", "--watch-cache-bookmark-frequency=2s"},
+			want: func(o *WatchCacheOptions) bool { return offsetInForce(o) == 1500*time.Millisecond },
+		},
+		{
+			name:       "an offset given at the default's value does not follow the frequency",
+			args:       []string{"--watch-cache-bookmark-frequency=2s", "--watch-cache-bookmark-pre-deadline-offset=2s"},
+			wantErrors: []string{"--watch-cache-bookmark-pre-deadline-offset=2s: must be less than --watch-cache-bookmark-frequency (2s)"},
+		},
+		{
+			name:       "an offset given above a frequency given alone",
+			args:       []string{"--watch-cache-bookmark-frequency=1s", "--watch-cache-bookmark-pre-deadline-offset=1500ms"},
+			wantErrors: []string{"--watch-cache-bookmark-pre-deadline-offset=1.5s: must be less than --watch-cache-bookmark-frequency (1s)"},
 		},
 		{
 			name:       "zero frequency",
@@ -200,11 +241,36 @@ func TestParseAndValidate(t *testing.T) {
 	}
 }
 
+// offsetInForce is the pre-deadline offset a resource without an override
+// gets: what the decorator hands the cache.
+func offsetInForce(o *WatchCacheOptions) time.Duration {
+	return o.ForResource(schema.GroupResource{Resource: "any"}).BookmarkPreDeadlineOffset
+}
+
+// Options built in Go, not from flags: a frequency set alone gets an offset
+// that follows it too; an offset set to anything else is held to the rule.
+func TestPreDeadlineOffsetFollowsAFrequencySetInGo(t *testing.T) {
+	o := NewWatchCacheOptions()
+	o.BookmarkFrequency = 2 * time.Second
+	if errs := o.Validate(); len(errs) != 0 {
+		t.Errorf("frequency 2s alone: %v", errs)
+	}
+	if got := offsetInForce(o); got != time.Second {
+		t.Errorf("frequency 2s alone: offset %v, want 1s", got)
+	}
+	o.BookmarkPreDeadlineOffset = 3 * time.Second
+	want := "--watch-cache-bookmark-pre-deadline-offset=3s: must be less than --watch-cache-bookmark-frequency (2s)"
+	if errs := o.Validate(); len(errs) != 1 || errs[0].Error() != want {
+		t.Errorf("offset 3s, frequency 2s: %v, want %q", errs, want)
+	}
+}
+
 func TestParseRejectsMalformedValues(t *testing.T) {
 	for _, args := range [][]string{
 		{"--watch-cache-bookmark-frequency=often"},
 		{"--watch-cache-bookmark-jitter=a-bit"},
 		{"--watch-cache-events-history-window=75"},
+		{"--watch-cache-bookmark-pre-deadline-offset=2"},
 	} {
 		if _, err := parse(t, args...); err == nil {
 			t.Errorf("parse %v: want an error", args)
