@@ -23,43 +23,54 @@ import (
 //	min(2s, frequency/2), so it never fails;
 //	window >= 0 and the effective window >= frequency + granularity
 //	(computed without overflow);
-//	0 <= jitter < 1; capacity > 0.
+//	0 <= jitter < 1; capacity > 0;
+//	0 <= silence timeout; max staleness 0 or >= 2 x granularity;
+//	every duration <= MaxDuration.
 //
 // An empty value leaves its flag off the command line, so defaults are
 // fuzzed too.
 func FuzzFlags(f *testing.F) {
-	// freq, offset, window, granularity, jitter, capacity
-	f.Add("", "", "", "", "", "")                                    // every default
-	f.Add("5s", "500ms", "30s", "250ms", "0", "1")                   // valid, every flag set
-	f.Add("1s", "0s", "2s", "1s", "0.999999", "9223372036854775807") // every bound met exactly
+	// freq, offset, window, granularity, jitter, capacity, silence timeout, max staleness
+	f.Add("", "", "", "", "", "", "", "")                                           // every default
+	f.Add("5s", "500ms", "30s", "250ms", "0", "1", "10s", "500ms")                  // valid, every flag set
+	f.Add("1s", "0s", "2s", "1s", "0.999999", "9223372036854775807", "8760h", "2s") // every bound met exactly
 	// Each bound missed by the smallest step, the other values valid.
-	f.Add("999.999999ms", "0s", "2s", "1s", "0", "1")                          // frequency < granularity
-	f.Add("1s", "1s", "2s", "1s", "0", "1")                                    // offset = frequency
-	f.Add("1s", "-1ns", "2s", "1s", "0", "1")                                  // negative offset
-	f.Add("1s", "0s", "1.999999999s", "1s", "0", "1")                          // window 1ns short of frequency + granularity
-	f.Add("1s", "0s", "-1ns", "1s", "0", "1")                                  // negative window
-	f.Add("1s", "0s", "2s", "0", "0", "1")                                     // granularity 0
-	f.Add("1s", "0s", "2s", "1s", "1", "1")                                    // jitter 1
-	f.Add("1s", "0s", "2s", "1s", "-4.9e-324", "1")                            // jitter just below 0
-	f.Add("1s", "0s", "2s", "1s", "0", "0")                                    // capacity 0
-	f.Add("16s", "", "", "16s", "", "")                                        // default window 31s < frequency + granularity 32s
-	f.Add("15s", "", "", "15s", "", "")                                        // default window 30s = frequency + granularity
-	f.Add("0", "-1ns", "-1ns", "-1s", "-0.0000001", "-1")                      // everything wrong at once
-	f.Add("1ns", "0", "", "1ns", "NaN", "0x10")                                // the smallest; NaN jitter, hex capacity
-	f.Add("1m", "59.999999999s", "", "", "+Inf", "1e3")                        // offset just below frequency; Inf jitter, a float capacity
-	f.Add("2s", "", "", "", "", "")                                            // a frequency alone at the default offset: the offset follows it
-	f.Add("1ns", "", "2ns", "1ns", "", "")                                     // the smallest frequency alone: the offset follows it to 0
-	f.Add("2s", "2s", "", "", "", "")                                          // an offset given at the default's value stays
-	f.Add("1h", "", "", "2h", "-Inf", "010")                                   // granularity above frequency; octal capacity
-	f.Add("2562047h", "2562047h", "0", "1h", "", "")                           // near the largest duration
-	f.Add("9223372036854775807ns", "", "9223372036854775807ns", "1ns", "", "") // the largest duration
+	f.Add("999.999999ms", "0s", "2s", "1s", "0", "1", "", "")                          // frequency < granularity
+	f.Add("1s", "1s", "2s", "1s", "0", "1", "", "")                                    // offset = frequency
+	f.Add("1s", "-1ns", "2s", "1s", "0", "1", "", "")                                  // negative offset
+	f.Add("1s", "0s", "1.999999999s", "1s", "0", "1", "", "")                          // window 1ns short of frequency + granularity
+	f.Add("1s", "0s", "-1ns", "1s", "0", "1", "", "")                                  // negative window
+	f.Add("1s", "0s", "2s", "0", "0", "1", "", "")                                     // granularity 0
+	f.Add("1s", "0s", "2s", "1s", "1", "1", "", "")                                    // jitter 1
+	f.Add("1s", "0s", "2s", "1s", "-4.9e-324", "1", "", "")                            // jitter just below 0
+	f.Add("1s", "0s", "2s", "1s", "0", "0", "", "")                                    // capacity 0
+	f.Add("16s", "", "", "16s", "", "", "", "")                                        // default window 31s < frequency + granularity 32s
+	f.Add("15s", "", "", "15s", "", "", "", "")                                        // default window 30s = frequency + granularity
+	f.Add("0", "-1ns", "-1ns", "-1s", "-0.0000001", "-1", "-1ns", "-1ns")              // everything wrong at once
+	f.Add("1ns", "0", "", "1ns", "NaN", "0x10", "", "")                                // the smallest; NaN jitter, hex capacity
+	f.Add("1m", "59.999999999s", "", "", "+Inf", "1e3", "", "")                        // offset just below frequency; Inf jitter, a float capacity
+	f.Add("2s", "", "", "", "", "", "", "")                                            // a frequency alone at the default offset: the offset follows it
+	f.Add("1ns", "", "2ns", "1ns", "", "", "", "")                                     // the smallest frequency alone: the offset follows it to 0
+	f.Add("2s", "2s", "", "", "", "", "", "")                                          // an offset given at the default's value stays
+	f.Add("1h", "", "", "2h", "-Inf", "010", "", "")                                   // granularity above frequency; octal capacity
+	f.Add("2562047h", "2562047h", "0", "1h", "", "", "", "")                           // near the largest duration
+	f.Add("9223372036854775807ns", "", "9223372036854775807ns", "1ns", "", "", "", "") // the largest duration
+	f.Add("", "", "", "", "", "", "-1ns", "")                                          // negative silence timeout
+	f.Add("", "", "", "", "", "", "0", "")                                             // silence check off
+	f.Add("", "", "", "", "", "", "8760h0m0.000000001s", "")                           // silence timeout 1ns above the bound
+	f.Add("", "", "", "", "", "", "", "-1ns")                                          // negative max staleness
+	f.Add("", "", "", "", "", "", "", "0")                                             // max staleness off
+	f.Add("", "", "", "", "", "", "", "1.999999999s")                                  // max staleness 1ns below 2 x granularity
+	f.Add("", "", "", "250ms", "", "", "", "500ms")                                    // max staleness exactly 2 x a finer granularity
+	f.Add("", "", "", "", "", "", "", "8760h0m0.000000001s")                           // max staleness 1ns above the bound
+	f.Add("", "", "", "", "", "", "9223372036854775807ns", "1ns")                      // the largest silence timeout, the smallest max staleness
 	// The known bug: frequency + granularity, and frequency + 15s, overflow.
-	f.Add("2562047h47m16s", "", "1h", "1s", "", "")
-	f.Add("2562047h47m16s", "", "", "1s", "", "")
-	f.Add("2562047h47m16.854775808s", "1.5", "1e9s", "5", "0x1p-2", "99999999999999999999") // unparsable values
-	f.Add("1s=2s", "--", " 1s", "1s ", "0.5", "1_000")                                      // odd spellings
+	f.Add("2562047h47m16s", "", "1h", "1s", "", "", "", "")
+	f.Add("2562047h47m16s", "", "", "1s", "", "", "", "")
+	f.Add("2562047h47m16.854775808s", "1.5", "1e9s", "5", "0x1p-2", "99999999999999999999", "", "") // unparsable values
+	f.Add("1s=2s", "--", " 1s", "1s ", "0.5", "1_000", "", "")                                      // odd spellings
 
-	f.Fuzz(func(t *testing.T, freq, offset, window, granularity, jitter, capacity string) {
+	f.Fuzz(func(t *testing.T, freq, offset, window, granularity, jitter, capacity, silence, staleness string) {
 		o := NewWatchCacheOptions()
 		fs := pflag.NewFlagSet("fuzz", pflag.ContinueOnError)
 		fs.SetOutput(io.Discard)
@@ -72,6 +83,8 @@ func FuzzFlags(f *testing.F) {
 			{FlagBookmarkGranularity, granularity},
 			{FlagBookmarkJitter, jitter},
 			{FlagEventsHistoryCapacity, capacity},
+			{FlagStorageSilenceTimeout, silence},
+			{FlagBookmarkMaxStaleness, staleness},
 		} {
 			if fv.value != "" {
 				args = append(args, "--"+fv.flag+"="+fv.value)
@@ -79,7 +92,7 @@ func FuzzFlags(f *testing.F) {
 		}
 		parseErr := fs.Parse(args)
 		if parseErr == nil {
-			checkParsed(t, o, freq, offset, window, granularity, jitter, capacity)
+			checkParsed(t, o, freq, offset, window, granularity, jitter, capacity, silence, staleness)
 		}
 
 		// Validate looks at whatever the flags left, parsed or not.
@@ -114,12 +127,15 @@ func FuzzFlags(f *testing.F) {
 
 // checkParsed checks that a successful parse stored each given value in its
 // field, as pflag's own parsers read it.
-func checkParsed(t *testing.T, o *WatchCacheOptions, freq, offset, window, granularity, jitter, capacity string) {
+func checkParsed(t *testing.T, o *WatchCacheOptions, freq, offset, window, granularity, jitter, capacity, silence, staleness string) {
 	t.Helper()
 	for _, d := range []struct {
 		value string
 		field time.Duration
-	}{{freq, o.BookmarkFrequency}, {offset, o.BookmarkPreDeadlineOffset}, {window, o.EventsHistoryWindow}, {granularity, o.BookmarkGranularity}} {
+	}{
+		{freq, o.BookmarkFrequency}, {offset, o.BookmarkPreDeadlineOffset}, {window, o.EventsHistoryWindow}, {granularity, o.BookmarkGranularity},
+		{silence, o.StorageSilenceTimeout}, {staleness, o.BookmarkMaxStaleness},
+	} {
 		if d.value == "" {
 			continue
 		}
