@@ -170,15 +170,15 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	defer srv.stop()
-	goroutinesBefore, err := srv.metric(ctx, "go_goroutines")
+	defer srv.Stop()
+	goroutinesBefore, err := goroutines(ctx, srv)
 	if err != nil {
 		return false, err
 	}
-	srv.dumpGoroutines(ctx, filepath.Join(dir, "goroutines-before.txt"))
-	logf("etcd %s, sample apiserver %s (pid %d, %v goroutines), work directory %s", etcd.Endpoint(), srv.url, srv.pid, goroutinesBefore, dir)
+	dumpGoroutines(ctx, srv, filepath.Join(dir, "goroutines-before.txt"))
+	logf("etcd %s, sample apiserver %s (pid %d, %v goroutines), work directory %s", etcd.Endpoint(), srv.URL, srv.PID, goroutinesBefore, dir)
 
-	cfg := rest.CopyConfig(srv.admin)
+	cfg := rest.CopyConfig(srv.Admin)
 	cfg.QPS, cfg.Burst = -1, 0
 	cs, err := clientset.NewForConfig(cfg)
 	if err != nil {
@@ -367,15 +367,15 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	}
 	goroutinesAfter := goroutinesBefore
 	for settle := time.Now(); time.Since(settle) < 20*time.Second; time.Sleep(2 * time.Second) {
-		if goroutinesAfter, err = srv.metric(ctx, "go_goroutines"); err != nil {
+		if goroutinesAfter, err = goroutines(ctx, srv); err != nil {
 			return false, err
 		}
 		if goroutinesAfter <= goroutinesBefore {
 			break
 		}
 	}
-	srv.dumpGoroutines(ctx, filepath.Join(dir, "goroutines-after.txt"))
-	maxRSS, err := srv.maxRSS()
+	dumpGoroutines(ctx, srv, filepath.Join(dir, "goroutines-after.txt"))
+	maxRSS, err := srv.PeakRSSBytes()
 	if err != nil {
 		return false, err
 	}

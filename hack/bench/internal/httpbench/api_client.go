@@ -20,7 +20,7 @@ const (
 // typedClient is the generated clientset, for the few writes and lists a
 // scenario makes; the many watches go through watch_client.go instead.
 func (s *serverProcess) typedClient() (*clientset.Clientset, error) {
-	return clientset.NewForConfig(s.admin)
+	return clientset.NewForConfig(s.Admin)
 }
 
 // clientAtWidgetsRV is typedClient and the widgets' current resourceVersion,

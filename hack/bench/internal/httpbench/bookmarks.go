@@ -144,7 +144,7 @@ func Bookmarks(ctx context.Context, env Env, decorator string, watchers int, per
 		}
 
 		b0 := ws.bookmarks.Load()
-		cpu0, err := s.sampleCPU()
+		cpu0, err := s.CPUSeconds()
 		if err != nil {
 			return err
 		}
@@ -152,7 +152,7 @@ func Bookmarks(ctx context.Context, env Env, decorator string, watchers int, per
 		if err := sleepCtx(ctx, time.Until(quietEnd)); err != nil {
 			return err
 		}
-		cpuQuiet, err := s.sampleCPU()
+		cpuQuiet, err := s.CPUSeconds()
 		if err != nil {
 			return err
 		}
@@ -163,7 +163,7 @@ func Bookmarks(ctx context.Context, env Env, decorator string, watchers int, per
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		cpu1, err := s.sampleCPU()
+		cpu1, err := s.CPUSeconds()
 		if err != nil {
 			return err
 		}

@@ -60,7 +60,7 @@ func FanOut(ctx context.Context, env Env, decorator string, watchers, events int
 			return err
 		}
 
-		cpu0, err := s.sampleCPU()
+		cpu0, err := s.CPUSeconds()
 		if err != nil {
 			return err
 		}
@@ -111,7 +111,7 @@ func waitDelivered(ctx context.Context, s *serverProcess, ws *watchSet, expected
 	var cpuAtProgress float64
 	lastProgress := time.Now()
 	for {
-		cpu, err := s.sampleCPU()
+		cpu, err := s.CPUSeconds()
 		if err != nil {
 			return 0, err
 		}

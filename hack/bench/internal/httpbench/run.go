@@ -31,11 +31,11 @@ func withServer(ctx context.Context, env Env, scenario, decorator string, fn fun
 	if err != nil {
 		return fmt.Errorf("%s/%s: %w", scenario, decorator, err)
 	}
-	defer s.stop()
+	defer s.Stop()
 	if err := fn(s); err != nil {
-		return fmt.Errorf("%s/%s: %w (server log %s)", scenario, decorator, err, s.logPath)
+		return fmt.Errorf("%s/%s: %w (server log %s)", scenario, decorator, err, s.LogPath)
 	}
-	s.stop()
+	s.Stop()
 	s.cleanup()
 	return nil
 }

@@ -2,24 +2,14 @@ package httpbench
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"time"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	"github.com/watchkeeper/watchkeeper/internal/childserver"
 )
 
 const (
@@ -39,25 +29,12 @@ const (
 )
 
 // serverProcess is one sample apiserver child process, serving on loopback
-// against the shared etcd under its own prefix.
+// against the shared etcd under its own prefix, with the scratch dir that
+// holds its data and log.
 type serverProcess struct {
-	cmd     *exec.Cmd
-	pid     int
-	dir     string // data dir and log, removed when the run succeeded
-	logPath string
-	url     string
-	// admin carries the admin token and the serving CA from the kubeconfig
-	// the server writes into its data dir.
-	admin *rest.Config
-	// http is for the odd request of our own (readyz, metrics); watches get
-	// their own transports (watch_client.go).
-	http  *http.Client
-	token string
-
-	keep     bool // leave dir in place after a clean stop
-	exited   chan struct{}
-	waitErr  error
-	stopOnce sync.Once
+	*childserver.Process
+	dir  string // data dir and log, removed when the run succeeded
+	keep bool   // leave dir in place after a clean stop
 }
 
 // startServer starts the sample apiserver and waits until /readyz passes.
@@ -79,195 +56,51 @@ func startServer(ctx context.Context, env Env, scenario, decorator string) (*ser
 			return s, nil
 		}
 		lastErr = err
-		if ctx.Err() != nil || !errors.Is(err, errAddrInUse) {
+		if ctx.Err() != nil || !errors.Is(err, childserver.ErrAddrInUse) {
 			break
 		}
 	}
 	return nil, lastErr
 }
 
-var errAddrInUse = errors.New("secure port already in use")
-
-func startServerOnce(ctx context.Context, env Env, scenario, decorator string) (_ *serverProcess, err error) {
+func startServerOnce(ctx context.Context, env Env, scenario, decorator string) (*serverProcess, error) {
 	dir, err := os.MkdirTemp(env.WorkDir, "httpbench-"+scenario+"-"+decorator+"-")
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	logPath := filepath.Join(dir, "server.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logFile.Close() // the child has its own descriptor
-
 	// A fresh prefix per call: the etcd is shared by every run of the bench,
 	// and a server must start with an empty keyspace and cold caches.
 	prefix := fmt.Sprintf("/watchkeeper-bench/%s-%s-%d", scenario, decorator, time.Now().UnixNano())
-	dataDir := filepath.Join(dir, "data")
-	args := []string{
-		"--etcd-servers=" + env.EtcdEndpoint,
-		"--etcd-prefix=" + prefix,
-		"--watch-cache-decorator=" + decorator,
-		"--secure-port=" + strconv.Itoa(port),
-		"--data-dir=" + dataDir,
-		"--http2-max-streams-per-connection=" + strconv.Itoa(http2StreamsPerConnection),
-		// Info logs are per server event, not per request, at -v=0; they go
-		// to the log file so a failed start can be explained.
-		"-v=0",
-	}
-	cmd := exec.Command(env.ServerBinary, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// If this process dies without stopping the server (the driver killed
-	// us), the kernel kills the server. The signal follows the OS thread
-	// that forked, hence the locked thread below.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-
-	s := &serverProcess{
-		cmd:     cmd,
-		dir:     dir,
-		logPath: logPath,
-		url:     "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		exited:  make(chan struct{}),
-	}
-	started := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread lives until the child is reaped and
-		// exits with this goroutine, so Pdeathsig cannot fire early.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		s.waitErr = cmd.Wait()
-		close(s.exited)
-	}()
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("starting %s: %w", env.ServerBinary, err)
-	}
-	s.pid = cmd.Process.Pid
-	defer func() {
-		if err != nil {
-			s.stop()
-		}
-	}()
-	go func() {
-		select {
-		case <-ctx.Done():
-			s.stop()
-		case <-s.exited:
-		}
-	}()
-
-	if err := s.waitReady(ctx, filepath.Join(dataDir, "admin.kubeconfig")); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// waitReady waits for the admin kubeconfig (written before the server
-// binds) and then for /readyz, which passes once every watch cache synced.
-func (s *serverProcess) waitReady(ctx context.Context, kubeconfig string) error {
-	deadline := time.Now().Add(readyTimeout)
-	var lastErr error
-	for {
-		select {
-		case <-s.exited:
-			if strings.Contains(s.logTail(), "address already in use") {
-				_ = os.RemoveAll(s.dir) // nothing to see: the next attempt has its own
-				return errAddrInUse
-			}
-			return fmt.Errorf("sample apiserver exited before ready (%v); log %s:\n%s", s.waitErr, s.logPath, s.logTail())
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-		if s.admin == nil {
-			if _, err := os.Stat(kubeconfig); err != nil {
-				lastErr = err
-			} else if err := s.loadAdmin(kubeconfig); err != nil {
-				lastErr = err
-			}
-		}
-		if s.admin != nil {
-			code, _, err := s.get(ctx, "/readyz")
-			if err == nil && code == http.StatusOK {
-				return nil
-			}
-			lastErr = fmt.Errorf("/readyz: %d %v", code, err)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("sample apiserver not ready after %v: %v; log %s:\n%s", readyTimeout, lastErr, s.logPath, s.logTail())
-		}
-	}
-}
-
-func (s *serverProcess) loadAdmin(kubeconfig string) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return err
-	}
-	cfg.QPS, cfg.Burst = -1, 0 // the bench sets its own pace
-	tlsCfg, err := s.tlsConfigFor(cfg)
-	if err != nil {
-		return err
-	}
-	s.admin, s.token = cfg, cfg.BearerToken
-	s.http = &http.Client{
-		Transport: newTransport(tlsCfg),
-		Timeout:   30 * time.Second,
-	}
-	return nil
-}
-
-func (s *serverProcess) tlsConfigFor(cfg *rest.Config) (*tls.Config, error) {
-	tlsCfg, err := rest.TLSConfigFor(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if tlsCfg == nil {
-		return nil, fmt.Errorf("admin kubeconfig of %s has no TLS settings", s.url)
-	}
-	return tlsCfg, nil
-}
-
-// get does an authenticated GET and returns the status and body.
-func (s *serverProcess) get(ctx context.Context, path string) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+path, nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+s.token)
-	resp, err := s.http.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, body, err
-}
-
-// stop ends the server: SIGTERM, then SIGKILL after stopGrace, and reaps
-// it. Safe to call more than once and from several goroutines; every caller
-// returns after the process is gone.
-func (s *serverProcess) stop() {
-	s.stopOnce.Do(func() {
-		if s.http != nil {
-			s.http.CloseIdleConnections()
-		}
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-			return
-		case <-time.After(stopGrace):
-		}
-		_ = s.cmd.Process.Kill()
-		<-s.exited
+	p, err := childserver.Start(ctx, childserver.Options{
+		Command: []string{env.ServerBinary},
+		Args: []string{
+			"--etcd-servers=" + env.EtcdEndpoint,
+			"--etcd-prefix=" + prefix,
+			"--watch-cache-decorator=" + decorator,
+			"--http2-max-streams-per-connection=" + strconv.Itoa(http2StreamsPerConnection),
+			// Info logs are per server event, not per request, at -v=0; they
+			// go to the log file so a failed start can be explained.
+			"-v=0",
+		},
+		DataDir:      filepath.Join(dir, "data"),
+		LogPath:      filepath.Join(dir, "server.log"),
+		ReadyTimeout: readyTimeout,
+		StopGrace:    stopGrace,
 	})
+	if err != nil {
+		if errors.Is(err, childserver.ErrAddrInUse) {
+			_ = os.RemoveAll(dir) // nothing to see: the next attempt has its own
+		}
+		return nil, err
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			p.Stop()
+		case <-p.Exited():
+		}
+	}()
+	return &serverProcess{Process: p, dir: dir}, nil
 }
 
 // cleanup removes the scratch dir of a run that went well; a failed run's
@@ -288,25 +121,4 @@ func (s *serverProcess) noteCloses(ws *watchSet) {
 	s.keep = true
 	_ = os.WriteFile(filepath.Join(s.dir, "watch-closes.txt"),
 		fmt.Appendf(nil, "%d watches closed while read: %s\n", ws.closed.Load(), ws.closeSummary()), 0o644)
-}
-
-func (s *serverProcess) logTail() string {
-	data, err := os.ReadFile(s.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	const max = 4000
-	if len(data) > max {
-		data = data[len(data)-max:]
-	}
-	return string(data)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -3,11 +3,9 @@ package httpbench
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -15,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/internal/childserver"
 	"github.com/watchkeeper/watchkeeper/internal/histogram"
 )
 
@@ -22,21 +21,6 @@ import (
 // to keep both cores busy, few enough not to queue thousands of handshakes
 // and stream openings at once.
 const openConcurrency = 32
-
-func newTransport(tlsCfg *tls.Config) *http.Transport {
-	return &http.Transport{
-		TLSClientConfig: tlsCfg.Clone(),
-		// A custom TLS config turns HTTP/2 off unless forced.
-		ForceAttemptHTTP2: true,
-		// Otherwise Go asks for gzip and the apiserver gzips every flush of
-		// every watch stream (perFlushGzipWriter): CPU on both sides that is
-		// no part of the watch cache.
-		DisableCompression:  true,
-		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSHandshakeTimeout: 10 * time.Second,
-		MaxIdleConnsPerHost: 2,
-	}
-}
 
 // watchPool is the client side of many watches: one transport, hence one
 // HTTP/2 connection, per http2StreamsPerConnection watches. Go's transport
@@ -52,14 +36,10 @@ type watchPool struct {
 }
 
 func newWatchPool(ctx context.Context, s *serverProcess, watchers int) (*watchPool, error) {
-	tlsCfg, err := s.tlsConfigFor(s.admin)
-	if err != nil {
-		return nil, err
-	}
 	n := (watchers + http2StreamsPerConnection - 1) / http2StreamsPerConnection
 	p := &watchPool{}
 	for range n {
-		tr := newTransport(tlsCfg)
+		tr := childserver.NewTransport(s.TLS)
 		c := &http.Client{Transport: tr}
 		p.transports = append(p.transports, tr)
 		p.clients = append(p.clients, c)
@@ -75,11 +55,11 @@ func newWatchPool(ctx context.Context, s *serverProcess, watchers int) (*watchPo
 // pool is sized for streams, and over HTTP/1.1 every watch would be a
 // connection of its own, a different benchmark.
 func prime(ctx context.Context, c *http.Client, s *serverProcess) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/healthz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/healthz", nil)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+s.token)
+	req.Header.Set("Authorization", "Bearer "+s.Token)
 	resp, err := c.Do(req)
 	if err != nil {
 		return fmt.Errorf("opening a client connection: %w", err)
@@ -167,7 +147,7 @@ func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, l
 	wctx, cancel := context.WithCancel(ctx)
 	ws := &watchSet{pool: pool, cancel: cancel, latency: latency, closeReasons: map[string]int{},
 		timeout: spec.timeout, perWatch: make([]atomic.Int32, n), allBookmarked: make(chan struct{})}
-	target := spec.url(s.url)
+	target := spec.url(s.URL)
 	ws.started = time.Now()
 
 	sem := make(chan struct{}, openConcurrency)
@@ -187,7 +167,7 @@ func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, l
 		go func(i int, c *http.Client) {
 			defer ws.wg.Done()
 			sent := time.Now()
-			body, err := openWatch(wctx, c, target, s.token)
+			body, err := openWatch(wctx, c, target, s.Token)
 			if err != nil {
 				openErrOnce.Do(func() {
 					openErr = err

@@ -1,4 +1,4 @@
-package httpbench
+package childserver
 
 import "testing"
 
@@ -11,14 +11,14 @@ go_memstats_heap_alloc_bytes_total 1
 apiserver_request_total{verb="GET"} 3
 go_memstats_stack_inuse_bytes 1.081344e+06 1700000000000
 `)
-	got, err := parseMetrics(body, "go_memstats_heap_alloc_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines")
+	got, err := ParseMetrics(body, "go_memstats_heap_alloc_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []float64{8272544, 1081344, 110}; got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Errorf("got %v, want %v", got, want)
 	}
-	if _, err := parseMetrics(body, "go_threads"); err == nil {
+	if _, err := ParseMetrics(body, "go_threads"); err == nil {
 		t.Error("a missing metric is not an error")
 	}
 }
@@ -30,8 +30,16 @@ func TestParseProc(t *testing.T) {
 	if err != nil || cpu != 3 {
 		t.Errorf("parseProcStatCPU = %v, %v; want 3s (250+50 ticks)", cpu, err)
 	}
-	rss, err := parseVmRSS([]byte("Name:\tx\nVmRSS:\t   2048 kB\nThreads:\t3\n"))
+	status := []byte("Name:\tx\nVmHWM:\t   4096 kB\nVmRSS:\t   2048 kB\nThreads:\t3\n")
+	rss, err := parseStatusBytes(status, "VmRSS")
 	if err != nil || rss != 2048*1024 {
-		t.Errorf("parseVmRSS = %v, %v", rss, err)
+		t.Errorf("VmRSS = %v, %v", rss, err)
+	}
+	peak, err := parseStatusBytes(status, "VmHWM")
+	if err != nil || peak != 4096*1024 {
+		t.Errorf("VmHWM = %v, %v", peak, err)
+	}
+	if _, err := parseStatusBytes(status, "VmSwap"); err == nil {
+		t.Error("a missing field is not an error")
 	}
 }

@@ -1,0 +1,140 @@
+package childserver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// clockTicksPerSecond is USER_HZ, the unit of utime and stime in
+// /proc/<pid>/stat. Linux fixes it at 100 in its ABI whatever the kernel's
+// HZ (`getconf CLK_TCK`), and Go has no sysconf to ask.
+const clockTicksPerSecond = 100
+
+// Metrics scrapes /metrics and returns the values of the named unlabelled
+// series (go_goroutines, ...), in the order asked.
+func (p *Process) Metrics(ctx context.Context, names ...string) ([]float64, error) {
+	code, body, err := p.Get(ctx, "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("scraping /metrics: %w", err)
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("scraping /metrics: status %d", code)
+	}
+	return ParseMetrics(body, names...)
+}
+
+// ParseMetrics returns the values of the named unlabelled series of a
+// Prometheus text exposition, in the order asked; a missing one is an error.
+func ParseMetrics(body []byte, names ...string) ([]float64, error) {
+	out := make([]float64, len(names))
+	found := make([]bool, len(names))
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, value, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		for i, n := range names {
+			if name != n {
+				continue
+			}
+			// A timestamp may follow the value.
+			value, _, _ = strings.Cut(strings.TrimSpace(value), " ")
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return nil, fmt.Errorf("metric %s: %w", n, err)
+			}
+			out[i], found[i] = v, true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	for i, ok := range found {
+		if !ok {
+			return nil, fmt.Errorf("metric %s not in the server's /metrics", names[i])
+		}
+	}
+	return out, nil
+}
+
+// CPUSeconds is the server's utime + stime, from /proc/<pid>/stat: cheap,
+// and it costs the server nothing.
+func (p *Process) CPUSeconds() (float64, error) { return ProcCPUSeconds(p.PID) }
+
+// RSSBytes is the server's resident set now (VmRSS).
+func (p *Process) RSSBytes() (uint64, error) { return procStatusBytes(p.PID, "VmRSS") }
+
+// PeakRSSBytes is the server's peak resident set (VmHWM).
+func (p *Process) PeakRSSBytes() (uint64, error) { return procStatusBytes(p.PID, "VmHWM") }
+
+// ProcCPUSeconds is utime + stime of the process, from /proc/<pid>/stat.
+func ProcCPUSeconds(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseProcStatCPU(data)
+}
+
+func parseProcStatCPU(data []byte) (float64, error) {
+	// The command name (field 2) is in parentheses and may hold spaces and
+	// parentheses itself: split after the last ')'.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc stat: %q", data)
+	}
+	// From field 3 (state) on; utime and stime are fields 14 and 15.
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("malformed /proc stat: %q", data)
+	}
+	utime, err := strconv.ParseUint(fields[11], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("utime: %w", err)
+	}
+	stime, err := strconv.ParseUint(fields[12], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stime: %w", err)
+	}
+	return float64(utime+stime) / clockTicksPerSecond, nil
+}
+
+// procStatusBytes is a "<field>: N kB" line of /proc/<pid>/status, in bytes.
+func procStatusBytes(pid int, field string) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatusBytes(data, field)
+}
+
+func parseStatusBytes(data []byte, field string) (uint64, error) {
+	for line := range strings.SplitSeq(string(data), "\n") {
+		rest, ok := strings.CutPrefix(line, field+":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("unexpected %s line %q", field, line)
+		}
+		kb, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		return kb << 10, nil
+	}
+	return 0, fmt.Errorf("no %s in /proc status", field)
+}
