@@ -16,7 +16,6 @@ import (
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/etcd3"
-	"k8s.io/apiserver/pkg/storage/etcd3/testserver"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
 	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/watchkeeper/watchkeeper/cacher"
+	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 	"github.com/watchkeeper/watchkeeper/internal/fixtures"
 )
 
@@ -72,7 +72,7 @@ func withSchedule(frequency, offset, window time.Duration) setupOption {
 // waits for the cache to be ready.
 func setup(t *testing.T, opts ...setupOption) *env {
 	t.Helper()
-	client := testserver.RunEtcd(t, nil)
+	client := etcdtest.Start(t).KubernetesClient()
 	versioner := storage.APIObjectVersioner{}
 	compactor := etcd3.NewCompactor(client.Client, 0, clock.RealClock{}, nil)
 	t.Cleanup(compactor.Stop)

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/kubernetes"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	storagetesting "k8s.io/apiserver/pkg/storage/testing"
 
 	"github.com/watchkeeper/watchkeeper/internal/etcdlaunch"
 )
@@ -67,6 +69,27 @@ func (e *Etcd) Restart() {
 	if err := e.Member.Restart(); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// KubernetesClient returns a client of the member for an etcd3 store, its
+// KV and Kubernetes interfaces wrapped in recorders as upstream's
+// testserver.RunEtcd does (the conformance suite reads the recorder). It is
+// closed when the test ends.
+func (e *Etcd) KubernetesClient() *kubernetes.Client {
+	e.t.Helper()
+	c, err := kubernetes.New(clientv3.Config{
+		Endpoints:   e.Endpoints(),
+		DialTimeout: 10 * time.Second,
+		Logger:      testLogger(e.t).Named("etcd-client"),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = c.Close() })
+	recorder := storagetesting.NewKubernetesRecorder(c.Kubernetes)
+	c.KV = storagetesting.NewKVRecorder(c.KV, recorder)
+	c.Kubernetes = recorder
+	return c
 }
 
 func newClient(t testing.TB, endpoints []string) *clientv3.Client {
