@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,9 +13,11 @@ import (
 
 // FuzzParseRV feeds arbitrary strings to parseRV, which reads the
 // resourceVersion of every watch and get. It must never panic; what
-// storage.APIObjectVersioner refuses is a 400 Bad Request (never a 500), and
-// what it accepts is a decimal uint64 (or "" for none) that parseRV returns
-// unchanged and that round-trips through strconv.FormatUint.
+// storage.APIObjectVersioner refuses is a 400 Bad Request (never a 500) that
+// quotes the bad value, or, past 64 bytes, only its first 64 bytes and
+// "...", so a client's megabyte of garbage reaches neither the response nor
+// the logs; what it accepts is a decimal uint64 (or "" for none) that
+// parseRV returns unchanged and that round-trips through strconv.FormatUint.
 func FuzzParseRV(f *testing.F) {
 	for _, rv := range []string{
 		"", "0", "1", "00", "007", "42",
@@ -25,6 +28,10 @@ func FuzzParseRV(f *testing.F) {
 		"1e3", "0x10", "0b1", "0o7", "1_000", "1.0", "1,000",
 		"abc", "null", "\"5\"", "１２", "٣", // fullwidth and Arabic-Indic digits
 		"\xff\xfe", "9223372036854775807", "9223372036854775808",
+		strings.Repeat("x", 64), strings.Repeat("x", 65), strings.Repeat("9", 4096), // at, just past and far past the quoting bound
+		strings.Repeat("9", 63) + "é",                            // a rune cut in two by the bound
+		strings.Repeat("1", 64) + "\"" + strings.Repeat("2", 10), // a quote just past the bound
+		strings.Repeat("x", 64) + "...",                          // cut, it reads as it was
 	} {
 		f.Add(rv)
 	}
@@ -52,6 +59,22 @@ func FuzzParseRV(f *testing.F) {
 			}
 			if got != 0 {
 				t.Fatalf("parseRV(%q) = %d with an error, want 0", rv, got)
+			}
+			// The value is quoted, cut to its first 64 bytes and "..." when
+			// longer: never whole past 64 bytes, never cut before.
+			shown := rv
+			if len(rv) > 64 {
+				shown = rv[:64] + "..."
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, strconv.Quote(shown)) {
+				t.Fatalf("parseRV(%.80q...) error %.200q does not quote %s", rv, msg, strconv.Quote(shown))
+			}
+			if shown != rv && strings.Contains(msg, strconv.Quote(rv)) {
+				t.Fatalf("parseRV(%.80q...) error quotes all %d bytes", rv, len(rv))
+			}
+			if limit := len(strconv.Quote(shown)) + 100; len(msg) > limit {
+				t.Fatalf("parseRV(%.80q...) error is %d bytes, want at most %d", rv, len(msg), limit)
 			}
 			return
 		}
