@@ -22,6 +22,7 @@ const (
 	trackerOpSentAnnotated          // Sent on a bookmark that already has an annotation
 	trackerOpSentWithoutMeta        // Sent on an object without metadata: always an error
 	trackerOpAcceptThenSent         // Accept(floor + int8 delta), and Sent when accepted
+	trackerOpDelivered              // Delivered: a bookmark annotated when it was built reached the client
 	trackerOpCount
 
 	trackerMaxOps = 1000
@@ -47,17 +48,21 @@ func trackerOps(ops ...any) []byte {
 
 // trackerCall is one call of a fuzz run, formatted only on failure.
 type trackerCall struct {
-	sent     bool // Sent, else Accept
-	rv       uint64
-	obj      runtime.Object
-	ok       bool
-	err      error
-	from, to State
+	sent      bool // Sent
+	delivered bool // Delivered; else Accept
+	rv        uint64
+	obj       runtime.Object
+	ok        bool
+	err       error
+	from, to  State
 }
 
 func (c trackerCall) String() string {
 	if c.sent {
 		return fmt.Sprintf("Sent(%T) = %v, %v: %v -> %v", c.obj, c.ok, c.err, c.from, c.to)
+	}
+	if c.delivered {
+		return fmt.Sprintf("Delivered() = %v: %v -> %v", c.ok, c.from, c.to)
 	}
 	return fmt.Sprintf("Accept(%d) = %v: %v -> %v", c.rv, c.ok, c.from, c.to)
 }
@@ -72,11 +77,20 @@ func legalMove(from, to State) bool {
 }
 
 // FuzzTracker drives one watcher's Tracker from a random floor through a
-// random sequence of Accept(rv) and Sent(obj), and checks that the state only
-// moves forward one step at a time, a bookmark below the floor is refused
-// and changes nothing, the initial-events-end marker lands on exactly one
-// sent object and only after a bookmark at or above the floor was accepted,
-// and a floor of 0 is a plain watch that starts in BookmarkSent.
+// random sequence of Accept(rv), Sent(obj) and Delivered(), and checks that
+// the state only moves forward one step at a time, a bookmark below the
+// floor is refused and changes nothing, the initial-events-end marker lands
+// on exactly one sent object and only after a bookmark at or above the floor
+// was accepted, and a floor of 0 is a plain watch that starts in
+// BookmarkSent.
+//
+// Delivered is the other way the end of the initial events reaches the
+// client (the cacher annotates the bookmark when it builds it and reports
+// its delivery later): it reports true, moving BookmarkReceived to
+// BookmarkSent, exactly when the watcher is in BookmarkReceived, and false,
+// changing nothing, otherwise. Between them, Sent's marker and Delivered
+// end the initial events once in a watch's life, never for a plain watch,
+// and never before a bookmark at or above the floor was accepted.
 func FuzzTracker(f *testing.F) {
 	f.Add(uint64(0), trackerOps(uint64(0), byte(trackerOpSent), uint64(5), byte(trackerOpSent)))
 	f.Add(uint64(100), trackerOps(int8(-1), int8(-100), byte(trackerOpSent), int8(0), byte(trackerOpSent), int8(1), byte(trackerOpSent)))
@@ -86,6 +100,9 @@ func FuzzTracker(f *testing.F) {
 	f.Add(uint64(math.MaxUint64), trackerOps(byte(trackerOpSent), uint64(math.MaxUint64), int8(127), byte(trackerOpSent)))
 	f.Add(uint64(7), trackerOps(byte(trackerOpAcceptThenSent), byte(0), byte(trackerOpAcceptThenSent), byte(0x80), byte(trackerOpAcceptThenSent), byte(3)))
 	f.Add(uint64(42), []byte{})
+	f.Add(uint64(5), trackerOps(byte(trackerOpDelivered), int8(-1), byte(trackerOpDelivered), int8(0), byte(trackerOpDelivered), byte(trackerOpDelivered), byte(trackerOpSent)))
+	f.Add(uint64(0), trackerOps(byte(trackerOpDelivered), uint64(3), byte(trackerOpDelivered)))
+	f.Add(uint64(9), trackerOps(int8(0), byte(trackerOpSent), byte(trackerOpDelivered), int8(1), byte(trackerOpDelivered)))
 
 	f.Fuzz(func(t *testing.T, floor uint64, in []byte) {
 		next := func(n int) []byte {
@@ -116,6 +133,7 @@ func FuzzTracker(f *testing.F) {
 		var (
 			acceptedAtFloor bool // a bookmark at or above a non-zero floor was accepted
 			markers         int  // sent objects that carry the marker
+			ends            int  // ends of the initial events: markers, and Delivered reporting true
 		)
 		accept := func(rv uint64) bool {
 			t.Helper()
@@ -175,6 +193,10 @@ func FuzzTracker(f *testing.F) {
 			}
 			if isMarked {
 				markers++
+				ends++
+				if ends > 1 {
+					fail("the initial events ended %d times, want once", ends)
+				}
 				if !acceptedAtFloor {
 					fail("the marker was set before any bookmark at or above floor %d was accepted", floor)
 				}
@@ -198,6 +220,30 @@ func FuzzTracker(f *testing.F) {
 			case before == BookmarkSent:
 				if err != nil || got || tr.State() != BookmarkSent {
 					fail("Sent after the end of the initial events = %v, %v, state %v; want no marker, no error, no change", got, err, tr.State())
+				}
+			}
+		}
+		delivered := func() {
+			t.Helper()
+			before := tr.State()
+			got := tr.Delivered()
+			trace = append(trace, trackerCall{delivered: true, ok: got, from: before, to: tr.State()})
+			if !legalMove(before, tr.State()) {
+				fail("illegal transition %v -> %v", before, tr.State())
+			}
+			switch {
+			case before == BookmarkReceived && (!got || tr.State() != BookmarkSent):
+				fail("Delivered after a bookmark was accepted = %v, state %v; want true and BookmarkSent", got, tr.State())
+			case before != BookmarkReceived && (got || tr.State() != before):
+				fail("Delivered in %v = %v, state %v; want false and no change", before, got, tr.State())
+			}
+			if got {
+				ends++
+				if !acceptedAtFloor {
+					fail("Delivered ended the initial events before any bookmark at or above floor %d was accepted", floor)
+				}
+				if ends > 1 {
+					fail("the initial events ended %d times, want once", ends)
 				}
 			}
 		}
@@ -226,6 +272,8 @@ func FuzzTracker(f *testing.F) {
 				if accept(near()) {
 					sent(trackerOpSent)
 				}
+			case trackerOpDelivered:
+				delivered()
 			}
 			if tr.Floor() != floor {
 				fail("Floor() = %d, want %d", tr.Floor(), floor)
@@ -235,15 +283,16 @@ func FuzzTracker(f *testing.F) {
 			}
 		}
 
-		// Exactly one marker once a bookmark at or above the floor was
-		// accepted and something was sent after it; none for a plain watch.
+		// The initial events ended exactly once (by a marker or by
+		// Delivered) once a bookmark at or above the floor was accepted and
+		// then sent or delivered; never for a plain watch.
 		switch {
-		case floor == 0 && markers != 0:
-			fail("a plain watch (floor 0) marked %d bookmarks", markers)
-		case tr.State() == BookmarkSent && floor > 0 && markers != 1:
-			fail("in BookmarkSent with floor %d after %d markers, want exactly one", floor, markers)
-		case tr.State() != BookmarkSent && markers != 0:
-			fail("in %v with %d markers, want none before BookmarkSent", tr.State(), markers)
+		case floor == 0 && ends != 0:
+			fail("a plain watch (floor 0) ended its initial events %d times", ends)
+		case tr.State() == BookmarkSent && floor > 0 && ends != 1:
+			fail("in BookmarkSent with floor %d after %d ends of the initial events, want exactly one", floor, ends)
+		case tr.State() != BookmarkSent && ends != 0:
+			fail("in %v after %d ends of the initial events, want none before BookmarkSent", tr.State(), ends)
 		}
 	})
 }
