@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/watchkeeper/watchkeeper/cacher"
 	"github.com/watchkeeper/watchkeeper/internal/histogram"
+	"github.com/watchkeeper/watchkeeper/internal/watchstream"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 )
 
@@ -37,7 +37,7 @@ import (
 //
 // The clients are deliberately cheap: a watch is read as lines and searched
 // with bytes.Index for its type and a timestamp annotation instead of being
-// decoded (hack/bench/internal/httpbench does the same). A thousand
+// decoded (package watchstream, which hack/bench/internal/httpbench uses too). A thousand
 // client-go decoders would make the client, not the server, what the test
 // measures on two cores.
 
@@ -67,47 +67,16 @@ func hostileTLS(t *testing.T, s *sampleServer) *tls.Config {
 	return cfg
 }
 
-// hostileH2Clients is one HTTP/2 connection per hostileStreamsPerConn
-// watches: a transport each, primed with one request, so the layout is
-// exact (Go's transport would otherwise race to dial extra connections).
-type hostileH2Clients struct {
-	transports []*http.Transport
-	clients    []*http.Client
-}
-
-func newHostileH2Clients(ctx context.Context, t *testing.T, s *sampleServer, watches int) *hostileH2Clients {
+// newHostileH2Clients is one HTTP/2 connection per hostileStreamsPerConn
+// watches, the layout exact (watchstream.Pool); closed when the test ends.
+func newHostileH2Clients(ctx context.Context, t *testing.T, s *sampleServer, watches int) *watchstream.Pool {
 	t.Helper()
-	tlsCfg := hostileTLS(t, s)
-	p := &hostileH2Clients{}
-	for range (watches + hostileStreamsPerConn - 1) / hostileStreamsPerConn {
-		tr := &http.Transport{
-			TLSClientConfig:   tlsCfg.Clone(),
-			ForceAttemptHTTP2: true,
-			// The apiserver would gzip every flush of every watch.
-			DisableCompression:  true,
-			TLSHandshakeTimeout: 10 * time.Second,
-		}
-		c := &http.Client{Transport: tr}
-		p.transports, p.clients = append(p.transports, tr), append(p.clients, c)
-		resp := hostileGet(ctx, t, c, s, "/healthz")
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.ProtoMajor != 2 {
-			t.Fatalf("server answered over %s, want HTTP/2", resp.Proto)
-		}
+	p, err := watchstream.NewPool(ctx, hostileTLS(t, s), s.URL, s.Admin.BearerToken, watches, hostileStreamsPerConn)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	return p
-}
-
-func (p *hostileH2Clients) client(i int) *http.Client {
-	return p.clients[i/hostileStreamsPerConn]
-}
-
-func (p *hostileH2Clients) close() {
-	for _, tr := range p.transports {
-		tr.CloseIdleConnections()
-	}
 }
 
 func hostileGet(ctx context.Context, t *testing.T, c *http.Client, s *sampleServer, path string) *http.Response {
@@ -150,9 +119,8 @@ type hostileEvent struct {
 }
 
 var (
-	hostileTypePrefix = []byte(`{"type":"`)
-	hostileWrittenKey = []byte(`"` + hostileWrittenAt + `":"`)
-	hostileRVKey      = []byte(`"resourceVersion":"`)
+	hostileWrittenKey = watchstream.Key(hostileWrittenAt)
+	hostileRVKey      = watchstream.Key("resourceVersion")
 )
 
 // hostileParse reads the type, the annotation and the object's RV off one
@@ -162,52 +130,14 @@ var (
 // resourceVersion of a line is the object's, as metadata comes before spec
 // and managedFields holds none.
 func hostileParse(line []byte) (hostileEvent, bool) {
-	rest, ok := bytes.CutPrefix(line, hostileTypePrefix)
+	typ, ok := watchstream.Type(line)
 	if !ok {
 		return hostileEvent{}, false
 	}
-	end := bytes.IndexByte(rest, '"')
-	if end <= 0 {
-		return hostileEvent{}, false
-	}
-	ev := hostileEvent{typ: string(rest[:end])}
-	ev.writtenAt, _ = strconv.ParseInt(hostileQuoted(rest, hostileWrittenKey), 10, 64)
-	ev.rv, _ = strconv.ParseUint(hostileQuoted(rest, hostileRVKey), 10, 64)
+	ev := hostileEvent{typ: string(typ)}
+	ev.writtenAt, _ = strconv.ParseInt(string(watchstream.Value(line, hostileWrittenKey)), 10, 64)
+	ev.rv, _ = strconv.ParseUint(string(watchstream.Value(line, hostileRVKey)), 10, 64)
 	return ev, true
-}
-
-func hostileQuoted(line, key []byte) string {
-	i := bytes.Index(line, key)
-	if i < 0 {
-		return ""
-	}
-	v := line[i+len(key):]
-	if end := bytes.IndexByte(v, '"'); end >= 0 {
-		return string(v[:end])
-	}
-	return ""
-}
-
-// hostileLines returns the lines of a stream without allocating for each;
-// a line is valid until the next call.
-type hostileLines struct {
-	r   *bufio.Reader
-	buf []byte
-}
-
-func (l *hostileLines) next() ([]byte, error) {
-	line, err := l.r.ReadSlice('\n')
-	if err == nil || !errors.Is(err, bufio.ErrBufferFull) {
-		return line, err
-	}
-	l.buf = append(l.buf[:0], line...)
-	for {
-		line, err = l.r.ReadSlice('\n')
-		l.buf = append(l.buf, line...)
-		if !errors.Is(err, bufio.ErrBufferFull) {
-			return l.buf, err
-		}
-	}
 }
 
 // hostileHeap samples the process's heap while a phase runs: the live heap
@@ -478,7 +408,7 @@ func TestHostileStalledClient(t *testing.T) {
 				}
 				req.Header.Set("Authorization", "Bearer "+sd.s.Admin.BearerToken)
 				req.Header.Set("Accept", "application/json")
-				resp, err := clients.client(i).Do(req)
+				resp, err := clients.Client(i).Do(req)
 				<-sem
 				if err == nil && resp.StatusCode != http.StatusOK {
 					body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
@@ -490,9 +420,9 @@ func TestHostileStalledClient(t *testing.T) {
 					return
 				}
 				defer resp.Body.Close()
-				lines := &hostileLines{r: bufio.NewReaderSize(resp.Body, 4096)}
+				lines := watchstream.NewLines(bufio.NewReaderSize(resp.Body, 4096))
 				for {
-					line, err := lines.next()
+					line, err := lines.Next()
 					now := time.Now().UnixNano()
 					if err != nil {
 						closed(err.Error())
@@ -702,11 +632,11 @@ func TestHostileStalledClient(t *testing.T) {
 	// their last event is older than their server's last write of the phase.
 	for i, sc := range stalledClients {
 		_ = sc.conn.raw.SetReadDeadline(time.Now().Add(30 * time.Second))
-		lines := &hostileLines{r: bufio.NewReaderSize(sc.resp.Body, 64<<10)}
+		lines := watchstream.NewLines(bufio.NewReaderSize(sc.resp.Body, 64<<10))
 		var added, live int
 		var lastRV uint64
 		for {
-			line, err := lines.next()
+			line, err := lines.Next()
 			if errors.Is(err, io.EOF) {
 				break
 			}

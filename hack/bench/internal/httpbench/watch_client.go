@@ -13,72 +13,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/internal/childserver"
 	"github.com/watchkeeper/watchkeeper/internal/histogram"
+	"github.com/watchkeeper/watchkeeper/internal/watchstream"
 )
 
 // openConcurrency bounds the watch requests in flight while opening: enough
 // to keep both cores busy, few enough not to queue thousands of handshakes
 // and stream openings at once.
 const openConcurrency = 32
-
-// watchPool is the client side of many watches: one transport, hence one
-// HTTP/2 connection, per http2StreamsPerConnection watches. Go's transport
-// would dial more connections by itself once one is full, but concurrent
-// first requests on a fresh transport can race to dial several and the
-// spread is then up to chance; a transport per group of streams, each
-// primed with one request before the watches go out, makes the layout
-// exact: ceil(watchers/100) connections, each with up to 100 streams, as
-// many streams as the server allows and no more.
-type watchPool struct {
-	transports []*http.Transport
-	clients    []*http.Client
-}
-
-func newWatchPool(ctx context.Context, s *serverProcess, watchers int) (*watchPool, error) {
-	n := (watchers + http2StreamsPerConnection - 1) / http2StreamsPerConnection
-	p := &watchPool{}
-	for range n {
-		tr := childserver.NewTransport(s.TLS)
-		c := &http.Client{Transport: tr}
-		p.transports = append(p.transports, tr)
-		p.clients = append(p.clients, c)
-		if err := prime(ctx, c, s); err != nil {
-			p.close()
-			return nil, err
-		}
-	}
-	return p, nil
-}
-
-// prime opens the transport's connection and checks it speaks HTTP/2: the
-// pool is sized for streams, and over HTTP/1.1 every watch would be a
-// connection of its own, a different benchmark.
-func prime(ctx context.Context, c *http.Client, s *serverProcess) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/healthz", nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+s.Token)
-	resp, err := c.Do(req)
-	if err != nil {
-		return fmt.Errorf("opening a client connection: %w", err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.ProtoMajor != 2 {
-		return fmt.Errorf("server answered over %s, not HTTP/2", resp.Proto)
-	}
-	return nil
-}
-
-func (p *watchPool) client(i int) *http.Client { return p.clients[i/http2StreamsPerConnection] }
-
-func (p *watchPool) close() {
-	for _, t := range p.transports {
-		t.CloseIdleConnections()
-	}
-}
 
 // watchSpec is what every watch of a set asks for.
 type watchSpec struct {
@@ -103,7 +45,7 @@ func (w watchSpec) url(base string) string {
 // watchSet is n open watches, each read by a consumer goroutine that counts
 // what it hears.
 type watchSet struct {
-	pool     *watchPool
+	pool     *watchstream.Pool
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopping atomic.Bool
@@ -140,7 +82,7 @@ const maxCloseReasons = 8
 // headers (the apiserver flushes them as soon as the watch is set up). On
 // error no watch is left open.
 func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, latency *histogram.Histogram) (*watchSet, error) {
-	pool, err := newWatchPool(ctx, s, n)
+	pool, err := watchstream.NewPool(ctx, s.TLS, s.URL, s.Token, n, http2StreamsPerConnection)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +121,7 @@ func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, l
 			if err == nil {
 				ws.consume(body, i, sent)
 			}
-		}(i, pool.client(i))
+		}(i, pool.Client(i))
 	}
 	opening.Wait()
 	if openErr == nil && wctx.Err() != nil {
@@ -214,9 +156,9 @@ func openWatch(ctx context.Context, c *http.Client, target, token string) (io.Re
 // consume reads watch i, whose request went out at sent, until it ends.
 func (ws *watchSet) consume(body io.ReadCloser, i int, sent time.Time) {
 	defer body.Close()
-	lr := newLineReader(bufio.NewReaderSize(body, 4096))
+	lr := watchstream.NewLines(bufio.NewReaderSize(body, 4096))
 	for {
-		line, err := lr.next()
+		line, err := lr.Next()
 		if err != nil {
 			ws.ended(err, sent)
 			return
@@ -303,5 +245,5 @@ func (ws *watchSet) stop() {
 	ws.stopping.Store(true)
 	ws.cancel()
 	ws.wg.Wait()
-	ws.pool.close()
+	ws.pool.Close()
 }

@@ -1,11 +1,11 @@
 package httpbench
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"strconv"
+
+	"github.com/watchkeeper/watchkeeper/internal/watchstream"
 )
 
 // writtenAtAnnotation carries a write's wall time (UnixNano) on the widget
@@ -21,16 +21,13 @@ const (
 	eventError
 )
 
-// The apiserver's JSON watch stream is one compact WatchEvent per line,
-// {"type":"...","object":{...}}: json.Encoder ends each with a newline and
-// strings inside escape theirs. The consumer looks for the type and the
-// timestamp with byte searches instead of decoding the event: with 10k
-// watchers the client decodes 10k copies of every event on the same two
-// cores as the server, and a full decode would make the client the
-// bottleneck of the figures we want of the server.
+// The consumer looks for the type and the timestamp with byte searches
+// (package watchstream) instead of decoding the event: with 10k watchers
+// the client decodes 10k copies of every event on the same two cores as the
+// server, and a full decode would make the client the bottleneck of the
+// figures we want of the server.
 var (
-	typePrefix    = []byte(`{"type":"`)
-	writtenAtKey  = []byte(`"` + writtenAtAnnotation + `":"`)
+	writtenAtKey  = watchstream.Key(writtenAtAnnotation)
 	typeAdded     = []byte("ADDED")
 	typeModified  = []byte("MODIFIED")
 	typeDeleted   = []byte("DELETED")
@@ -41,7 +38,7 @@ var (
 // classify returns the kind of one watch event line and, for objects
 // carrying the annotation, the write time it holds (0 otherwise).
 func classify(line []byte) (eventKind, int64) {
-	t, ok := eventType(line)
+	t, ok := watchstream.Type(line)
 	if !ok {
 		return eventOther, 0
 	}
@@ -56,36 +53,9 @@ func classify(line []byte) (eventKind, int64) {
 	return eventOther, 0
 }
 
-func eventType(line []byte) ([]byte, bool) {
-	if rest, ok := bytes.CutPrefix(line, typePrefix); ok {
-		if end := bytes.IndexByte(rest, '"'); end > 0 {
-			return rest[:end], true
-		}
-	}
-	// Not the layout the apiserver writes today: decode it properly rather
-	// than miscount.
-	var ev struct {
-		Type string `json:"type"`
-	}
-	if err := json.Unmarshal(line, &ev); err != nil || ev.Type == "" {
-		return nil, false
-	}
-	return []byte(ev.Type), true
-}
-
-// writtenAt finds the annotation's value. The key is quoted whole, so the
-// managedFields entry "f:bench.watchkeeper.io/written-at" does not match.
+// writtenAt finds the annotation's value, 0 when absent.
 func writtenAt(line []byte) int64 {
-	i := bytes.Index(line, writtenAtKey)
-	if i < 0 {
-		return 0
-	}
-	rest := line[i+len(writtenAtKey):]
-	end := bytes.IndexByte(rest, '"')
-	if end <= 0 {
-		return 0
-	}
-	v, err := strconv.ParseInt(string(rest[:end]), 10, 64)
+	v, err := strconv.ParseInt(string(watchstream.Value(line, writtenAtKey)), 10, 64)
 	if err != nil {
 		return 0
 	}
@@ -104,34 +74,4 @@ func errorMessage(line []byte) string {
 		return string(line)
 	}
 	return strconv.Itoa(ev.Object.Code) + " " + ev.Object.Message
-}
-
-// lineReader returns whole lines from a stream without allocating per line:
-// the slice is valid until the next call.
-type lineReader struct {
-	r   *bufio.Reader
-	buf []byte // holds a line longer than r's buffer
-}
-
-func newLineReader(r *bufio.Reader) *lineReader { return &lineReader{r: r} }
-
-func (l *lineReader) next() ([]byte, error) {
-	line, err := l.r.ReadSlice('\n')
-	if err == nil {
-		return line, nil
-	}
-	if !errors.Is(err, bufio.ErrBufferFull) {
-		return nil, err
-	}
-	l.buf = append(l.buf[:0], line...)
-	for {
-		line, err = l.r.ReadSlice('\n')
-		l.buf = append(l.buf, line...)
-		if err == nil {
-			return l.buf, nil
-		}
-		if !errors.Is(err, bufio.ErrBufferFull) {
-			return nil, err
-		}
-	}
 }

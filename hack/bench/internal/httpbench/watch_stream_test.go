@@ -1,11 +1,6 @@
 package httpbench
 
-import (
-	"bufio"
-	"io"
-	"strings"
-	"testing"
-)
+import "testing"
 
 func TestClassify(t *testing.T) {
 	for _, c := range []struct {
@@ -29,20 +24,5 @@ func TestClassify(t *testing.T) {
 	}
 	if got := errorMessage([]byte(`{"type":"ERROR","object":{"kind":"Status","code":410,"message":"too old"}}`)); got != "410 too old" {
 		t.Errorf("errorMessage = %q", got)
-	}
-}
-
-func TestLineReaderLongLines(t *testing.T) {
-	long := strings.Repeat("x", 10000)
-	in := "a\n" + long + "\nb\n"
-	lr := newLineReader(bufio.NewReaderSize(strings.NewReader(in), 16))
-	for _, want := range []string{"a\n", long + "\n", "b\n"} {
-		got, err := lr.next()
-		if err != nil || string(got) != want {
-			t.Fatalf("next() = %.20q..., %v; want %.20q...", got, err, want)
-		}
-	}
-	if _, err := lr.next(); err != io.EOF {
-		t.Fatalf("at the end: err = %v, want EOF", err)
 	}
 }
