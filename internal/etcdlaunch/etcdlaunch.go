@@ -107,20 +107,21 @@ func loopbackURL(port int) url.URL {
 // ports between closing the probe listeners and etcd binding them.
 var portLock sync.Mutex
 
-// pickPorts returns the configured ports, free ones where they are 0.
-func (c Config) pickPorts() (client, peer int, err error) {
+// withPorts is the member's configuration on the configured ports, free
+// ones where they are 0. Call it with portLock held.
+func (c Config) withPorts() (*embed.Config, error) {
 	ports, err := freeport.Ports(2)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	client, peer = c.ClientPort, c.PeerPort
+	client, peer := c.ClientPort, c.PeerPort
 	if client == 0 {
 		client = ports[0]
 	}
 	if peer == 0 {
 		peer = ports[1]
 	}
-	return client, peer, nil
+	return c.config(client, peer)
 }
 
 // Member is one embedded etcd member with a data directory that outlives
@@ -136,11 +137,7 @@ type Member struct {
 func Start(c Config) (*Member, error) {
 	portLock.Lock()
 	defer portLock.Unlock()
-	client, peer, err := c.pickPorts()
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := c.config(client, peer)
+	cfg, err := c.withPorts()
 	if err != nil {
 		return nil, err
 	}
@@ -272,11 +269,7 @@ func StartCluster(cs []Config) (*Cluster, error) {
 	c := &Cluster{Members: make([]*Member, len(cs))}
 	initial := make([]string, len(cs))
 	for i, mc := range cs {
-		client, peer, err := mc.pickPorts()
-		if err != nil {
-			return nil, err
-		}
-		cfg, err := mc.config(client, peer)
+		cfg, err := mc.withPorts()
 		if err != nil {
 			return nil, err
 		}
