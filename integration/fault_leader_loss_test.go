@@ -31,10 +31,12 @@ import (
 	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 )
 
-// The third fault of issue 6: a 3-member etcd cluster loses its leader, and
-// later one follower, while writers keep writing through a watchkeeper cache
-// (storage level, its etcd client given all three endpoints) and ~20
-// watchers with selectors follow it. Each watcher behaves as a client does:
+// The third fault of issue 6: a 3-member etcd cluster loses its leader,
+// later one follower, then its quorum for a few seconds, while writers keep
+// writing through a watchkeeper cache (storage level, its etcd client given
+// the first followers' endpoints) and ~20 watchers with selectors follow it.
+// The cache must ride every fault out (issue 11): no relist, no client watch
+// ended, ready throughout. Each watcher behaves as a client does:
 // when its watch ends it resumes from the last RV it saw (event or
 // bookmark), and when that gets 410 it re-lists (a consistent list) and
 // watches from the list's RV. At the end every watcher's view is checked
@@ -65,12 +67,12 @@ const (
 	llSettle = 20 * time.Second
 )
 
-// llSetup is setup() over a cluster: the etcd3 store's client gets every
-// member's endpoint and fails over between them.
-func llSetup(t *testing.T, cluster *etcdtest.Cluster, opts ...setupOption) *env {
+// llSetup is setup() over a cluster: the etcd3 store's client gets the
+// given members' endpoints and fails over between them.
+func llSetup(t *testing.T, endpoints []string, opts ...setupOption) *env {
 	t.Helper()
 	client, err := kubernetes.New(clientv3.Config{
-		Endpoints:            cluster.Endpoints(),
+		Endpoints:            endpoints,
 		DialTimeout:          10 * time.Second,
 		DialKeepAliveTime:    5 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
@@ -374,10 +376,21 @@ func TestFaultLeaderLoss(t *testing.T) {
 	// Bookmarks every second, so bookmark watchers resume from recent RVs;
 	// a history window longer than the test, so only a re-list of the
 	// cache itself (not age) can send a watcher a 410.
-	e := llSetup(t, cluster, nodeNameIndex, withSchedule(time.Second, 500*time.Millisecond, 5*time.Minute))
+	// The cache's etcd client talks to the followers only: when the leader
+	// is lost, a follower cancels every watch opened WithRequireLeader with
+	// "etcdserver: no leader", the error the cache must ride out.
+	var followers []string
+	for i, m := range cluster.Members {
+		if i != leader {
+			followers = append(followers, m.Endpoint())
+		}
+	}
+	e := llSetup(t, followers, nodeNameIndex, withSchedule(time.Second, 500*time.Millisecond, 5*time.Minute))
 	gr := map[string]string{"group": "", "resource": "pods"}
 	initsBefore, _ := metricValue(t, "apiserver_watch_cache_initializations_total", gr)
 	lostBefore, _ := metricValue(t, "apiserver_watch_cache_initialization_errors_total", gr)
+	retriesBefore, _ := metricValue(t, "watchkeeper_watch_cache_storage_watch_retries_total", gr)
+	terminatedBefore, _ := metricValue(t, "apiserver_terminated_watchers_total", gr)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	startRV := churnMarker(ctx, t, e, "start")
@@ -410,10 +423,16 @@ func TestFaultLeaderLoss(t *testing.T) {
 		writers.Go(func() { llWrite(writeCtx, e, rand.New(rand.NewPCG(seed, uint64(i))), stats) })
 	}
 	t0 := time.Now()
+	var timelineMu sync.Mutex
 	var timeline []string
 	mark := func(format string, args ...any) {
+		timelineMu.Lock()
+		defer timelineMu.Unlock()
 		timeline = append(timeline, fmt.Sprintf("%+.2fs (%d writes) ", time.Since(t0).Seconds(), stats.ok.Load())+fmt.Sprintf(format, args...))
 	}
+	// The cache's readiness (what /readyz reports) over the whole fault,
+	// sampled every 10ms: each change goes on the timeline.
+	readySamples, notReadySamples := llSampleReadiness(watchCtx, e.cacher, mark)
 	mark("writers started, seed %d", seed)
 	time.Sleep(2 * time.Second)
 
@@ -453,12 +472,45 @@ func TestFaultLeaderLoss(t *testing.T) {
 	cluster.Members[follower].Restart()
 	mark("member %d restarted and ready", follower)
 	time.Sleep(1500 * time.Millisecond)
+
+	// Then quorum: the leader and one follower down together, so the last
+	// member stays without a leader for longer than etcd's leader monitor
+	// allows (3 election timeouts, ~3s) and cancels every watch opened
+	// WithRequireLeader with "etcdserver: no leader", then refuses new ones
+	// until the others are back: the cache must ride that out.
+	if _, err := cluster.WaitLeader(llElection); err != nil {
+		t.Fatal(err)
+	}
+	lead := cluster.Leader()
+	down := []int{lead}
+	for i := range cluster.Members {
+		if i != lead && len(down) < 2 {
+			down = append(down, i)
+		}
+	}
+	killStart = time.Now()
+	for _, i := range down {
+		cluster.Members[i].Kill()
+	}
+	mark("killed the leader, member %d, and member %d: no quorum (Kill took %v)", down[0], down[1], time.Since(killStart).Round(time.Millisecond))
+	time.Sleep(5 * time.Second)
+	for _, i := range down {
+		cluster.Members[i].Restart()
+	}
+	next, err = cluster.WaitLeader(llElection)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark("members %v restarted, member %d elected", down, next)
+	time.Sleep(1500 * time.Millisecond)
 	stopWriters()
 	writers.Wait()
 	mark("writers stopped")
+	timelineMu.Lock()
 	for _, l := range timeline {
 		t.Logf("timeline: %s", l)
 	}
+	timelineMu.Unlock()
 
 	finalRV := churnMarker(ctx, t, e, "end")
 	if err := e.cacher.Get(ctx, "/pods/marker/end", storage.GetOptions{ResourceVersion: strconv.FormatUint(finalRV, 10)}, &example.Pod{}); err != nil {
@@ -575,6 +627,62 @@ func TestFaultLeaderLoss(t *testing.T) {
 	t.Logf("watcher restarts %d (watch ended, resumed or re-listed), 410s %d, re-lists %d, watches ended by a retriable error %d, calls refused while not ready %d, bookmarks %d; the cache lost its etcd watch %v times and re-listed %v times; %d watchers failed",
 		fig.restarts, fig.expired, fig.relists, fig.retried, fig.refused, fig.bookmarks, lost-lostBefore, inits-initsBefore, fig.failed)
 	t.Logf("timing: settled %v after the end marker; total %v", settled.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	retries, _ := metricValue(t, "watchkeeper_watch_cache_storage_watch_retries_total", gr)
+	terminated, _ := metricValue(t, "apiserver_terminated_watchers_total", gr)
+	t.Logf("cache: storage watch re-opened %v times; readiness sampled %d times, not ready %d times; watchers terminated by the cache %v",
+		retries-retriesBefore, readySamples.Load(), notReadySamples.Load(), terminated-terminatedBefore)
+
+	if retries-retriesBefore == 0 {
+		t.Errorf("the cache never re-opened its etcd watch: a leader loss it rode out should show here")
+	}
+	// What clients must see across leader elections (issue 11): the cache
+	// re-opens its etcd watch and keeps everything.
+	if d := inits - initsBefore; d != 0 {
+		t.Errorf("the cache re-listed %v times across the elections, want 0", d)
+	}
+	if d := lost - lostBefore; d != 0 {
+		t.Errorf("the cache gave up its etcd watch %v times, want 0", d)
+	}
+	if fig.restarts != 0 || fig.relists != 0 || fig.expired != 0 {
+		t.Errorf("client watches ended %d times (410s %d, re-lists %d), want 0: the cache must keep its watchers", fig.restarts, fig.expired, fig.relists)
+	}
+	if d := terminated - terminatedBefore; d != 0 {
+		t.Errorf("the cache terminated %v watchers, want 0", d)
+	}
+	if n := notReadySamples.Load(); n != 0 {
+		t.Errorf("the cache was not ready in %d of %d samples, want 0", n, readySamples.Load())
+	}
+	if fig.lost != 0 || fig.dup != 0 {
+		t.Errorf("lost %d, duplicated %d; want 0 and 0", fig.lost, fig.dup)
+	}
+}
+
+// llSampleReadiness samples c.Ready() every 10ms until ctx ends, marking
+// each change on the timeline, and counts the samples.
+func llSampleReadiness(ctx context.Context, c *cacher.Cacher, mark func(string, ...any)) (all, notReady *atomic.Int64) {
+	all, notReady = &atomic.Int64{}, &atomic.Int64{}
+	go func() {
+		last := true
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			ready := c.Ready()
+			all.Add(1)
+			if !ready {
+				notReady.Add(1)
+			}
+			if ready != last {
+				mark("cache ready: %v", ready)
+				last = ready
+			}
+		}
+	}()
+	return all, notReady
 }
 
 // llAfter is the changes in (from, to].
