@@ -252,10 +252,9 @@ func (c *Cacher) removeLocked(w *watcher) {
 	w.mu.Unlock()
 }
 
-// expireHistoryLocked drops events older than the window, and those etcd
-// has compacted away.
-func (c *Cacher) expireHistoryLocked(now time.Time) {
-	c.history.expire(now)
+// trimHistoryLocked drops the events etcd has compacted away. Age alone
+// evicts nothing: the history makes room only when an event comes in.
+func (c *Cacher) trimHistoryLocked() {
 	c.forgetCompactedLocked()
 	c.metrics.historyEvents.Set(float64(c.history.len()))
 }

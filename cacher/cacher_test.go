@@ -728,24 +728,32 @@ func TestMovedOutDeleteDoesNotMutateCache(t *testing.T) {
 
 func TestWatchTooOldResourceVersion(t *testing.T) {
 	tests := []struct {
-		name    string
-		prepare func(t *testing.T, c *testCacher, sw *fakeWatch)
-		rv      string
-		want410 bool
-		wantRVs []uint64 // when not 410: the events replayed
+		name     string
+		prepare  func(t *testing.T, c *testCacher, sw *fakeWatch)
+		capacity int // of the history; 0 the default
+		rv       string
+		want410  bool
+		wantRVs  []uint64 // when not 410: the events replayed
 	}{
 		{name: "below the list RV", rv: "50", want410: true},
 		{name: "just below the list RV", rv: "99", want410: true},
 		{name: "the list RV", rv: "100", wantRVs: []uint64{101, 102, 103, 104, 105}},
 		{
-			name:    "expired by the window",
+			// Upstream keeps its buffer until it needs the room: so does
+			// the history (issue 11), the window being a guarantee.
+			name:    "older than the window, no write since",
 			prepare: expireAll,
-			rv:      "104", want410: true,
+			rv:      "101", wantRVs: []uint64{102, 103, 104, 105},
 		},
 		{
-			name:    "expired by the window, from the newest",
-			prepare: expireAll,
-			rv:      "105", wantRVs: nil,
+			name:     "evicted for room",
+			capacity: 3,
+			rv:       "101", want410: true,
+		},
+		{
+			name:     "evicted for room, from the last evicted",
+			capacity: 3,
+			rv:       "102", wantRVs: []uint64{103, 104, 105},
 		},
 		{
 			name:    "compacted by etcd",
@@ -764,6 +772,7 @@ func TestWatchTooOldResourceVersion(t *testing.T) {
 			c := newTestCacher(t, fs, func(cfg *Config) {
 				cfg.BookmarkFrequency = 5 * time.Second
 				cfg.EventsHistoryWindow = 10 * time.Second
+				cfg.HistoryCapacity = tc.capacity
 			})
 			c.waitReady(t)
 			sw, _ := fs.waitWatch(t, 1)
@@ -799,7 +808,7 @@ func TestWatchTooOldResourceVersion(t *testing.T) {
 }
 
 // expireAll steps the fake clock past the history window (10s), tick by
-// tick, so the dispatcher's tick ages every event out.
+// tick, so every event is older than the window.
 func expireAll(t *testing.T, c *testCacher, _ *fakeWatch) {
 	c.stepTicks(t, 11, 1, nil)
 }

@@ -75,14 +75,14 @@ func (d *dispatcher) dispatch(e *event) {
 	c.metrics.eventsDispatched.Add(float64(delivered))
 }
 
-// tick sends the due watchers their bookmark and files them again, and ages
-// the history out. With nothing due it touches no watcher.
+// tick sends the due watchers their bookmark and files them again, and
+// drops the history etcd compacted. With nothing due it touches no watcher.
 func (d *dispatcher) tick() {
 	c := d.c
 	start := c.clock.Now()
 	c.checkStorageLiveness(start)
 	c.mu.Lock()
-	c.expireHistoryLocked(start)
+	c.trimHistoryLocked()
 	// Before the pop: the watchers due now are filed again after this
 	// tick, and those are the ones the next tick serves.
 	c.freshenBookmarksLocked(start)

@@ -2,9 +2,23 @@ package cacher
 
 import "time"
 
-// history is the window of past events a watch can resume from: a ring of
-// events in resourceVersion order, bounded by age (the window) and by count
-// (the capacity, a guard against write storms).
+// minHistory is the fewest events the history keeps, however old they are
+// (upstream's watch cache keeps at least its lower bound, 100).
+const minHistory = 100
+
+// history is the past events a watch can resume from: a ring of events in
+// resourceVersion order.
+//
+// Events leave it only to make room for new ones, never on a timer:
+// upstream's cache keeps its buffer until it needs the room, and a client
+// must never get a 410 from watchkeeper where upstream's cache, given the
+// same window, would resume it. How much room there is follows upstream's
+// rule: the bound starts at minHistory, doubles (up to capacity) when it is
+// full of events younger than the window, so the window is always covered,
+// and halves (down to minHistory) when it is full and its newest quarter is
+// older than the window, so a burst that is over gives its memory back. At
+// capacity an event younger than the window is evicted all the same, and
+// that eviction is reported (forced).
 //
 // It covers the resourceVersions (startRV, newest]: a watch from any RV at or
 // above startRV gets every event after it; one below startRV may have missed
@@ -12,6 +26,9 @@ import "time"
 type history struct {
 	window   time.Duration
 	capacity int
+	// limit is the current bound, between min(minHistory, capacity) and
+	// capacity.
+	limit int
 
 	ring  []*event
 	head  int // index of the oldest event
@@ -26,7 +43,7 @@ type history struct {
 }
 
 func newHistory(window time.Duration, capacity int) *history {
-	return &history{window: window, capacity: capacity}
+	return &history{window: window, capacity: capacity, limit: min(minHistory, capacity)}
 }
 
 // reset empties the history after a (re)list at rv.
@@ -46,6 +63,7 @@ func (h *history) prepend(events []*event, from uint64, now time.Time) {
 		h.startRV = min(h.startRV, from)
 		return
 	}
+	defer func() { h.limit = max(h.limit, h.count) }()
 	if over := len(events) + h.count - h.capacity; over > 0 {
 		if over >= len(events) {
 			return
@@ -68,20 +86,45 @@ func (h *history) prepend(events []*event, from uint64, now time.Time) {
 	h.startRV = from
 }
 
-// add appends e, evicting the oldest event when the capacity is reached. It
-// reports whether that eviction took an event younger than the window, which
-// means clients lose resumability the operator asked for.
+// add appends e, evicting the oldest event when the history is at its
+// bound. It reports whether that eviction took an event younger than the
+// window, which means clients lose resumability the operator asked for.
 func (h *history) add(e *event, now time.Time) (forced bool) {
-	if h.count == h.capacity {
+	h.adapt(now)
+	if h.count == h.limit {
 		forced = now.UnixNano()-h.oldest().recordedNanos < int64(h.window)
 		h.evictOldest()
 	}
 	if h.count == len(h.ring) {
-		h.resize(min(max(16, 2*len(h.ring)), h.capacity))
+		h.resize(min(max(16, 2*len(h.ring)), h.limit))
 	}
 	h.ring[(h.head+h.count)%len(h.ring)] = e
 	h.count++
 	return forced
+}
+
+// adapt moves the bound of a full history before an event is added at now:
+// up when even the oldest event is inside the window, down when the newest
+// quarter is already outside it.
+func (h *history) adapt(now time.Time) {
+	if h.count < h.limit || h.count == 0 {
+		return
+	}
+	nowNanos, window := now.UnixNano(), int64(h.window)
+	if nowNanos-h.oldest().recordedNanos < window {
+		h.limit = min(2*h.limit, h.capacity)
+		return
+	}
+	if nowNanos-h.at(h.count-max(h.limit/4, 1)).recordedNanos > window {
+		smaller := max(h.limit/2, min(minHistory, h.capacity))
+		for h.count > smaller {
+			h.evictOldest()
+		}
+		h.limit = smaller
+		if len(h.ring) > 2*max(16, smaller) {
+			h.resize(max(16, smaller))
+		}
+	}
 }
 
 // resize moves the events into a ring of n slots, oldest at index 0.
@@ -93,28 +136,14 @@ func (h *history) resize(n int) {
 	h.ring, h.head = out, 0
 }
 
-// expire evicts every event older than the window.
-func (h *history) expire(now time.Time) {
-	limit := now.UnixNano() - int64(h.window)
-	for h.count > 0 && h.oldest().recordedNanos < limit {
-		h.evictOldest()
-	}
-	// Give back the memory a burst of writes took once it has aged out.
-	if len(h.ring) > 1024 && h.count < len(h.ring)/4 {
-		h.resize(len(h.ring) / 2)
-	}
-}
-
 // forget evicts every event at or below rv: etcd compacted past it, so a
 // client resuming there must relist rather than be served from memory what
 // etcd itself no longer has.
 func (h *history) forget(rv uint64) {
+	// Only what was evicted moves the start: a compaction that took no
+	// event of this resource leaves every resume it served servable.
 	for h.count > 0 && h.oldest().rv <= rv {
 		h.evictOldest()
-	}
-	if rv > h.startRV && h.count == 0 {
-		h.startRV = rv
-		h.fromList = false
 	}
 }
 

@@ -45,40 +45,87 @@ func seq(from, to uint64) []uint64 {
 	return out
 }
 
-func TestHistoryExpire(t *testing.T) {
+// Age alone evicts nothing: an old event stays resumable until a new one
+// needs its room, as in upstream's cache (issue 11: never a 410 where
+// upstream would resume).
+func TestHistoryKeepsOldEventsUntilRoomIsNeeded(t *testing.T) {
 	const window = 10 * time.Second
-	// Events 101..104 recorded at +0s, +2s, +5s, +9s after the epoch.
-	offsets := []time.Duration{0, 2 * time.Second, 5 * time.Second, 9 * time.Second}
-	tests := []struct {
-		name        string
-		now         time.Duration
-		wantRVs     []uint64
-		wantStartRV uint64
-	}{
-		{name: "all younger than the window", now: 9 * time.Second, wantRVs: seq(101, 104), wantStartRV: 100},
-		{name: "older than the window is dropped", now: 11 * time.Second, wantRVs: seq(102, 104), wantStartRV: 101},
-		{name: "exactly the window old is kept", now: 12 * time.Second, wantRVs: seq(102, 104), wantStartRV: 101},
-		{name: "just past the window is dropped", now: 12*time.Second + time.Nanosecond, wantRVs: seq(103, 104), wantStartRV: 102},
-		{name: "several at once", now: 15500 * time.Millisecond, wantRVs: seq(104, 104), wantStartRV: 103},
-		{name: "everything", now: time.Hour, wantRVs: nil, wantStartRV: 104},
+	h := newHistory(window, 100_000)
+	h.reset(100)
+	for rv := uint64(101); rv <= 150; rv++ {
+		h.add(historyEvent(rv, historyEpoch), historyEpoch)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHistory(window, 100)
-			h.reset(100)
-			for i, off := range offsets {
-				if h.add(historyEvent(uint64(101+i), historyEpoch.Add(off)), historyEpoch.Add(off)) {
-					t.Fatalf("add %d reported a forced eviction below capacity", 101+i)
-				}
-			}
-			h.expire(historyEpoch.Add(tc.now))
-			if diff := cmp.Diff(tc.wantRVs, historyRVs(t, h)); diff != "" {
-				t.Errorf("retained RVs (-want +got):\n%s", diff)
-			}
-			if h.startRV != tc.wantStartRV {
-				t.Errorf("startRV = %d, want %d (the RV of the last evicted event)", h.startRV, tc.wantStartRV)
-			}
-		})
+	// An hour later, a write: nothing is evicted, the bound not reached.
+	later := historyEpoch.Add(time.Hour)
+	if h.add(historyEvent(151, later), later) {
+		t.Fatalf("forced eviction below the bound")
+	}
+	if diff := cmp.Diff(seq(101, 151), historyRVs(t, h)); diff != "" {
+		t.Errorf("retained RVs an hour on (-want +got):\n%s", diff)
+	}
+	if _, ok := h.since(100); !ok {
+		t.Errorf("since(100) = false: a resume from the list RV an hour on is refused")
+	}
+	// The bound's floor: minHistory events are kept however old; the next
+	// evicts only the oldest.
+	for rv := uint64(152); rv <= 100+minHistory; rv++ {
+		h.add(historyEvent(rv, later), later)
+	}
+	h.add(historyEvent(101+minHistory, later), later)
+	if h.len() != minHistory || h.startRV != 101 {
+		t.Errorf("at the floor: %d events from startRV %d, want %d from 101", h.len(), h.startRV, minHistory)
+	}
+}
+
+// The bound follows upstream's rule: it doubles when full of events inside
+// the window (up to capacity), halves when full and its newest quarter is
+// outside the window (down to minHistory).
+func TestHistoryBoundAdapts(t *testing.T) {
+	const window = 10 * time.Second
+	h := newHistory(window, 1000)
+	h.reset(0)
+	if h.limit != minHistory {
+		t.Fatalf("initial bound %d, want %d", h.limit, minHistory)
+	}
+	// A burst inside the window grows the bound past it: nothing evicted.
+	rv := uint64(0)
+	for range 700 {
+		rv++
+		if h.add(historyEvent(rv, historyEpoch), historyEpoch) {
+			t.Fatalf("forced eviction at %d inside capacity", rv)
+		}
+	}
+	if h.limit != 800 || h.len() != 700 || h.startRV != 0 {
+		t.Fatalf("after a burst of 700: bound %d, %d events, startRV %d; want 800, 700, 0", h.limit, h.len(), h.startRV)
+	}
+	// Up to capacity, then events younger than the window are forced out.
+	for range 400 {
+		rv++
+		h.add(historyEvent(rv, historyEpoch), historyEpoch)
+	}
+	if h.limit != 1000 || h.len() != 1000 || h.startRV != 100 {
+		t.Fatalf("past capacity: bound %d, %d events, startRV %d; want 1000, 1000, 100", h.limit, h.len(), h.startRV)
+	}
+	// The burst over, a full history whose newest quarter is old halves
+	// on each add, down to minHistory, keeping the newest events.
+	later := historyEpoch.Add(time.Minute)
+	for _, want := range []int{500, 250, 125, 100, 100} {
+		rv++
+		h.add(historyEvent(rv, later), later)
+		if h.limit != want {
+			t.Fatalf("adding %d a minute on: bound %d, want %d", rv, h.limit, want)
+		}
+		// Refill to the bound, so the next add sees it full.
+		for h.len() < h.limit {
+			rv++
+			h.add(historyEvent(rv, later.Add(-time.Hour)), later)
+		}
+	}
+	if len(h.ring) > 2*minHistory {
+		t.Errorf("ring has %d slots for a bound of %d", len(h.ring), h.limit)
+	}
+	if got := historyRVs(t, h); got[len(got)-1] != rv || len(got) != h.limit {
+		t.Errorf("retained %d events ending at %d, want %d ending at %d", len(got), got[len(got)-1], h.limit, rv)
 	}
 }
 
@@ -176,7 +223,7 @@ func TestHistoryForget(t *testing.T) {
 		{name: "at an event drops it and everything older", compactRV: 102, wantRVs: []uint64{105, 110}, wantStartRV: 102},
 		{name: "between events", compactRV: 107, wantRVs: []uint64{110}, wantStartRV: 105},
 		{name: "at the newest", compactRV: 110, wantRVs: nil, wantStartRV: 110},
-		{name: "past the newest moves the start to the compaction", compactRV: 200, wantRVs: nil, wantStartRV: 200},
+		{name: "past the newest moves the start only to the last evicted event", compactRV: 200, wantRVs: nil, wantStartRV: 110},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -277,76 +324,105 @@ func TestHistoryRingWrapAround(t *testing.T) {
 	}
 }
 
-// Growing a ring whose head is not at index 0 (events expired, then more
+// Growing a ring whose head is not at index 0 (events evicted, then more
 // added until it wraps) keeps the order.
 func TestHistoryGrowWrappedRing(t *testing.T) {
 	const window = 10 * time.Second
 	h := newHistory(window, 1000)
 	h.reset(0)
-	for rv := uint64(1); rv <= 16; rv++ {
-		at := historyEpoch
-		if rv > 10 {
-			at = historyEpoch.Add(5 * time.Second)
-		}
-		h.add(historyEvent(rv, at), at)
+	old := historyEpoch.Add(-time.Hour)
+	for rv := uint64(1); rv <= minHistory; rv++ {
+		h.add(historyEvent(rv, old), old)
 	}
-	h.expire(historyEpoch.Add(12 * time.Second)) // drops 1..10: the head moves to slot 10
-	if diff := cmp.Diff(seq(11, 16), historyRVs(t, h)); diff != "" {
-		t.Fatalf("after expiry (-want +got):\n%s", diff)
-	}
-	now := historyEpoch.Add(12 * time.Second)
-	for rv := uint64(17); rv <= 60; rv++ { // wraps at 26, grows at 27 and 43
+	now := historyEpoch
+	// Full of old events: each add evicts the oldest, moving the head.
+	for rv := uint64(minHistory + 1); rv <= minHistory+10; rv++ {
 		h.add(historyEvent(rv, now), now)
-		if diff := cmp.Diff(seq(11, rv), historyRVs(t, h)); diff != "" {
-			t.Fatalf("after adding %d (-want +got):\n%s", rv, diff)
+	}
+	if h.head == 0 || h.limit != minHistory {
+		t.Fatalf("head %d, bound %d: want a moved head at the floor", h.head, h.limit)
+	}
+	if diff := cmp.Diff(seq(11, minHistory+10), historyRVs(t, h)); diff != "" {
+		t.Fatalf("after evictions (-want +got):\n%s", diff)
+	}
+	// Once everything held is inside the window, the bound grows over the
+	// wrapped ring.
+	for rv := uint64(minHistory + 11); rv <= 400; rv++ {
+		h.add(historyEvent(rv, now), now)
+		if rv > 2*minHistory+10 {
+			if diff := cmp.Diff(seq(rv-uint64(h.len())+1, rv), historyRVs(t, h)); diff != "" {
+				t.Fatalf("after adding %d (-want +got):\n%s", rv, diff)
+			}
 		}
+	}
+	if got := historyRVs(t, h); got[0] != minHistory+1 || h.len() != 400-minHistory {
+		t.Errorf("retained %d..%d, want %d..400: the old events made room, then the bound grew", got[0], got[len(got)-1], minHistory+1)
 	}
 }
 
-// A burst that aged out gives its memory back, and the events left keep
-// their order through the shrink and later wrap-arounds.
+// A burst that is over gives its memory back on the next writes, and the
+// events left keep their order through the shrink, later wrap-arounds and
+// a compaction in the middle of a wrapped ring.
 func TestHistoryShrinkKeepsOrder(t *testing.T) {
 	const window = 10 * time.Second
 	h := newHistory(window, 100_000)
 	h.reset(0)
-	for rv := uint64(1); rv <= 3000; rv++ {
+	for rv := uint64(1); rv <= 4096; rv++ {
 		h.add(historyEvent(rv, historyEpoch), historyEpoch)
 	}
-	later := historyEpoch.Add(20 * time.Second)
-	for rv := uint64(3001); rv <= 3200; rv++ {
-		h.add(historyEvent(rv, later), later)
-	}
 	grown := len(h.ring)
-	if grown < 3200 {
-		t.Fatalf("ring has %d slots for 3200 events", grown)
+	if grown < 4096 {
+		t.Fatalf("ring has %d slots for 4096 events", grown)
 	}
-	h.expire(historyEpoch.Add(25 * time.Second)) // drops 1..3000
-	if diff := cmp.Diff(seq(3001, 3200), historyRVs(t, h)); diff != "" {
-		t.Fatalf("after the burst expired (-want +got):\n%s", diff)
+	later := historyEpoch.Add(time.Minute)
+	rv := uint64(4096)
+	for h.limit > minHistory {
+		rv++
+		h.add(historyEvent(rv, later.Add(-time.Hour)), later)
 	}
 	if len(h.ring) >= grown {
-		t.Errorf("ring still has %d slots for %d events after the burst expired", len(h.ring), h.len())
+		t.Errorf("ring still has %d slots for %d events after the burst", len(h.ring), h.len())
 	}
-	if h.startRV != 3000 {
-		t.Errorf("startRV = %d, want 3000", h.startRV)
+	if diff := cmp.Diff(seq(rv-uint64(h.len())+1, rv), historyRVs(t, h)); diff != "" {
+		t.Fatalf("after the shrink (-want +got):\n%s", diff)
 	}
-	// Shrink again on later expiries, and keep taking events in order.
-	for range 5 {
-		h.expire(later)
-	}
-	if len(h.ring) > 1024 {
-		t.Errorf("ring has %d slots for %d events after repeated expiries", len(h.ring), h.len())
-	}
-	for rv := uint64(3201); rv <= 5000; rv++ {
+	for end := rv + 1900; rv < end; {
+		rv++
 		h.add(historyEvent(rv, later), later)
 	}
-	if diff := cmp.Diff(seq(3001, 5000), historyRVs(t, h)); diff != "" {
+	if diff := cmp.Diff(seq(rv-uint64(h.len())+1, rv), historyRVs(t, h)); diff != "" {
 		t.Fatalf("after refilling past the shrunk ring (-want +got):\n%s", diff)
 	}
-	// Finally evict from the middle of a wrapped ring by compaction.
-	h.forget(4321)
+	// Evict from the middle of a wrapped ring by compaction.
+	cut := rv - 500
+	h.forget(cut)
 	got := historyRVs(t, h)
-	if !slices.Equal(got, seq(4322, 5000)) {
-		t.Errorf("after forget(4321) retained %d..%d (%d events), want 4322..5000", got[0], got[len(got)-1], len(got))
+	if !slices.Equal(got, seq(cut+1, rv)) {
+		t.Errorf("after forget(%d) retained %d..%d (%d events), want %d..%d", cut, got[0], got[len(got)-1], len(got), cut+1, rv)
+	}
+	if h.startRV != cut {
+		t.Errorf("startRV %d after forget(%d), want %d", h.startRV, cut, cut)
+	}
+}
+
+// A compaction that evicted nothing leaves the start where it was: a
+// resume from after the last evicted event stays servable (issue 11).
+func TestHistoryCompactionEvictingNothingKeepsStart(t *testing.T) {
+	h := newHistory(time.Minute, 1000)
+	h.reset(100)
+	h.forget(150) // nothing of this resource in (100, 150]
+	if h.startRV != 100 || !h.fromList {
+		t.Errorf("startRV %d fromList %v after a compaction that evicted nothing, want 100 true", h.startRV, h.fromList)
+	}
+	if _, ok := h.since(120); !ok {
+		t.Errorf("since(120) = false: a compaction that evicted nothing made a resume expire")
+	}
+	h.add(historyEvent(160, historyEpoch), historyEpoch)
+	h.forget(170)
+	if h.startRV != 160 || h.len() != 0 {
+		t.Errorf("startRV %d with %d events after compacting past the only event, want 160 and 0", h.startRV, h.len())
+	}
+	if _, ok := h.since(165); !ok {
+		t.Errorf("since(165) = false after a compaction at 170 that evicted only 160")
 	}
 }

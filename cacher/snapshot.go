@@ -57,8 +57,11 @@ type CalendarView struct {
 
 // HistoryView describes the event history's span.
 type HistoryView struct {
-	Events    int     `json:"events"`
-	Capacity  int     `json:"capacity"`
+	Events   int `json:"events"`
+	Capacity int `json:"capacity"`
+	// Bound is how many events the history holds before an event makes
+	// room: it adapts between 100 and Capacity (history.go).
+	Bound     int     `json:"bound"`
 	Window    Seconds `json:"windowSeconds"`
 	OldestRV  uint64  `json:"oldestRV"`
 	NewestRV  uint64  `json:"newestRV"`
@@ -115,7 +118,7 @@ func (c *Cacher) Snapshot(ctx context.Context) Snapshot {
 	}
 	s.Calendar = calendarView(c.calendar.Slots(), now, c.cfg.BookmarkGranularity, c.cfg.BookmarkFrequency)
 	h := c.history
-	s.History = HistoryView{Events: h.len(), Capacity: h.capacity, Window: seconds(h.window), StartRV: h.startRV}
+	s.History = HistoryView{Events: h.len(), Capacity: h.capacity, Bound: h.limit, Window: seconds(h.window), StartRV: h.startRV}
 	if oldest, newest := h.span(); oldest != nil {
 		s.History.OldestRV, s.History.NewestRV = oldest.rv, newest.rv
 		s.History.OldestAge = seconds(now.Sub(time.Unix(0, oldest.recordedNanos)))

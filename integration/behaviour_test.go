@@ -365,7 +365,8 @@ func TestBehaviourPreDeadlineBookmark(t *testing.T) {
 }
 
 // TestBehaviourHistoryWindow: within the window a watch resumes from an old
-// RV with every later event, in order, once; past the window it gets 410.
+// RV with every later event, in order, once; past the window too while no
+// write needed the room; once writes evicted what it needs, 410.
 func TestBehaviourHistoryWindow(t *testing.T) {
 	const window = 3 * time.Second
 	e := setup(t, withSchedule(time.Second, 500*time.Millisecond, window))
@@ -404,8 +405,30 @@ func TestBehaviourHistoryWindow(t *testing.T) {
 		t.Errorf("watch from RV %d got RVs %v, want %v", rv1, got, want)
 	}
 
-	// Past the window, plus two ticks for the one that ages the events out.
+	// Past the window, plus two ticks: age alone evicts nothing (upstream
+	// keeps its buffer until it needs the room), so the same resume works.
 	time.Sleep(time.Until(lastWrite.Add(window + 2*bhMaxTick + 500*time.Millisecond)))
+	w, err = e.cacher.Watch(ctx, bhPodKey("hist", "p"), storage.ListOptions{
+		ResourceVersion: strconv.FormatUint(rv1, 10), Predicate: bhEverything(false),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rv := range want {
+		if ev := bhNext(t, w, 5*time.Second); ev.Type != watch.Modified || bhRvOf(t, ev.Object) != rv {
+			t.Fatalf("past the window, no write since: got %s, want MODIFIED at %d", bhDescribe(t, ev.Event), rv)
+		}
+	}
+	w.Stop()
+
+	// Writes that need the room of the events past the window evict them:
+	// the history keeps at least 100 events, so 100 more do.
+	bhCreatePod(ctx, t, e, "hist", "q")
+	var lastQ uint64
+	for i := range 100 {
+		lastQ = bhRvOf(t, bhRelabelPod(ctx, t, e, "hist", "q", strconv.Itoa(i)))
+	}
+	bhWaitCached(ctx, t, e, "hist", "q", lastQ)
 	w, err = e.cacher.Watch(ctx, bhPodKey("hist", "p"), storage.ListOptions{
 		ResourceVersion: strconv.FormatUint(rv1, 10), Predicate: bhEverything(false),
 	})
@@ -432,8 +455,8 @@ func TestBehaviourHistoryWindow(t *testing.T) {
 	}
 	bhWaitClosed(t, w, 5*time.Second)
 
-	// The newest state is always resumable: aging out leaves no gap above it.
-	newest := want[len(want)-1]
+	// The newest state is always resumable: evicting leaves no gap above it.
+	newest := lastQ
 	w, err = e.cacher.Watch(ctx, bhPodKey("hist", "p"), storage.ListOptions{
 		ResourceVersion: strconv.FormatUint(newest, 10), Predicate: bhEverything(false),
 	})

@@ -546,8 +546,8 @@ type ssWant struct {
 }
 
 // TestSampleServerExpiredAndRelist: a watch from an RV inside the history
-// window gets every later event; from an RV older than the window it gets
-// 410 Expired in the stream; a reflector whose watch hits 410 re-lists and
+// window gets every later event; from an RV older than the window whose
+// room later writes needed it gets 410 Expired in the stream; a reflector whose watch hits 410 re-lists and
 // its store converges on a consistent LIST.
 func TestSampleServerExpiredAndRelist(t *testing.T) {
 	const window, frequency = 3 * time.Second, time.Second
@@ -634,9 +634,20 @@ func TestSampleServerExpiredAndRelist(t *testing.T) {
 	})
 
 	// Past the window (plus two jittered ticks and slack), with churn moving
-	// the history meanwhile.
+	// the history meanwhile. Age alone evicts nothing (upstream keeps its
+	// buffer until it needs the room): 100 more writes, the fewest the
+	// history keeps, make it need the room of the old events.
 	time.Sleep(time.Until(oldWritten.Add(window + 2*frequency*5/4 + time.Second)))
 	t.Run("past the window", func(t *testing.T) {
+		for i := range 100 {
+			if _, err := widgets("filler").Create(ctx, ssWidget("filler", fmt.Sprintf("f-%d", i)), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A consistent list is served once the cache has caught up.
+		if _, err := s.Client.DemoV1alpha1().Widgets("filler").List(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		w := ssWatch(ctx, t, s, ssWidgetsPath("old"), url.Values{"watch": {"1"}, "resourceVersion": {oldRV}})
 		defer w.Stop()
 		ev := bhNext(t, w, 10*time.Second)
