@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/klog/v2"
 )
 
 // backfillTimeout bounds one backfill: a resume waits at most this long
@@ -61,7 +60,7 @@ func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
 		return fmt.Errorf("the history moved while it was being backfilled")
 	}
 	c.history.prepend(events, rv, c.clock.Now())
-	klog.V(2).InfoS("Backfilled the watch cache history from etcd", "resource", c.groupResource.String(),
+	c.logger.V(2).Info("Backfilled the watch cache history from etcd",
 		"from", rv, "to", start, "events", len(events))
 	return nil
 }
@@ -102,7 +101,7 @@ func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, state map[s
 			return nil, fmt.Errorf("backfilling %v from %d to %d: %w", c.groupResource, from, to, ctx.Err())
 		case <-progress.C():
 			if err := c.storage.RequestWatchProgress(ctx); err != nil {
-				klog.V(4).InfoS("Backfill progress request failed", "resource", c.groupResource.String(), "err", err)
+				c.logger.V(4).Info("Backfill progress request failed", "err", err)
 			}
 		case ev, ok := <-w.ResultChan():
 			if !ok {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
+	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -63,6 +64,8 @@ type Cacher struct {
 	incoming   chan *event
 	// forcedEvictionLog limits the capacity warning; only the reflector uses it.
 	forcedEvictionLog everyInterval
+	// dropLog limits the log of what could not be built (dropped.go).
+	dropLog dropLog
 
 	// mu guards everything below. Writers: the reflector applying an event,
 	// watchers registering and leaving, the tick.
@@ -118,6 +121,7 @@ func New(cfg Config) (*Cacher, error) {
 		forcedEvictionLog: everyInterval{interval: 10 * time.Second},
 	}
 	c.progress = newProgressRequester(c)
+	upstream.WatchCacheCapacity.WithLabelValues(cfg.GroupResource.Group, cfg.GroupResource.Resource).Set(float64(c.history.limit))
 	c.ctx, c.cancelCtx = context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.watchMetadata))
 	c.ready.init(c.clock.Now())
 	if utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {
@@ -131,7 +135,7 @@ func New(cfg Config) (*Cacher, error) {
 	c.wg.Add(2)
 	go c.reflectLoop()
 	go c.dispatchLoop()
-	klog.InfoS("Watch cache started", "resource", c.groupResource.String(),
+	c.logger.Info("Watch cache started",
 		"bookmarkFrequency", cfg.BookmarkFrequency, "preDeadlineOffset", cfg.BookmarkPreDeadlineOffset,
 		"historyWindow", cfg.EventsHistoryWindow, "granularity", cfg.BookmarkGranularity, "jitter", cfg.BookmarkJitter)
 	return c, nil
@@ -232,7 +236,7 @@ func (c *Cacher) terminateSlow(w *watcher) {
 	graceful := w.tracker.State() == watchlist.BookmarkReceived
 	w.mu.Unlock()
 	c.metrics.terminatedWatchers.Inc()
-	klog.V(2).InfoS("Closing a watcher that cannot keep up", "resource", c.groupResource.String(), "graceful", graceful)
+	c.logger.V(2).Info("Closing a watcher that cannot keep up", "graceful", graceful)
 	c.forgetWatcher(w, graceful)
 }
 

@@ -11,15 +11,16 @@ import (
 // the change, and, for watchers the change moved out of their selector, the
 // object before it at the event's RV (a DELETED).
 type eventObjects struct {
-	e         *event
-	versioner storage.Versioner
-	cur       *sharedObject
-	movedOut  *sharedObject
-	failed    bool
+	e             *event
+	c             *Cacher
+	cur, movedOut *sharedObject
+	// curFailed and movedOutFailed: building it failed, was reported once,
+	// and is not tried again for the next watcher.
+	curFailed, movedOutFailed bool
 }
 
 func (c *Cacher) objectsOf(e *event) eventObjects {
-	return eventObjects{e: e, versioner: c.versioner}
+	return eventObjects{e: e, c: c}
 }
 
 // forWatcher is the event as w's client sees it, if at all: an update that
@@ -42,39 +43,45 @@ func (x *eventObjects) forWatcher(w *watcher) (watch.Event, bool) {
 	default:
 		return watch.Event{}, false
 	}
-	if x.cur == nil {
+	if x.cur == nil && !x.curFailed {
 		s, err := share(e.cur.obj)
 		if err != nil {
+			x.curFailed = true
+			x.c.dropped(dropEvent, e.rv, err, "key", e.cur.key)
 			return watch.Event{}, false
 		}
 		x.cur = s
+	}
+	if x.curFailed {
+		return watch.Event{}, false
 	}
 	return watch.Event{Type: typ, Object: x.cur.forWatcher()}, true
 }
 
 func (x *eventObjects) movedOutEvent() (watch.Event, bool) {
-	if x.movedOut == nil && !x.failed {
+	if x.movedOut == nil && !x.movedOutFailed {
 		old := x.e.prev.obj.DeepCopyObject()
 		s, err := share(old)
 		if err == nil {
-			err = x.versioner.UpdateObject(old, x.e.rv)
+			err = x.c.versioner.UpdateObject(old, x.e.rv)
 		}
 		if err != nil {
-			x.failed = true
+			x.movedOutFailed = true
+			x.c.dropped(dropMovedOut, x.e.rv, err, "key", x.e.prev.key)
 			return watch.Event{}, false
 		}
 		x.movedOut = s
 	}
-	if x.failed {
+	if x.movedOutFailed {
 		return watch.Event{}, false
 	}
 	return watch.Event{Type: watch.Deleted, Object: x.movedOut.forWatcher()}, true
 }
 
-// initialAdded turns cached objects into the ADDED events a watch starting
-// from a state begins with. No copy is made: the client's handle copies on
-// its first change.
-func initialAdded(objs []*object, pred storage.SelectionPredicate) []watch.Event {
+// initialAdded turns cached objects, the state at rv, into the ADDED events
+// a watch starting from it begins with. No copy is made: the client's handle
+// copies on its first change.
+func (c *Cacher) initialAdded(objs []*object, pred storage.SelectionPredicate, rv uint64) []watch.Event {
 	out := make([]watch.Event, 0, len(objs))
 	for _, o := range objs {
 		if !matches(pred, o) {
@@ -82,6 +89,7 @@ func initialAdded(objs []*object, pred storage.SelectionPredicate) []watch.Event
 		}
 		s, err := share(o.obj)
 		if err != nil {
+			c.dropped(dropInitialEvent, rv, err, "key", o.key)
 			continue
 		}
 		out = append(out, watch.Event{Type: watch.Added, Object: s.forWatcher()})

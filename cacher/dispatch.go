@@ -3,8 +3,6 @@ package cacher
 import (
 	"time"
 
-	"k8s.io/klog/v2"
-
 	"github.com/watchkeeper/watchkeeper/bookmarks"
 )
 
@@ -97,8 +95,13 @@ func (d *dispatcher) tick() {
 	var shared *sharedObject
 	sharedBookmark := func() *sharedObject {
 		if shared == nil {
-			if obj, err := c.bookmarkObject(d.rv); err == nil {
-				shared, _ = share(obj)
+			obj, err := c.bookmarkObject(d.rv)
+			if err == nil {
+				shared, err = share(obj)
+			}
+			if err != nil {
+				// Each watcher then builds its own, and reports it failing.
+				c.logger.V(2).Info("Could not build the tick's shared bookmark", "resourceVersion", d.rv, "err", err)
 			}
 		}
 		return shared
@@ -132,7 +135,7 @@ func (d *dispatcher) tick() {
 	c.metrics.watchersDue.Observe(float64(count))
 	c.observeTick(start)
 	if sent < count {
-		klog.V(6).InfoS("Bookmark tick", "resource", c.groupResource.String(), "due", count, "sent", sent, "rv", d.rv)
+		c.logger.V(6).Info("Bookmark tick", "due", count, "sent", sent, "rv", d.rv)
 	}
 }
 

@@ -81,6 +81,12 @@ var (
 			"a broken stream), the cache staying ready and its watchers open.",
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource"})
+	dropped = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "dropped_total",
+		Help: "Events and bookmarks a client was owed but not sent because the cache could not build them (metadata " +
+			"unreadable, resourceVersion not settable), by what: event, moved-out-delete, initial-event, bookmark. Each is also logged.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource", "what"})
 
 	registerOnce sync.Once
 )
@@ -91,7 +97,7 @@ func registerMetrics() {
 		for _, m := range []compbasemetrics.Registerable{
 			bookmarksSent, storageBookmarks, tickDuration, watchersDue, watchersByState,
 			historyEvents, historyForcedEvictions, expiredWatches, freshnessTimeouts, freshnessProbes,
-			storageWatchRetries,
+			storageWatchRetries, dropped,
 		} {
 			legacyregistry.MustRegister(m)
 		}
@@ -118,6 +124,7 @@ type resourceMetrics struct {
 	freshnessTimeouts      map[string]compbasemetrics.CounterMetric
 	freshnessProbes        compbasemetrics.CounterMetric
 	storageWatchRetries    compbasemetrics.CounterMetric
+	dropped                map[string]compbasemetrics.CounterMetric
 	byState                [3]compbasemetrics.GaugeMetric
 }
 
@@ -142,6 +149,10 @@ func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
 		freshnessTimeouts:       map[string]compbasemetrics.CounterMetric{},
 		freshnessProbes:         freshnessProbes.WithLabelValues(g, r),
 		storageWatchRetries:     storageWatchRetries.WithLabelValues(g, r),
+		dropped:                 map[string]compbasemetrics.CounterMetric{},
+	}
+	for _, what := range []string{dropEvent, dropMovedOut, dropInitialEvent, dropBookmark} {
+		m.dropped[what] = dropped.WithLabelValues(g, r, what)
 	}
 	for _, kind := range []string{requestWatchList, requestList} {
 		m.freshnessTimeouts[kind] = freshnessTimeouts.WithLabelValues(g, r, kind)
@@ -173,6 +184,13 @@ func (m *resourceMetrics) watcherMoved(from, to watchlist.State) {
 }
 
 func (m *resourceMetrics) setResourceVersion(rv uint64) { upstream.RecordResourceVersion(m.gr, rv) }
+
+// historyBoundChanged feeds upstream's apiserver_watch_cache_capacity and
+// its increase/decrease counters: the history's bound follows upstream's
+// rule, so the series mean the same.
+func (m *resourceMetrics) historyBoundChanged(old, bound int) {
+	upstream.RecordsWatchCacheCapacityChange(m.gr, old, bound)
+}
 
 // everyInterval runs a function at most once per interval: for log lines
 // that a storm would otherwise repeat thousands of times.

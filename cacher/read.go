@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/cacher/delegator"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
@@ -208,7 +207,7 @@ func delegateWhileNotReady(opts storage.ListOptions) bool {
 func (c *Cacher) consistentRV(ctx context.Context) (uint64, error) {
 	rv, err := c.storageRV(ctx)
 	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Consistent read falls back to storage", "resource", c.groupResource.String(), "err", err)
+		c.logger.V(2).Info("Consistent read falls back to storage", "err", err)
 	}
 	return rv, err
 }
@@ -262,7 +261,7 @@ func (c *Cacher) waitFresh(ctx context.Context, rv uint64) error {
 func (c *Cacher) requestProgress(ctx context.Context) {
 	ctx = metadata.NewOutgoingContext(ctx, c.watchMetadata)
 	if err := c.storage.RequestWatchProgress(ctx); err != nil {
-		klog.FromContext(ctx).V(4).Info("Requesting watch progress failed", "resource", c.groupResource.String(), "err", err)
+		c.logger.V(4).Info("Requesting watch progress failed", "err", err)
 	}
 }
 

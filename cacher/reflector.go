@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/klog/v2"
 )
 
 // Backoff between failed list-and-watch attempts: fast at first, so a blip
@@ -145,7 +144,7 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	c.mu.Unlock()
 	c.push(progress(rv))
 	c.metrics.initializations.Inc()
-	klog.InfoS("Watch cache listed", "resource", c.groupResource.String(), "objects", len(objs), "resourceVersion", rv, "took", c.clock.Since(start))
+	c.logger.Info("Watch cache listed", "objects", len(objs), "resourceVersion", rv, "took", c.clock.Since(start))
 	return rv, nil
 }
 
@@ -274,7 +273,11 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 	} else {
 		c.ordered.set(cur)
 	}
+	bound := c.history.limit
 	forced := c.history.add(e, now)
+	if c.history.limit != bound {
+		c.metrics.historyBoundChanged(bound, c.history.limit)
+	}
 	c.setRVLocked(rv)
 	c.mu.Unlock()
 
@@ -282,8 +285,8 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 	if forced {
 		c.metrics.historyForcedEvictions.Inc()
 		c.forcedEvictionLog.Do(now, func() {
-			klog.InfoS("Watch cache history is at capacity: dropping events younger than the window; clients resuming from them will relist",
-				"resource", c.groupResource.String(), "capacity", c.cfg.HistoryCapacity, "window", c.cfg.EventsHistoryWindow)
+			c.logger.Info("Watch cache history is at capacity: dropping events younger than the window; clients resuming from them will relist",
+				"capacity", c.cfg.HistoryCapacity, "window", c.cfg.EventsHistoryWindow)
 		})
 	}
 	c.push(e)

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"k8s.io/klog/v2"
 )
 
 // DefaultStorageSilenceTimeout is how long the storage watch may stay silent,
@@ -93,7 +91,7 @@ func (c *Cacher) verifySilence(now time.Time, silent time.Duration) {
 	lost := c.watchLost
 	c.watchLost = nil
 	if lost != nil {
-		klog.InfoS("Storage watch silent; ending it", "resource", c.groupResource.String(), "silentFor", silent,
+		c.logger.Info("Storage watch silent; ending it", "silentFor", silent,
 			"etcdRV", rv, "cacheRV", c.rv, "err", err)
 		close(lost)
 	}

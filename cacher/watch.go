@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/klog/v2"
 
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
@@ -66,7 +65,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 			// A resume from before the cache's list: etcd may still have
 			// what it missed. Failing that, the 410 below stands.
 			if err := c.backfill(ctx, requestedRV); err != nil {
-				klog.FromContext(ctx).V(2).Info("Watch cache history backfill failed", "resource", c.groupResource.String(), "from", requestedRV, "err", err)
+				c.logger.V(2).Info("Watch cache history backfill failed", "from", requestedRV, "err", err)
 			}
 		}
 	}
@@ -90,7 +89,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	}
 	switch {
 	case sendInitial || (requestedRV == 0 && opts.SendInitialEvents == nil):
-		initial = initialAdded(c.objectsLocked(key, opts.Recursive), opts.Predicate)
+		initial = c.initialAdded(c.objectsLocked(key, opts.Recursive), opts.Predicate, c.rv)
 		w.startRV = c.rv
 	case requestedRV == 0:
 		// From now: etcd's current RV when it was read (RV "" with

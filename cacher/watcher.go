@@ -353,13 +353,12 @@ func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject
 	}
 	if obj == nil {
 		own, err := w.c.bookmarkObject(rv)
-		if err != nil {
-			return false
+		if err == nil && before == watchlist.WaitingForBookmark {
+			err = storage.AnnotateInitialEventsEndBookmark(own)
 		}
-		if before == watchlist.WaitingForBookmark {
-			if err := storage.AnnotateInitialEventsEndBookmark(own); err != nil {
-				return false
-			}
+		if err != nil {
+			w.c.dropped(dropBookmark, rv, err)
+			return false
 		}
 		obj = own
 	}

@@ -1,0 +1,48 @@
+package cacher
+
+import (
+	"sync"
+	"time"
+)
+
+// What the cache could not build for a client, by the label of
+// watchkeeper_watch_cache_dropped_total.
+const (
+	dropEvent        = "event"            // a live event (the object's metadata unreadable)
+	dropMovedOut     = "moved-out-delete" // the DELETED of an object that left a selector
+	dropInitialEvent = "initial-event"    // an ADDED of a watch's initial state
+	dropBookmark     = "bookmark"         // a bookmark or initial-events-end marker
+)
+
+// droppedLogInterval bounds the log lines of a failure that repeats for every
+// watcher or every tick: the metric counts each drop, the log says how many
+// since its last line.
+const droppedLogInterval = 10 * time.Second
+
+// dropLog rate-limits the dropped-event log; the dispatcher, the tick and
+// watch requests all report to it.
+type dropLog struct {
+	mu     sync.Mutex
+	last   time.Time
+	unseen int
+}
+
+// dropped records something a client will not be sent because the cache
+// could not build it: never silently, always counted, logged with the
+// resource (the cache's logger), what and at which resourceVersion.
+func (c *Cacher) dropped(what string, rv uint64, err error, keysAndValues ...any) {
+	c.metrics.dropped[what].Inc()
+	now := c.clock.Now()
+	l := &c.dropLog
+	l.mu.Lock()
+	if !l.last.IsZero() && now.Sub(l.last) < droppedLogInterval {
+		l.unseen++
+		l.mu.Unlock()
+		return
+	}
+	unseen := l.unseen
+	l.last, l.unseen = now, 0
+	l.mu.Unlock()
+	kv := append([]any{"what", what, "resourceVersion", rv, "droppedSinceLastLog", unseen}, keysAndValues...)
+	c.logger.Error(err, "Watch cache could not build what a client is owed; dropped it", kv...)
+}
