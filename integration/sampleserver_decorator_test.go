@@ -2,6 +2,11 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,10 +16,23 @@ import (
 )
 
 // The same server serves with either cache, or none, for side-by-side
-// measurements.
+// measurements, and the flag decides which: each run checks what only its
+// choice does.
+//   - watchkeeper: /debug/watchkeeper lists the widgets cache.
+//   - upstream: a watch cache receives the widgets' events from etcd
+//     (apiserver_watch_cache_events_received_total grows), and the debug view
+//     lists no cache: it is not watchkeeper's.
+//   - none: no cache receives an event, and the debug view lists no cache.
+//
+// The counter is process-wide (legacyregistry): the test reads its growth
+// across one server's life, so it must not run beside another sample server
+// (no t.Parallel here or in tests that write widgets).
 func TestSampleServerDecoratorSwitch(t *testing.T) {
 	for _, d := range []string{"watchkeeper", "upstream", "none"} {
 		t.Run(d, func(t *testing.T) {
+			received := map[string]string{"group": "demo.watchkeeper.io", "resource": "widgets"}
+			before, _ := metricValue(t, "apiserver_watch_cache_events_received_total", received)
+
 			s := startSampleServer(t, "--watch-cache-decorator="+d)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -40,6 +58,64 @@ func TestSampleServerDecoratorSwitch(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("no event for the update")
 			}
+
+			// The watch has had the update: a cache serving it has received
+			// it (and the create) from etcd by now.
+			after, _ := metricValue(t, "apiserver_watch_cache_events_received_total", received)
+			cached := after - before
+			listed := debugViewResources(ctx, t, s)
+			t.Logf("--watch-cache-decorator=%s: %v events received by a watch cache; caches in %s: %v", d, cached, byDebugPath, listed)
+			switch d {
+			case "watchkeeper":
+				if !slices.Contains(listed, "widgets") {
+					t.Errorf("%s lists %v, want the widgets cache: watchkeeper is not serving widgets", byDebugPath, listed)
+				}
+				if cached < 2 {
+					t.Errorf("a watch cache received %v widget events, want the create and the update", cached)
+				}
+			case "upstream":
+				if len(listed) > 0 {
+					t.Errorf("%s lists %v, want no cache: watchkeeper serves instead of upstream's cache", byDebugPath, listed)
+				}
+				if cached < 2 {
+					t.Errorf("a watch cache received %v widget events, want the create and the update: no cache serves widgets", cached)
+				}
+			case "none":
+				if len(listed) > 0 {
+					t.Errorf("%s lists %v, want no cache", byDebugPath, listed)
+				}
+				if cached != 0 {
+					t.Errorf("a watch cache received %v widget events, want none: widgets are cached", cached)
+				}
+			}
 		})
 	}
+}
+
+// debugViewResources lists the resources the server's watchkeeper debug view
+// shows (none when it is not served).
+func debugViewResources(ctx context.Context, t *testing.T, s *sampleServer) []string {
+	t.Helper()
+	resp := ssDo(ctx, t, s, s.Admin, byDebugPath, url.Values{"format": {"json"}})
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusNotFound {
+		return nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s?format=json: %d %s", byDebugPath, resp.StatusCode, body)
+	}
+	var page struct {
+		Resources []struct {
+			Resource string `json:"resource"`
+		} `json:"resources"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil {
+		t.Fatalf("decoding %s: %v", body, err)
+	}
+	var out []string
+	for _, r := range page.Resources {
+		out = append(out, r.Resource)
+	}
+	return out
 }
