@@ -56,7 +56,7 @@ type Cacher struct {
 	progress   *progressRequester
 	// verifying is whether a check of etcd's revision after a silence runs.
 	verifying atomic.Bool
-	// lastTickNanos is how long the last bookmark tick took, for Snapshot.
+	// lastTickNanos is how long the last bookmark tick took, for Inspect.
 	lastTickNanos atomic.Int64
 	// backfillMu runs one history backfill at a time (backfill.go).
 	backfillMu sync.Mutex
@@ -131,7 +131,6 @@ func New(cfg Config) (*Cacher, error) {
 			return nil, fmt.Errorf("enabling size estimation for %v: %w", c.groupResource, err)
 		}
 	}
-	register(c)
 	c.wg.Add(2)
 	go c.reflectLoop()
 	go c.dispatchLoop()
@@ -145,7 +144,6 @@ func New(cfg Config) (*Cacher, error) {
 // does not stop the wrapped storage. Calling it twice is fine.
 func (c *Cacher) Stop() {
 	c.stopOnce.Do(func() {
-		unregister(c)
 		close(c.stopCh)
 		c.cancelCtx()
 		c.mu.Lock()
@@ -283,6 +281,9 @@ func (c *Cacher) keys(ctx context.Context) ([]string, error) {
 	}
 	return c.store.ListKeys(), nil
 }
+
+// GroupResource is the resource the cache holds.
+func (c *Cacher) GroupResource() schema.GroupResource { return c.groupResource }
 
 // Versioner implements storage.Interface.
 func (c *Cacher) Versioner() storage.Versioner { return c.versioner }

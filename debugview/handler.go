@@ -7,7 +7,9 @@
 // Mount it behind the server's authentication and authorization, e.g. on
 // the generic apiserver's NonGoRestfulMux:
 //
-//	mux.Handle("/debug/watchkeeper", debugview.Handler(cacher.Running))
+//	d, err := decorator.NewDecorator(opts)
+//	// ... d.Decorate as the server's storage decorator ...
+//	mux.Handle("/debug/watchkeeper", debugview.Handler(d))
 package debugview
 
 import (
@@ -26,14 +28,19 @@ const snapshotTimeout = 5 * time.Second
 
 // Page is the JSON document.
 type Page struct {
-	Time      time.Time         `json:"time"`
-	Resources []cacher.Snapshot `json:"resources"`
+	Time      time.Time  `json:"time"`
+	Resources []Snapshot `json:"resources"`
 }
 
-// Handler serves the caches caches returns (cacher.Running for every cache
-// of the process). JSON when asked for with ?format=json or an Accept
-// header naming application/json; HTML otherwise.
-func Handler(caches func() []*cacher.Cacher) http.Handler {
+// Source is what has caches to show: a *decorator.Decorator lists those it
+// made.
+type Source interface {
+	Caches() []*cacher.Cacher
+}
+
+// Handler serves the caches of src. JSON when asked for with ?format=json
+// or an Accept header naming application/json; HTML otherwise.
+func Handler(src Source) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
@@ -43,8 +50,8 @@ func Handler(caches func() []*cacher.Cacher) http.Handler {
 		ctx, cancel := context.WithTimeout(r.Context(), snapshotTimeout)
 		defer cancel()
 		page := Page{Time: time.Now().UTC()}
-		for _, c := range caches() {
-			page.Resources = append(page.Resources, c.Snapshot(ctx))
+		for _, c := range src.Caches() {
+			page.Resources = append(page.Resources, newSnapshot(c.Inspect(ctx)))
 		}
 		w.Header().Set("Cache-Control", "no-store")
 		if wantsJSON(r) {

@@ -3,8 +3,6 @@ package debugview
 import (
 	"fmt"
 	"html/template"
-
-	"github.com/watchkeeper/watchkeeper/cacher"
 )
 
 // bar is one column of a calendar histogram, in SVG user units.
@@ -14,7 +12,7 @@ type bar struct {
 }
 
 type htmlResource struct {
-	cacher.Snapshot
+	Snapshot
 	Name       string
 	Bars       []bar
 	ChartW     float64

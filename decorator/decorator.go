@@ -6,11 +6,18 @@
 //	d, err := decorator.New(watchCacheOptions)
 //	// ...
 //	config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, d)
+//
+// A server that also wants to see its caches (readiness, the debug view)
+// keeps the *Decorator that NewDecorator returns: d.Decorate is the
+// generic.StorageDecorator, d.Caches lists the caches it made.
 package decorator
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,6 +39,25 @@ import (
 // the defaults (upstream's schedule). The options are copied: changing them
 // afterwards changes nothing.
 func New(opts *options.WatchCacheOptions) (generic.StorageDecorator, error) {
+	d, err := NewDecorator(opts)
+	if err != nil {
+		return nil, err
+	}
+	return d.Decorate, nil
+}
+
+// Decorator makes the storage of each resource it is given and remembers
+// what it made, until the resource's storage is destroyed: nothing is
+// process-wide, so two servers in one process each see their own caches.
+type Decorator struct {
+	decorate generic.StorageDecorator
+
+	mu     sync.Mutex
+	stores map[schema.GroupResource]storage.Interface
+}
+
+// NewDecorator is New, keeping the decorator's view of its caches.
+func NewDecorator(opts *options.WatchCacheOptions) (*Decorator, error) {
 	if opts == nil {
 		opts = options.NewWatchCacheOptions()
 	}
@@ -40,6 +66,89 @@ func New(opts *options.WatchCacheOptions) (generic.StorageDecorator, error) {
 	}
 	o := *opts
 	o.ResourceOverrides = maps.Clone(opts.ResourceOverrides)
+	return Track(watchkeeper(&o)), nil
+}
+
+// Track wraps any storage decorator (upstream's registry.StorageWithCacher(),
+// generic.UndecoratedStorage) so the server can check its storage's
+// readiness the same way whichever cache it runs.
+func Track(d generic.StorageDecorator) *Decorator {
+	return &Decorator{decorate: d, stores: map[schema.GroupResource]storage.Interface{}}
+}
+
+// Decorate is the generic.StorageDecorator.
+func (d *Decorator) Decorate(
+	config *storagebackend.ConfigForResource,
+	resourcePrefix string,
+	keyFunc func(obj runtime.Object) (string, error),
+	newFunc func() runtime.Object,
+	newListFunc func() runtime.Object,
+	getAttrsFunc storage.AttrFunc,
+	triggerFuncs storage.IndexerFuncs,
+	indexers *cache.Indexers,
+) (storage.Interface, factory.DestroyFunc, error) {
+	s, destroy, err := d.decorate(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrsFunc, triggerFuncs, indexers)
+	if err != nil {
+		return nil, nil, err
+	}
+	gr := config.GroupResource
+	d.mu.Lock()
+	d.stores[gr] = s
+	d.mu.Unlock()
+	var once sync.Once
+	return s, func() {
+		once.Do(func() {
+			d.mu.Lock()
+			if d.stores[gr] == s {
+				delete(d.stores, gr)
+			}
+			d.mu.Unlock()
+			destroy()
+		})
+	}, nil
+}
+
+// Caches lists the watchkeeper caches this decorator made and that are not
+// destroyed, ordered by group and resource.
+func (d *Decorator) Caches() []*cacher.Cacher {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []*cacher.Cacher
+	for _, s := range d.stores {
+		if c, ok := s.(*cacher.Cacher); ok {
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b *cacher.Cacher) int {
+		ga, gb := a.GroupResource(), b.GroupResource()
+		return cmp.Or(cmp.Compare(ga.Group, gb.Group), cmp.Compare(ga.Resource, gb.Resource))
+	})
+	return out
+}
+
+// ReadinessCheck fails while any storage it made is not ready (a cache
+// relisting, or not yet synced), or before it made any: a server's /readyz
+// waits for every watch cache.
+func (d *Decorator) ReadinessCheck() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.stores) == 0 {
+		return errors.New("no watch cache created yet")
+	}
+	var errs []error
+	for _, gr := range slices.SortedFunc(maps.Keys(d.stores), func(a, b schema.GroupResource) int {
+		return cmp.Compare(a.String(), b.String())
+	}) {
+		if err := d.stores[gr].ReadinessCheck(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", gr, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// watchkeeper is the decorator that wraps raw etcd3 storage in a cache
+// configured by o.
+func watchkeeper(o *options.WatchCacheOptions) generic.StorageDecorator {
 	return func(
 		config *storagebackend.ConfigForResource,
 		resourcePrefix string,
@@ -80,15 +189,11 @@ func New(opts *options.WatchCacheOptions) (generic.StorageDecorator, error) {
 			return nil, nil, err
 		}
 		// The cache first, so it stops reading before its storage goes away.
-		var once sync.Once
-		destroy := func() {
-			once.Do(func() {
-				c.Stop()
-				destroyRaw()
-			})
-		}
-		return c, destroy, nil
-	}, nil
+		return c, func() {
+			c.Stop()
+			destroyRaw()
+		}, nil
+	}
 }
 
 // RESTOptionsGetter returns a getter that hands out delegate's options with

@@ -5,29 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
-	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/apiserver/pkg/storage/storagebackend"
-	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
@@ -88,11 +80,10 @@ func New(o *Options, out io.Writer) (_ *Server, err error) {
 		o.Recommended.Etcd.StorageConfig.Transport.ServerList = e.Endpoints()
 	}
 
-	d, err := decorator.New(o.WatchCache)
+	d, err := decorator.NewDecorator(o.WatchCache)
 	if err != nil {
 		return nil, err
 	}
-	caches := &cacheSet{}
 
 	if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil,
 		[]net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {
@@ -151,14 +142,16 @@ func New(o *Options, out io.Writer) (_ *Server, err error) {
 	case !o.Recommended.Etcd.EnableWatchCache || o.Decorator == DecoratorNone:
 		klog.InfoS("No watch cache: resources are served straight from etcd")
 		config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, generic.UndecoratedStorage)
-		caches = nil
+		d = nil
 	case o.Decorator == DecoratorUpstream:
-		// For side-by-side measurements: the same server with upstream's cache.
+		// For side-by-side measurements: the same server with upstream's
+		// cache, its readiness checked the same way.
 		klog.InfoS("Using upstream's watch cache (registry.StorageWithCacher) instead of watchkeeper")
-		config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, caches.track(genericregistry.StorageWithCacher()))
+		d = decorator.Track(genericregistry.StorageWithCacher())
+		config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, d.Decorate)
 	default:
 		// The one line that makes watchkeeper every resource's watch cache.
-		config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, caches.track(d))
+		config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, d.Decorate)
 	}
 
 	gs, err := config.Complete().New("watchkeeper-sample-apiserver", genericapiserver.NewEmptyDelegate())
@@ -175,14 +168,16 @@ func New(o *Options, out io.Writer) (_ *Server, err error) {
 	if err := gs.InstallAPIGroup(&group); err != nil {
 		return nil, err
 	}
-	if caches != nil {
-		if err := gs.AddReadyzChecks(caches.readyz()); err != nil {
+	var caches debugview.Source = noCaches{}
+	if d != nil {
+		caches = d
+		if err := gs.AddReadyzChecks(healthz.NamedCheck("watch-caches", func(*http.Request) error { return d.ReadinessCheck() })); err != nil {
 			return nil, err
 		}
 	}
 	// Behind the server's authentication and authorization like every
 	// non-resource path: in standalone mode, the admin only.
-	gs.Handler.NonGoRestfulMux.Handle(DebugPath, debugview.Handler(caches.watchkeeper))
+	gs.Handler.NonGoRestfulMux.Handle(DebugPath, debugview.Handler(caches))
 
 	host := "127.0.0.1"
 	if a := o.Recommended.SecureServing.BindAddress; a != nil && !a.IsUnspecified() {
@@ -225,61 +220,10 @@ func (s *Server) writeKubeconfig(o *Options, token string, out io.Writer) error 
 	return nil
 }
 
-// cacheSet remembers the storage each resource got, so /readyz can wait
-// for every watch cache to have synced.
-type cacheSet struct {
-	mu     sync.Mutex
-	stores map[string]storage.Interface
-}
-
-func (c *cacheSet) track(d generic.StorageDecorator) generic.StorageDecorator {
-	return func(config *storagebackend.ConfigForResource, prefix string, keyFunc func(runtime.Object) (string, error),
-		newFunc, newListFunc func() runtime.Object, attrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers,
-	) (storage.Interface, factory.DestroyFunc, error) {
-		s, destroy, err := d(config, prefix, keyFunc, newFunc, newListFunc, attrs, triggers, indexers)
-		if err == nil {
-			c.mu.Lock()
-			if c.stores == nil {
-				c.stores = map[string]storage.Interface{}
-			}
-			c.stores[config.GroupResource.String()] = s
-			c.mu.Unlock()
-		}
-		return s, destroy, err
-	}
-}
-
 // DebugPath serves watchkeeper's view into its caches (debugview).
 const DebugPath = "/debug/watchkeeper"
 
-// watchkeeper lists this server's watchkeeper caches (none with another
-// decorator), for the debug view.
-func (c *cacheSet) watchkeeper() []*cacher.Cacher {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	names := slices.Sorted(maps.Keys(c.stores))
-	var out []*cacher.Cacher
-	for _, name := range names {
-		if wk, ok := c.stores[name].(*cacher.Cacher); ok {
-			out = append(out, wk)
-		}
-	}
-	return out
-}
+// noCaches is the debug view's source when the server runs no cache.
+type noCaches struct{}
 
-func (c *cacheSet) readyz() healthz.HealthChecker {
-	return healthz.NamedCheck("watch-caches", func(*http.Request) error {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		var errs []error
-		for name, s := range c.stores {
-			if err := s.ReadinessCheck(); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", name, err))
-			}
-		}
-		if len(c.stores) == 0 {
-			errs = append(errs, fmt.Errorf("no watch cache created yet"))
-		}
-		return errors.Join(errs...)
-	})
-}
+func (noCaches) Caches() []*cacher.Cacher { return nil }

@@ -1,0 +1,89 @@
+package cacher
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/watchkeeper/watchkeeper/bookmarks"
+	"github.com/watchkeeper/watchkeeper/watchlist"
+)
+
+// Inspection is what one resource's cache holds at a moment, as facts: a
+// copy, nothing in it is live. How to show it is debugview's job.
+type Inspection struct {
+	GroupResource schema.GroupResource
+	// Now is when it was taken, on the cache's clock.
+	Now   time.Time
+	Ready bool
+	// Watchers counts open watchers by WatchList state; a plain watch is
+	// BookmarkSent.
+	Watchers map[watchlist.State]int
+	// Calendar is every filed slot of the bookmark calendar, oldest first.
+	Calendar []bookmarks.SlotCount
+	History  HistoryInspection
+	// CacheRV is the RV the cache has applied; EtcdRV etcd's current
+	// revision, unless EtcdErr says why it could not be read.
+	CacheRV, EtcdRV uint64
+	EtcdErr         error
+	// LastHeard is when the storage watch last delivered anything, progress
+	// notifications included; zero before the first watch.
+	LastHeard        time.Time
+	LastTickDuration time.Duration
+	// Config is the cache's effective configuration (defaults applied).
+	Config Config
+}
+
+// HistoryInspection describes the event history.
+type HistoryInspection struct {
+	Events, Capacity int
+	// Bound is how many events it holds before an event makes room: it
+	// adapts between 100 and Capacity (history.go).
+	Bound  int
+	Window time.Duration
+	// Oldest and Newest are the retained events' RVs and when the cache
+	// applied them; zero when the history is empty.
+	OldestRV, NewestRV uint64
+	OldestAt, NewestAt time.Time
+	// StartRV is the RV a watch must be at or above to resume from the
+	// history; below it a client gets 410.
+	StartRV uint64
+}
+
+// Inspect reads the cache's state. It holds the cache's read lock while it
+// copies (the calendar scan is O(slots filed)), then asks etcd for its
+// revision, for at most the freshness timeout.
+func (c *Cacher) Inspect(ctx context.Context) Inspection {
+	in := Inspection{
+		GroupResource:    c.groupResource,
+		Now:              c.clock.Now(),
+		Watchers:         map[watchlist.State]int{},
+		LastTickDuration: time.Duration(c.lastTickNanos.Load()),
+		Config:           c.cfg,
+	}
+	in.Config.Storage = nil // the wrapped storage is not a fact to show
+	if heard := c.heardNanos.Load(); heard > 0 {
+		in.LastHeard = time.Unix(0, heard)
+	}
+
+	c.mu.RLock()
+	in.Ready = c.ready.state == stateReady
+	in.CacheRV = c.rv
+	for w := range c.watchers.all {
+		w.mu.Lock()
+		in.Watchers[w.tracker.State()]++
+		w.mu.Unlock()
+	}
+	in.Calendar = c.calendar.Slots()
+	h := c.history
+	in.History = HistoryInspection{Events: h.len(), Capacity: h.capacity, Bound: h.limit, Window: h.window, StartRV: h.startRV}
+	if oldest, newest := h.span(); oldest != nil {
+		in.History.OldestRV, in.History.NewestRV = oldest.rv, newest.rv
+		in.History.OldestAt, in.History.NewestAt = time.Unix(0, oldest.recordedNanos), time.Unix(0, newest.recordedNanos)
+	}
+	c.mu.RUnlock()
+
+	in.EtcdRV, in.EtcdErr = c.storageRV(ctx)
+	return in
+}

@@ -1,0 +1,58 @@
+package debugview
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/watchkeeper/watchkeeper/bookmarks"
+	"github.com/watchkeeper/watchkeeper/cacher"
+	"github.com/watchkeeper/watchkeeper/watchlist"
+)
+
+func TestNewSnapshot(t *testing.T) {
+	now := time.Date(2100, 1, 1, 0, 0, 2, 0, time.UTC)
+	in := cacher.Inspection{
+		GroupResource: schema.GroupResource{Group: "demo.watchkeeper.io", Resource: "widgets"},
+		Now:           now,
+		Ready:         true,
+		Watchers:      map[watchlist.State]int{watchlist.BookmarkSent: 5, watchlist.WaitingForBookmark: 1},
+		Calendar: []bookmarks.SlotCount{
+			{Start: now.Add(-3 * time.Second), Watchers: 2}, // past: due on the next tick
+			{Start: now.Add(8 * time.Second), Watchers: 4},
+			{Start: now.Add(time.Hour), Watchers: 1}, // beyond the period
+		},
+		History: cacher.HistoryInspection{Events: 1, Capacity: 1000, Bound: 100, Window: 25 * time.Second,
+			OldestRV: 101, NewestRV: 101, OldestAt: now.Add(-2 * time.Second), NewestAt: now.Add(-2 * time.Second), StartRV: 100},
+		CacheRV:   101,
+		EtcdRV:    105,
+		LastHeard: now.Add(-500 * time.Millisecond),
+		Config:    cacher.Config{BookmarkFrequency: 10 * time.Second, BookmarkGranularity: time.Second, BookmarkJitter: 0.25},
+	}
+	s := newSnapshot(in)
+	if s.Group != "demo.watchkeeper.io" || s.Resource != "widgets" || !s.Ready || s.CacheRV != 101 || s.EtcdRV != 105 || s.EtcdError != "" {
+		t.Fatalf("header: %+v", s)
+	}
+	if s.Watchers["BookmarkSent"] != 5 || s.Watchers["WaitingForBookmark"] != 1 || s.Watchers["BookmarkReceived"] != 0 || len(s.Watchers) != 3 {
+		t.Errorf("watchers: %v", s.Watchers)
+	}
+	want := make([]int, 10)
+	want[8] = 4
+	if c := s.Calendar; !slices.Equal(c.Slots, want) || c.Filed != 7 || c.Overdue != 2 || c.Later != 1 || c.Granularity != 1 {
+		t.Errorf("calendar: %+v, want slots %v, filed 7, overdue 2, later 1", c, want)
+	}
+	if h := s.History; h.OldestAge != 2 || h.NewestAge != 2 || h.Bound != 100 || h.Window != 25 || h.StartRV != 100 {
+		t.Errorf("history: %+v", h)
+	}
+	if s.LastHeardAge != 0.5 || s.Schedule.BookmarkFrequency != 10 || s.Schedule.BookmarkJitter != 0.25 {
+		t.Errorf("last heard %v, schedule %+v", s.LastHeardAge, s.Schedule)
+	}
+
+	in.EtcdErr = errors.New("etcd down")
+	if s := newSnapshot(in); s.EtcdRV != 0 || s.EtcdError != "etcd down" {
+		t.Errorf("with etcd unreachable: etcdRV %d, error %q", s.EtcdRV, s.EtcdError)
+	}
+}
