@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -197,8 +198,11 @@ func watchkeeper(o *options.WatchCacheOptions) generic.StorageDecorator {
 }
 
 // RESTOptionsGetter returns a getter that hands out delegate's options with
-// d as the storage decorator of every resource: the one line that replaces
-// registry.StorageWithCacher() in a server's configuration.
+// d as the storage decorator of every resource the delegate caches: the one
+// line that replaces registry.StorageWithCacher() in a server's
+// configuration. A resource the delegate chose to serve uncached
+// (generic.UndecoratedStorage: --watch-cache=false, --watch-cache-sizes
+// with a size of 0, kube-apiserver's events) stays uncached.
 func RESTOptionsGetter(delegate generic.RESTOptionsGetter, d generic.StorageDecorator) generic.RESTOptionsGetter {
 	return restOptionsGetter{delegate: delegate, decorator: d}
 }
@@ -210,11 +214,17 @@ type restOptionsGetter struct {
 
 func (g restOptionsGetter) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
 	opts, err := g.delegate.GetRESTOptions(resource, example)
-	if err != nil {
+	if err != nil || isUndecorated(opts.Decorator) {
 		return opts, err
 	}
 	opts.Decorator = g.decorator
 	return opts, nil
+}
+
+// isUndecorated is whether d is generic.UndecoratedStorage: the server's
+// "no cache for this resource". Functions compare only by their code.
+func isUndecorated(d generic.StorageDecorator) bool {
+	return d != nil && reflect.ValueOf(d).Pointer() == reflect.ValueOf(generic.UndecoratedStorage).Pointer()
 }
 
 // silenceTimeout maps the flag's "0 turns it off" onto the cacher's "negative

@@ -1,12 +1,14 @@
 package decorator
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
@@ -42,7 +44,7 @@ type fakeGetter struct{ calls int }
 
 func (f *fakeGetter) GetRESTOptions(resource schema.GroupResource, _ runtime.Object) (generic.RESTOptions, error) {
 	f.calls++
-	return generic.RESTOptions{ResourcePrefix: "/" + resource.Resource, Decorator: generic.UndecoratedStorage}, nil
+	return generic.RESTOptions{ResourcePrefix: "/" + resource.Resource, Decorator: genericregistry.StorageWithCacher()}, nil
 }
 
 func TestRESTOptionsGetterSetsTheDecorator(t *testing.T) {
@@ -65,4 +67,44 @@ func TestRESTOptionsGetterSetsTheDecorator(t *testing.T) {
 	if !called {
 		t.Fatal("GetRESTOptions did not install the decorator")
 	}
+}
+
+// getterOf answers with each resource's decorator as the server chose it.
+type getterOf map[string]generic.StorageDecorator
+
+func (g getterOf) GetRESTOptions(resource schema.GroupResource, _ runtime.Object) (generic.RESTOptions, error) {
+	return generic.RESTOptions{Decorator: g[resource.Resource]}, nil
+}
+
+// A resource the server chose to serve uncached stays uncached; the others,
+// cached by the server's choice or with no choice made, get watchkeeper.
+func TestRESTOptionsGetterKeepsUncachedResourcesUncached(t *testing.T) {
+	d, err := NewDecorator(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstreamCached := generic.StorageDecorator(func(*storagebackend.ConfigForResource, string, func(runtime.Object) (string, error),
+		func() runtime.Object, func() runtime.Object, storage.AttrFunc, storage.IndexerFuncs, *cache.Indexers,
+	) (storage.Interface, factory.DestroyFunc, error) {
+		return nil, nil, nil
+	})
+	g := RESTOptionsGetter(getterOf{"events": generic.UndecoratedStorage, "pods": upstreamCached, "widgets": nil}, d.Decorate)
+	for resource, wantOurs := range map[string]bool{"events": false, "pods": true, "widgets": true} {
+		opts, err := g.GetRESTOptions(schema.GroupResource{Resource: resource}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := isOurs(opts.Decorator, d); got != wantOurs {
+			t.Errorf("%s: watchkeeper's decorator installed = %v, want %v", resource, got, wantOurs)
+		}
+		if !wantOurs && !isUndecorated(opts.Decorator) {
+			t.Errorf("%s: the server's UndecoratedStorage was replaced", resource)
+		}
+	}
+}
+
+// isOurs is whether got is d's Decorate: called on a resource, it makes d
+// remember a storage.
+func isOurs(got generic.StorageDecorator, d *Decorator) bool {
+	return got != nil && !isUndecorated(got) && reflect.ValueOf(got).Pointer() == reflect.ValueOf(d.Decorate).Pointer()
 }
