@@ -9,19 +9,24 @@
 package etcdlaunch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	etcderrors "go.etcd.io/etcd/server/v3/etcdserver/errors"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
 
 	"github.com/watchkeeper/watchkeeper/internal/freeport"
 )
@@ -66,8 +71,9 @@ func NewLogger(path string) (*zap.Logger, error) {
 	return zapCfg.Build()
 }
 
-// config is the one etcd configuration of every member.
-func (c Config) config(clientPort, peerPort int) (*embed.Config, error) {
+// config is the one etcd configuration of every member. stopping is the
+// member's flag that a Stop or Kill is under way (see quietStop).
+func (c Config) config(clientPort, peerPort int, stopping *atomic.Bool) (*embed.Config, error) {
 	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the etcd data directory: %w", err)
 	}
@@ -95,8 +101,71 @@ func (c Config) config(clientPort, peerPort int) (*embed.Config, error) {
 	if c.QuotaBackendBytes > 0 {
 		cfg.QuotaBackendBytes = c.QuotaBackendBytes
 	}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger.Named("etcd"))
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger.Named("etcd").WithOptions(
+		zap.WrapCore(func(core zapcore.Core) zapcore.Core { return quietStop{core, stopping} })))
 	return cfg, nil
+}
+
+// quietStop is the core of a member's logger. When a member is stopped, each
+// of etcd's listeners and servers ends with a "closed" error, which etcd logs
+// as if serving had failed: at error level with a stack trace ("setting up
+// serving from embedded etcd failed. ... use of closed network connection")
+// and as warnings of its gRPC server. They say only that the stop is under
+// way, so while the member's Stop or Kill runs, entries that carry such an
+// error are dropped. Every other entry, and the same errors at any other
+// time, pass as before.
+type quietStop struct {
+	zapcore.Core
+	stopping *atomic.Bool
+}
+
+func (q quietStop) With(fields []zapcore.Field) zapcore.Core {
+	return quietStop{q.Core.With(fields), q.stopping}
+}
+
+// Check leaves the entry to the wrapped core (and its sampling) unless a stop
+// is under way; then q writes it, so Write can look at its fields.
+func (q quietStop) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if !q.stopping.Load() {
+		return q.Core.Check(ent, ce)
+	}
+	if q.Enabled(ent.Level) {
+		return ce.AddCore(ent, q)
+	}
+	return ce
+}
+
+func (q quietStop) Write(ent zapcore.Entry, fields []zapcore.Field) error {
+	if q.stopping.Load() && closedByStop(fields) {
+		return nil
+	}
+	return q.Core.Write(ent, fields)
+}
+
+var cmuxClosed = map[string]bool{"mux: server closed": true, "mux: listener closed": true}
+
+// closedByStop reports whether an entry's error is one a listener or server
+// returns because it was closed (net.ErrClosed from an accept,
+// http.ErrServerClosed, grpc.ErrServerStopped, cmux's ErrServerClosed and
+// ErrListenerClosed, matched by text: cmux is etcd's dependency, not ours),
+// or etcd's ErrCanceled or context.Canceled for a request of its own that
+// the stop cut short (the cluster version update of a member stopped just
+// after it started).
+func closedByStop(fields []zapcore.Field) bool {
+	for _, f := range fields {
+		if f.Type != zapcore.ErrorType {
+			continue
+		}
+		err, ok := f.Interface.(error)
+		if !ok {
+			continue
+		}
+		if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) ||
+			errors.Is(err, etcderrors.ErrCanceled) || errors.Is(err, context.Canceled) || cmuxClosed[err.Error()] {
+			return true
+		}
+	}
+	return false
 }
 
 func loopbackURL(port int) url.URL {
@@ -107,9 +176,9 @@ func loopbackURL(port int) url.URL {
 // ports between closing the probe listeners and etcd binding them.
 var portLock sync.Mutex
 
-// withPorts is the member's configuration on the configured ports, free
-// ones where they are 0. Call it with portLock held.
-func (c Config) withPorts() (*embed.Config, error) {
+// newMember is a stopped member on the configured ports, free ones where
+// they are 0. Call it with portLock held.
+func (c Config) newMember() (*Member, error) {
 	ports, err := freeport.Ports(2)
 	if err != nil {
 		return nil, err
@@ -121,13 +190,20 @@ func (c Config) withPorts() (*embed.Config, error) {
 	if peer == 0 {
 		peer = ports[1]
 	}
-	return c.config(client, peer)
+	m := &Member{}
+	if m.cfg, err = c.config(client, peer, &m.stopping); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // Member is one embedded etcd member with a data directory that outlives
 // Stop, so Start brings the same member back with its data.
 type Member struct {
 	cfg *embed.Config
+	// stopping is set while Stop or Kill closes the running etcd: its
+	// logger then drops the errors the closing itself causes.
+	stopping atomic.Bool
 
 	mu      sync.Mutex
 	running *embed.Etcd
@@ -137,11 +213,10 @@ type Member struct {
 func Start(c Config) (*Member, error) {
 	portLock.Lock()
 	defer portLock.Unlock()
-	cfg, err := c.withPorts()
+	m, err := c.newMember()
 	if err != nil {
 		return nil, err
 	}
-	m := &Member{cfg: cfg}
 	if err := m.Start(); err != nil {
 		return nil, err
 	}
@@ -187,6 +262,8 @@ func (m *Member) Stop() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.running != nil {
+		m.stopping.Store(true)
+		defer m.stopping.Store(false)
 		m.running.Close()
 		m.running = nil
 	}
@@ -209,6 +286,8 @@ func (m *Member) Kill() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.running != nil {
+		m.stopping.Store(true)
+		defer m.stopping.Store(false)
 		m.running.Server.HardStop()
 		m.running.Close()
 		m.running = nil
@@ -269,14 +348,14 @@ func StartCluster(cs []Config) (*Cluster, error) {
 	c := &Cluster{Members: make([]*Member, len(cs))}
 	initial := make([]string, len(cs))
 	for i, mc := range cs {
-		cfg, err := mc.withPorts()
+		m, err := mc.newMember()
 		if err != nil {
 			return nil, err
 		}
-		cfg.InitialClusterToken = token
-		cfg.ClusterState = embed.ClusterStateFlagNew
-		c.Members[i] = &Member{cfg: cfg}
-		initial[i] = cfg.Name + "=" + cfg.AdvertisePeerUrls[0].String()
+		m.cfg.InitialClusterToken = token
+		m.cfg.ClusterState = embed.ClusterStateFlagNew
+		c.Members[i] = m
+		initial[i] = m.cfg.Name + "=" + m.cfg.AdvertisePeerUrls[0].String()
 	}
 	for _, m := range c.Members {
 		m.cfg.InitialCluster = strings.Join(initial, ",")
