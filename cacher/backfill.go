@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/metadata"
@@ -23,28 +24,111 @@ const backfillTimeout = 10 * time.Second
 var backfillMetadata = metadata.New(map[string]string{"source": "watchkeeper-backfill"})
 
 // backfill fills the history between rv and its start from etcd, when the
-// start is the cache's (re)list rather than history given up to the window
-// or the capacity. A client resuming from an RV just before the list (its
-// apiserver restarted, or the cache relisted after an etcd outage) then
-// continues without a relist, as it would have against the old cache.
+// start is the cache's (re)list rather than history given up for room. A
+// client resuming from an RV just before the list (its apiserver restarted,
+// or the cache relisted after an etcd outage) then continues without a
+// relist, as it would have against the old cache.
 //
-// It reads etcd's state at rv (the objects the events change, which
-// selectors need), then etcd's events after rv up to the history's start,
-// and prepends them. If etcd has compacted rv away the read fails and the
-// client gets its 410, as it should. One backfill runs at a time per
-// resource; concurrent resumes wait for it and then find the gap filled.
+// Resumes share the work: one backfill runs at a time per resource, on the
+// cache's own context (bounded by backfillTimeout), and those that arrive
+// while it runs and need older RVs are taken by the next run, which reaches
+// back to the oldest of them. N clients resuming from old RVs cost at most
+// one list of etcd at a time. Each caller waits only as long as its own
+// context allows.
 func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
-	c.backfillMu.Lock()
-	defer c.backfillMu.Unlock()
+	b := &c.backfills
+	for {
+		c.mu.RLock()
+		start, fromList := c.history.startRV, c.history.fromList
+		c.mu.RUnlock()
+		if !fromList || rv >= start {
+			return nil
+		}
+		b.mu.Lock()
+		run := b.running
+		switch {
+		case run == nil && c.stopping():
+			b.mu.Unlock()
+			return fmt.Errorf("watch cache of %v stopped", c.groupResource)
+		case run == nil:
+			from := rv
+			if b.oldest != 0 {
+				from = min(from, b.oldest)
+			}
+			b.oldest = 0
+			run = &backfillRun{from: from, done: make(chan struct{})}
+			b.running = run
+			c.wg.Add(1)
+			go c.runBackfill(run)
+		case rv < run.from && (b.oldest == 0 || rv < b.oldest):
+			b.oldest = rv
+		}
+		b.waiting++
+		b.mu.Unlock()
+		var err error
+		select {
+		case <-run.done:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		b.mu.Lock()
+		b.waiting--
+		b.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if run.from <= rv {
+			return run.err
+		}
+		// That run did not reach back far enough: the next one takes rv.
+	}
+}
+
+// backfiller coalesces backfills; see backfill.
+type backfiller struct {
+	mu      sync.Mutex
+	running *backfillRun
+	// oldest is the oldest RV asked for, beyond the running backfill's
+	// reach, since it started; 0 when none.
+	oldest uint64
+	// waiting counts the resumes waiting for a backfill.
+	waiting int
+}
+
+// backfillRun is one backfill from an RV; err is set before done closes.
+type backfillRun struct {
+	from uint64
+	done chan struct{}
+	err  error
+}
+
+// runBackfill is the goroutine of one backfill; the cache's WaitGroup
+// owns it and Stop ends it through the cache's context.
+func (c *Cacher) runBackfill(run *backfillRun) {
+	defer c.wg.Done()
+	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(c.ctx, backfillMetadata), backfillTimeout)
+	run.err = c.fillHistory(ctx, run.from)
+	cancel()
+	if run.err != nil {
+		c.logger.V(2).Info("Watch cache history backfill failed", "from", run.from, "err", run.err)
+	}
+	c.backfills.mu.Lock()
+	c.backfills.running = nil
+	c.backfills.mu.Unlock()
+	close(run.done)
+}
+
+// fillHistory reads etcd's state at rv (the objects the events change,
+// which selectors need), then etcd's events after rv up to the history's
+// start, and prepends them. If etcd has compacted rv away the read fails
+// and the clients get their 410, as they should.
+func (c *Cacher) fillHistory(ctx context.Context, rv uint64) error {
 	c.mu.RLock()
 	start, fromList := c.history.startRV, c.history.fromList
 	c.mu.RUnlock()
 	if !fromList || rv >= start {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(ctx, backfillMetadata), backfillTimeout)
-	defer cancel()
-
 	state, err := c.stateAt(ctx, rv)
 	if err != nil {
 		return err

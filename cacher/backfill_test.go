@@ -3,6 +3,7 @@ package cacher
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -115,4 +116,96 @@ func TestBackfillBeforeTheList(t *testing.T) {
 	if s := errorStatus(t, ev); s.Code != 410 || s.Reason != v1.StatusReasonExpired {
 		t.Fatalf("resume from 80 after a failed backfill: %+v, want 410 Expired", s)
 	}
+}
+
+// Resumes from before the list share the backfill: while one runs, the
+// others wait without listing etcd, and those that need older RVs are taken
+// by one next run from the oldest of them. A resume whose context ends
+// stops waiting at once; the backfill goes on for the others.
+func TestBackfillsAreCoalesced(t *testing.T) {
+	fs := newFakeStorage(100, newTestPod("a", 97, nil, ""))
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	fs.setList(90, newTestPod("a", 90, nil, ""))
+	listsBefore := fs.listCount()
+
+	type result struct {
+		rv  uint64
+		w   watch.Interface
+		err error
+	}
+	results := make(chan result, 20)
+	resume := func(ctx context.Context, rv uint64) {
+		w, err := c.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: strconv.FormatUint(rv, 10), Recursive: true, Predicate: everything(false)})
+		results <- result{rv, w, err}
+	}
+	// The first resume starts a backfill from 90, which blocks on its etcd
+	// watch until the test sends it events.
+	go resume(context.Background(), 90)
+	run1, opts := fs.waitWatch(t, 2)
+	if opts.ResourceVersion != "90" {
+		t.Fatalf("first backfill from %q, want 90", opts.ResourceVersion)
+	}
+	// Nine more, from 80 to 88, and one whose client goes away.
+	for rv := uint64(80); rv <= 88; rv++ {
+		go resume(context.Background(), rv)
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	go resume(gone, 85)
+	cancel()
+	select {
+	case r := <-results:
+		if r.rv != 85 {
+			t.Fatalf("resume from %d returned while the backfill runs", r.rv)
+		}
+		if r.err == nil {
+			r.w.Stop()
+		}
+	case <-time.After(waitFor):
+		t.Fatal("a resume whose context ended still waits for the backfill")
+	}
+	poll(t, "the nine resumes to wait for the backfill", func() bool {
+		c.backfills.mu.Lock()
+		defer c.backfills.mu.Unlock()
+		return c.backfills.waiting == 10 // the first and the nine
+	})
+	if n := fs.listCount() - listsBefore; n != 1 {
+		t.Fatalf("%d lists of etcd while one backfill runs, want 1", n)
+	}
+
+	// The first backfill ends; one more, from 80, serves all nine.
+	fs.setList(80, newTestPod("a", 80, nil, ""))
+	run1.send(t, watch.Modified, newTestPod("a", 97, nil, ""))
+	run1.sendBookmark(t, 100)
+	run2, opts := fs.waitWatch(t, 3)
+	if opts.ResourceVersion != "80" {
+		t.Fatalf("second backfill from %q, want 80 (the oldest asked for)", opts.ResourceVersion)
+	}
+	run2.send(t, watch.Modified, newTestPod("a", 85, map[string]string{"v": "85"}, ""))
+	run2.send(t, watch.Modified, newTestPod("a", 90, nil, ""))
+	for range 10 {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("resume from %d: %v", r.rv, r.err)
+		}
+		t.Cleanup(r.w.Stop)
+		// Each gets the events after its RV: 85 (if after it), 90, 97.
+		want := []uint64{90, 97}
+		if r.rv < 85 {
+			want = []uint64{85, 90, 97}
+		}
+		if r.rv == 90 {
+			want = []uint64{97}
+		}
+		for _, rv := range want {
+			if ev := nextEvent(t, r.w); ev.Type == watch.Error || eventRV(t, ev) != rv {
+				t.Fatalf("resume from %d: got %s, want @%d", r.rv, describe(ev), rv)
+			}
+		}
+	}
+	if n := fs.listCount() - listsBefore; n != 2 {
+		t.Errorf("%d lists of etcd for 10 resumes from 80..90, want 2 (one per backfill)", n)
+	}
+	sw.send(t, watch.Modified, newTestPod("a", 101, nil, ""))
 }

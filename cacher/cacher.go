@@ -58,10 +58,10 @@ type Cacher struct {
 	verifying atomic.Bool
 	// lastTickNanos is how long the last bookmark tick took, for Inspect.
 	lastTickNanos atomic.Int64
-	// backfillMu runs one history backfill at a time (backfill.go).
-	backfillMu sync.Mutex
-	wg         sync.WaitGroup
-	incoming   chan *event
+	// backfills runs one history backfill at a time (backfill.go).
+	backfills backfiller
+	wg        sync.WaitGroup
+	incoming  chan *event
 	// forcedEvictionLog limits the capacity warning; only the reflector uses it.
 	forcedEvictionLog everyInterval
 	// dropLog limits the log of what could not be built (dropped.go).

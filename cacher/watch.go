@@ -65,7 +65,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 			// A resume from before the cache's list: etcd may still have
 			// what it missed. Failing that, the 410 below stands.
 			if err := c.backfill(ctx, requestedRV); err != nil {
-				c.logger.V(2).Info("Watch cache history backfill failed", "from", requestedRV, "err", err)
+				c.logger.V(4).Info("Resume without a backfill", "from", requestedRV, "err", err)
 			}
 		}
 	}
