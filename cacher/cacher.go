@@ -238,6 +238,28 @@ func (c *Cacher) terminateSlow(w *watcher) {
 	c.forgetWatcher(w, graceful)
 }
 
+// EndWatches ends every client watch, each after its client has read what
+// is queued for it, and keeps the cache running: a server shutting down
+// calls it so its clients resume from their last event or bookmark on
+// another replica at once, instead of when the HTTP server's shutdown
+// timeout cuts them off. It returns how many it ended.
+func (c *Cacher) EndWatches() int {
+	c.mu.Lock()
+	ending := make([]*watcher, 0, len(c.watchers.all))
+	for w := range c.watchers.all {
+		c.removeLocked(w)
+		ending = append(ending, w)
+	}
+	c.mu.Unlock()
+	for _, w := range ending {
+		w.drain()
+	}
+	if len(ending) > 0 {
+		c.logger.Info("Ended every watch: the server is shutting down", "watches", len(ending))
+	}
+	return len(ending)
+}
+
 // terminateAllLocked closes every watcher: after a relist the cache cannot
 // tell them what they missed, so they resume or relist on their own.
 func (c *Cacher) terminateAllLocked() {

@@ -127,6 +127,18 @@ func (d *Decorator) Caches() []*cacher.Cacher {
 	return out
 }
 
+// EndWatches ends every client watch of the watchkeeper caches this
+// decorator made, letting each client read what is queued first (see
+// cacher.EndWatches); the caches keep running. A server calls it when it
+// shuts down. It returns how many watches it ended.
+func (d *Decorator) EndWatches() int {
+	n := 0
+	for _, c := range d.Caches() {
+		n += c.EndWatches()
+	}
+	return n
+}
+
 // ReadinessCheck fails while any storage it made is not ready (a cache
 // relisting, or not yet synced), or before it made any: a server's /readyz
 // waits for every watch cache.

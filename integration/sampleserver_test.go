@@ -56,7 +56,7 @@ func startSampleServer(t *testing.T, args ...string) *sampleServer {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Generic.PrepareRun().RunWithContext(ctx) }()
+	go func() { done <- s.Run(ctx) }()
 	stop := sync.OnceFunc(func() {
 		cancel()
 		select {

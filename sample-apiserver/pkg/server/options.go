@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -29,6 +30,11 @@ const (
 	// unprivileged port, so it runs without root.
 	DefaultSecurePort = 8443
 
+	// DefaultShutdownWatchTerminationGracePeriod lets events in flight reach
+	// their clients before the watches end, and is short next to the HTTP
+	// server's 60s shutdown timeout that would end them otherwise.
+	DefaultShutdownWatchTerminationGracePeriod = 2 * time.Second
+
 	DecoratorWatchkeeper = "watchkeeper"
 	DecoratorUpstream    = "upstream"
 	DecoratorNone        = "none"
@@ -50,6 +56,9 @@ type Options struct {
 	// Decorator picks each resource's watch cache, for side-by-side
 	// measurements: watchkeeper (the default), upstream or none.
 	Decorator string
+	// ShutdownWatchTerminationGracePeriod is how long, once the server is
+	// told to stop, its watches may go on before watchkeeper ends them.
+	ShutdownWatchTerminationGracePeriod time.Duration
 	// TokenAuthFile lists more users than the admin, in kube-apiserver's
 	// static token format (standalone mode).
 	TokenAuthFile string
@@ -70,6 +79,8 @@ func NewOptions() *Options {
 		Logs:        logsapi.NewLoggingConfiguration(),
 		DataDir:     DefaultDataDir,
 		Decorator:   DecoratorWatchkeeper,
+
+		ShutdownWatchTerminationGracePeriod: DefaultShutdownWatchTerminationGracePeriod,
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: demo.GroupName})
@@ -94,6 +105,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	wc.StringVar(&o.Decorator, "watch-cache-decorator", o.Decorator,
 		"Which watch cache serves the resources: watchkeeper, upstream (k8s.io/apiserver's own, for comparisons; "+
 			"the other --watch-cache-* flags do not apply to it) or none (straight from etcd).")
+	wc.DurationVar(&o.ShutdownWatchTerminationGracePeriod, "shutdown-watch-termination-grace-period", o.ShutdownWatchTerminationGracePeriod,
+		"When the server is told to stop, how long its watches go on before watchkeeper ends them (each after its client read "+
+			"what is queued), so clients resume from their last event or bookmark on another replica in seconds rather than "+
+			"when the HTTP server's 60s shutdown timeout cuts them off. kube-apiserver's flag of the same name. Not applied "+
+			"to --watch-cache-decorator=upstream.")
 	logsapi.AddFlags(o.Logs, fss.FlagSet("logs"))
 	utilfeature.DefaultMutableFeatureGate.AddFlag(fss.FlagSet("feature gates"))
 	fs := fss.FlagSet("standalone")
@@ -161,6 +177,9 @@ func (o *Options) Validate() []error {
 	}
 	for _, err := range logsapi.Validate(o.Logs, utilfeature.DefaultFeatureGate, nil) {
 		errs = append(errs, fmt.Errorf("logs: %w", err))
+	}
+	if g := o.ShutdownWatchTerminationGracePeriod; g < 0 || g > time.Minute {
+		errs = append(errs, fmt.Errorf("--shutdown-watch-termination-grace-period=%v: must be between 0 and 1m (the HTTP server's shutdown timeout)", g))
 	}
 	switch o.Decorator {
 	case DecoratorWatchkeeper, DecoratorUpstream, DecoratorNone:

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
@@ -40,6 +41,10 @@ type Server struct {
 	URL string
 
 	stopEtcd func()
+	// decorator made the server's caches; nil without a cache.
+	decorator *decorator.Decorator
+	// watchGrace is how long watches go on once the server is told to stop.
+	watchGrace time.Duration
 }
 
 // Run builds the server from validated options and serves until ctx ends.
@@ -49,6 +54,34 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 		return err
 	}
 	defer s.Close()
+	return s.Run(ctx)
+}
+
+// Run serves until ctx ends. Then, after the watch termination grace
+// period, it ends every watchkeeper watch (each after its client read what
+// is queued), so the generic server's shutdown does not wait out its 60s
+// timeout for them and their clients resume elsewhere at once.
+func (s *Server) Run(ctx context.Context) error {
+	served := make(chan struct{})
+	defer close(served)
+	if d := s.decorator; d != nil {
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-served:
+				return
+			}
+			t := time.NewTimer(s.watchGrace)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-served:
+				return
+			}
+			n := d.EndWatches()
+			klog.InfoS("Shutting down: ended the watch caches' watches", "watches", n, "grace", s.watchGrace)
+		}()
+	}
 	return s.Generic.PrepareRun().RunWithContext(ctx)
 }
 
@@ -169,6 +202,9 @@ func New(o *Options, out io.Writer) (_ *Server, err error) {
 		return nil, err
 	}
 	var caches debugview.Source = noCaches{}
+	if d != nil && o.Decorator != DecoratorUpstream {
+		s.decorator, s.watchGrace = d, o.ShutdownWatchTerminationGracePeriod
+	}
 	if d != nil {
 		caches = d
 		if err := gs.AddReadyzChecks(healthz.NamedCheck("watch-caches", func(*http.Request) error { return d.ReadinessCheck() })); err != nil {
