@@ -11,7 +11,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 25m
 FUZZTIME ?= 15s
 FUZZ_FLAGS ?= -run XXX -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 
-.PHONY: all build test fuzz verify run bench-bookmarks bench bench-quick update-codegen soak
+.PHONY: all build test fuzz verify lint run bench-bookmarks bench bench-quick update-codegen soak
 
 all: build
 
@@ -30,6 +30,11 @@ fuzz:
 
 verify:
 	hack/verify.sh
+
+# The linters alone (make verify runs them too): staticcheck, unparam and
+# go-errorlint, pinned in hack/tools/go.mod.
+lint:
+	hack/lint.sh
 
 # Regenerates the sample apiserver's generated code (hack/verify.sh checks it).
 update-codegen:

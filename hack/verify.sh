@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Checks that must stay green: formatting, go vet, a tidy go.mod, fresh
-# generated code.
+# Checks that must stay green: formatting, go vet, the linters (hack/lint.sh),
+# a tidy go.mod, fresh generated code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +15,9 @@ fi
 echo "go vet ./..."
 go vet ./... || fail=1
 
+# staticcheck, unparam and go-errorlint at the versions of hack/tools/go.mod.
+hack/lint.sh || fail=1
+
 # go.mod and go.sum must already be what go mod tidy makes of them.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -24,6 +27,11 @@ if ! diff -q "$tmp/go.mod" go.mod >/dev/null || ! diff -q "$tmp/go.sum" go.sum >
   echo "go.mod/go.sum are not tidy (run go mod tidy):"
   diff -u "$tmp/go.mod" go.mod || true
   cp "$tmp/go.mod" "$tmp/go.sum" .
+  fail=1
+fi
+# So must the linters' module.
+if ! go -C hack/tools mod tidy -diff; then
+  echo "hack/tools/go.mod/go.sum are not tidy (run go -C hack/tools mod tidy)"
   fail=1
 fi
 
