@@ -161,7 +161,7 @@ func parseOverride(s string) (schema.GroupResource, ResourceOverride, error) {
 		if key == strings.TrimPrefix(FlagBookmarkJitter, flagPrefix) {
 			f, err := strconv.ParseFloat(value, 64)
 			if err != nil {
-				return gr, r, fmt.Errorf("%s: %s=%q: %v", name, key, value, err)
+				return gr, r, fmt.Errorf("%s: %s=%q: %w", name, key, value, err)
 			}
 			r.BookmarkJitter = &f
 			continue
@@ -183,7 +183,7 @@ func parseOverride(s string) (schema.GroupResource, ResourceOverride, error) {
 		}
 		d, err := time.ParseDuration(value)
 		if err != nil {
-			return gr, r, fmt.Errorf("%s: %s=%q: %v", name, key, value, err)
+			return gr, r, fmt.Errorf("%s: %s=%q: %w", name, key, value, err)
 		}
 		*dst = &d
 	}
