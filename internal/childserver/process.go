@@ -150,7 +150,11 @@ func (p *Process) waitReady(ctx context.Context, kubeconfig string) error {
 			if strings.Contains(p.LogTail(), "address already in use") {
 				return fmt.Errorf("%w (log %s)", ErrAddrInUse, p.LogPath)
 			}
-			return fmt.Errorf("sample apiserver exited before ready (%v); log %s:\n%s", p.waitErr, p.LogPath, p.LogTail())
+			exit := p.waitErr
+			if exit == nil {
+				exit = errors.New("exit status 0")
+			}
+			return fmt.Errorf("sample apiserver exited before ready (%w); log %s:\n%s", exit, p.LogPath, p.LogTail())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
@@ -167,10 +171,14 @@ func (p *Process) waitReady(ctx context.Context, kubeconfig string) error {
 			if err == nil && code == http.StatusOK {
 				return nil
 			}
-			lastErr = fmt.Errorf("/readyz: %d %v", code, err)
+			if err != nil {
+				lastErr = fmt.Errorf("/readyz: %w", err)
+			} else {
+				lastErr = fmt.Errorf("/readyz: %d", code)
+			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("sample apiserver not ready after %v: %v; log %s:\n%s", p.opts.ReadyTimeout, lastErr, p.LogPath, p.LogTail())
+			return fmt.Errorf("sample apiserver not ready after %v: %w; log %s:\n%s", p.opts.ReadyTimeout, lastErr, p.LogPath, p.LogTail())
 		}
 	}
 }

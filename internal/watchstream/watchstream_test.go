@@ -2,6 +2,7 @@ package watchstream
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ func TestLinesLongLines(t *testing.T) {
 			t.Fatalf("Next() = %.20q..., %v; want %.20q...", got, err, want)
 		}
 	}
-	if _, err := lr.Next(); err != io.EOF {
+	if _, err := lr.Next(); !errors.Is(err, io.EOF) {
 		t.Fatalf("at the end: err = %v, want EOF", err)
 	}
 }
