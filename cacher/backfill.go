@@ -18,11 +18,6 @@ import (
 // before it gets the 410 it would have got without one.
 const backfillTimeout = 10 * time.Second
 
-// backfillMetadata keeps the backfill's own etcd watch, which starts behind
-// and so is not synced, off the stream the cache follows: etcd answers a
-// progress request only when every watch of the stream is synced.
-var backfillMetadata = metadata.New(map[string]string{"source": "watchkeeper-backfill"})
-
 // backfill fills the history between rv and its start from etcd, when the
 // start is the cache's (re)list rather than history given up for room. A
 // client resuming from an RV just before the list (its apiserver restarted,
@@ -106,7 +101,7 @@ type backfillRun struct {
 // owns it and Stop ends it through the cache's context.
 func (c *Cacher) runBackfill(run *backfillRun) {
 	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(c.ctx, backfillMetadata), backfillTimeout)
+	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(c.ctx, c.backfillMetadata), backfillTimeout)
 	run.err = c.fillHistory(ctx, run.from)
 	cancel()
 	if run.err != nil {

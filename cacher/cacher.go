@@ -40,10 +40,19 @@ type Cacher struct {
 	metrics        *resourceMetrics
 	// logger carries the resource; every log line of the cache uses it.
 	logger klog.Logger
-	// watchContext tags the cache's own watch and its progress requests with
-	// the same gRPC metadata, so etcd answers a progress request on the
-	// stream the cache actually reads.
+	// watchMetadata tags the cache's own watch and its progress requests
+	// with the same gRPC metadata, so etcd answers a progress request on the
+	// stream the cache actually reads. It names the resource: etcd answers a
+	// progress request only when every watch on the stream is synced, and
+	// caches sharing an etcd client must not share a stream, or one
+	// resource's lagging watch would starve a quiet one of the progress its
+	// liveness and freshness depend on. (generic.NewRawStorage gives each
+	// resource a client of its own; a server wiring one client to several
+	// resources gets one stream per resource all the same.)
 	watchMetadata metadata.MD
+	// backfillMetadata keeps the backfill's etcd watch, which starts behind
+	// and so is not synced, off the stream the cache follows.
+	backfillMetadata metadata.MD
 
 	stopCh   chan struct{}
 	stopOnce sync.Once
@@ -109,7 +118,8 @@ func New(cfg Config) (*Cacher, error) {
 		policy:            bookmarks.Policy{Frequency: cfg.BookmarkFrequency, PreDeadlineOffset: cfg.BookmarkPreDeadlineOffset},
 		metrics:           newResourceMetrics(cfg.GroupResource),
 		logger:            klog.Background().WithValues("resource", cfg.GroupResource.String()),
-		watchMetadata:     metadata.New(map[string]string{"source": "watchkeeper"}),
+		watchMetadata:     metadata.New(map[string]string{"source": "watchkeeper", "resource": cfg.GroupResource.String()}),
+		backfillMetadata:  metadata.New(map[string]string{"source": "watchkeeper-backfill", "resource": cfg.GroupResource.String()}),
 		stopCh:            make(chan struct{}),
 		incoming:          make(chan *event, incomingBuffer),
 		advanced:          make(chan struct{}),

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/metadata"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -42,6 +44,9 @@ type fakeStorage struct {
 
 	watches   []*fakeWatch
 	watchOpts []storage.ListOptions
+	// watchMD and progressMD are the gRPC metadata each watch and progress
+	// request carried: etcd picks the stream by it.
+	watchMD, progressMD []metadata.MD
 }
 
 var _ storage.Interface = (*fakeStorage)(nil)
@@ -154,6 +159,8 @@ func (s *fakeStorage) Watch(ctx context.Context, key string, opts storage.ListOp
 	w := &fakeWatch{ch: make(chan watch.Event, 1000), stopped: make(chan struct{})}
 	s.watches = append(s.watches, w)
 	s.watchOpts = append(s.watchOpts, opts)
+	md, _ := metadata.FromOutgoingContext(ctx)
+	s.watchMD = append(s.watchMD, md)
 	return w, nil
 }
 
@@ -161,6 +168,8 @@ func (s *fakeStorage) RequestWatchProgress(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.progressCalls++
+	md, _ := metadata.FromOutgoingContext(ctx)
+	s.progressMD = append(s.progressMD, md)
 	return nil
 }
 

@@ -1,0 +1,55 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Each cache's etcd watch and its progress requests share one gRPC stream
+// of their own (etcd picks a stream by the request's metadata): not another
+// resource's, whose lagging watch would keep etcd from answering, and not
+// its backfill's, which starts behind.
+func TestEachResourceWatchesOnItsOwnStream(t *testing.T) {
+	streams := map[string]string{}
+	for _, resource := range []string{"pods", "widgets"} {
+		t.Run(resource, func(t *testing.T) { // each subtest owns its cacher
+			fs := newFakeStorage(100)
+			c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = schema.GroupResource{Resource: resource} })
+			c.waitReady(t)
+			fs.waitWatch(t, 1)
+			c.progress.request()
+			poll(t, "a progress request", func() bool { return fs.progressCount() >= 1 })
+			fs.mu.Lock()
+			watchMD, progressMD := fmt.Sprint(fs.watchMD[0]), fmt.Sprint(fs.progressMD[0])
+			fs.mu.Unlock()
+			if watchMD != progressMD {
+				t.Errorf("%s: progress requests carry %s, the watch %s: etcd would answer on another stream", resource, progressMD, watchMD)
+			}
+			for other, md := range streams {
+				if md == watchMD {
+					t.Errorf("%s and %s watch on one stream (%s)", resource, other, md)
+				}
+			}
+			streams[resource] = watchMD
+
+			// A resume from before the list backfills on a stream of its own.
+			fs.setList(90)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				_ = c.backfill(ctx, 90)
+			}()
+			fs.waitWatch(t, 2)
+			fs.mu.Lock()
+			backfillMD := fmt.Sprint(fs.watchMD[1])
+			fs.mu.Unlock()
+			if backfillMD == watchMD {
+				t.Errorf("%s: the backfill watches on the cache's stream (%s)", resource, watchMD)
+			}
+		})
+	}
+}
