@@ -58,7 +58,8 @@ type WatchCacheOptions struct {
 	EventsHistoryWindow time.Duration
 	// BookmarkGranularity is the width of a bookmark calendar slot and the
 	// base period of its tick: a bookmark due at X goes out within
-	// (X - granularity, X + granularity). Upstream: 1s.
+	// (X - granularity, X + granularity*(1 + BookmarkJitter)), the tick
+	// being at most that long. Upstream: 1s.
 	BookmarkGranularity time.Duration
 	// BookmarkJitter is the tick's jitter factor: each tick waits
 	// granularity * (1 + r*jitter) for a fresh random r in [0, 1), so ticks of
@@ -125,7 +126,7 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 			" so the newest bookmark is always resumable. Upstream hardcodes 75s (1m + 15s).")
 	fs.DurationVar(&o.BookmarkGranularity, FlagBookmarkGranularity, o.BookmarkGranularity,
 		"Width of a bookmark calendar slot and base period of the bookmark tick: a bookmark due at X is sent within "+
-			"(X - granularity, X + granularity). Must be > 0. Upstream hardcodes 1s.")
+			"(X - granularity, X + granularity * (1 + jitter)). Must be > 0. Upstream hardcodes 1s.")
 	fs.Float64Var(&o.BookmarkJitter, FlagBookmarkJitter, o.BookmarkJitter,
 		"Jitter factor of the bookmark tick: each tick waits granularity * (1 + r*jitter), r random in [0, 1). "+
 			"0 disables jitter. Must be >= 0 and < 1. Upstream hardcodes 0.25.")
@@ -136,7 +137,7 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.StorageSilenceTimeout, FlagStorageSilenceTimeout, o.StorageSilenceTimeout,
 		"How long a resource's etcd watch may deliver nothing before its cache calls it lost: after a third of it the cache "+
 			"requests watch progress, after all of it unanswered the cache goes not ready (429, /readyz fails) and relists once etcd answers. "+
-			"It is checked on every bookmark tick, so it takes effect to within --"+FlagBookmarkGranularity+". 0 turns the check off. Upstream has no such check.")
+			"It is checked on every bookmark tick, so it takes effect to within one tick (--"+FlagBookmarkGranularity+" * (1 + --"+FlagBookmarkJitter+")). 0 turns the check off. Upstream has no such check.")
 	fs.DurationVar(&o.BookmarkMaxStaleness, FlagBookmarkMaxStaleness, o.BookmarkMaxStaleness,
 		"Bound on how stale a bookmark's resourceVersion may be: when the cache has heard nothing from etcd for nearly this long "+
 			"and bookmarks are about to be due, it requests watch progress once for the resource first. 0 turns it off "+
