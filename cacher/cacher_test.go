@@ -126,11 +126,22 @@ func expectNoCacherGoroutines(t testing.TB) {
 	}
 }
 
+func isPump(g goroutine) bool { return strings.Contains(g.stack, "cacher.(*watcher).pump") }
+
+// pumps counts the watcher pump goroutines running now.
+func pumps() int {
+	n := 0
+	for _, g := range otherGoroutines() {
+		if isPump(g) {
+			n++
+		}
+	}
+	return n
+}
+
 func expectNoWatcherGoroutines(t *testing.T) {
 	t.Helper()
-	if leaked := waitForLeaks(func(g goroutine) bool {
-		return strings.Contains(g.stack, "cacher.(*watcher).pump")
-	}); len(leaked) > 0 {
+	if leaked := waitForLeaks(isPump); len(leaked) > 0 {
 		t.Errorf("%d watcher goroutines still run after their watchers ended:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
 	}
 }
@@ -315,10 +326,13 @@ func nextEvent(t *testing.T, w watch.Interface) watch.Event {
 	return watch.Event{}
 }
 
-// expectQuiet checks that nothing arrives within grace. It can only miss an
-// event in flight, never flake: the grace lets the watcher's goroutine move
-// an already queued event along.
-func expectQuiet(t *testing.T, w watch.Interface, grace time.Duration, when string) {
+// expectQuiet checks that nothing has been delivered to w. Call it only
+// after a point that proves the cacher has acted (stepTicks returns once the
+// dispatcher has finished the tick and re-armed its timer; an idle
+// watcher's bookmark or event is in its channel by then), so it fails on a
+// bookmark the tick should not have sent, however slow the machine, instead
+// of passing because a grace period ran out first.
+func expectQuiet(t *testing.T, w watch.Interface, when string) {
 	t.Helper()
 	select {
 	case ev, ok := <-w.ResultChan():
@@ -326,7 +340,7 @@ func expectQuiet(t *testing.T, w watch.Interface, grace time.Duration, when stri
 			t.Fatalf("%s: watch closed, want it open and quiet", when)
 		}
 		t.Fatalf("%s: got %s, want nothing", when, describe(ev))
-	case <-time.After(grace):
+	default:
 	}
 }
 
@@ -347,8 +361,6 @@ func drainUntilClosed(t *testing.T, w watch.Interface) []watch.Event {
 		}
 	}
 }
-
-const quietGrace = 50 * time.Millisecond
 
 func eventRV(t *testing.T, ev watch.Event) uint64 {
 	t.Helper()
@@ -527,7 +539,7 @@ func TestBookmarkHeartbeat(t *testing.T) {
 					}
 					got = append(got, step)
 				}
-				expectQuiet(t, w, quietGrace, fmt.Sprintf("after %ds", step))
+				expectQuiet(t, w, fmt.Sprintf("after %ds", step))
 				if step == 15 {
 					// One event between two heartbeats; none in the next period.
 					sw.send(t, watch.Modified, newTestPod("a", 105, map[string]string{"x": "y"}, ""))
@@ -572,7 +584,7 @@ func TestBookmarkCarriesDispatchedRV(t *testing.T) {
 	if ev := nextEvent(t, wb); ev.Type != watch.Bookmark || eventRV(t, ev) != 110 {
 		t.Fatalf("got %s, want a bookmark at 110 (the storage progress)", describe(ev))
 	}
-	expectQuiet(t, w, quietGrace, "watcher without bookmarks")
+	expectQuiet(t, w, "watcher without bookmarks")
 }
 
 // --- 4. Pre-deadline bookmark ---
@@ -606,13 +618,14 @@ func TestPreDeadlineBookmark(t *testing.T) {
 			var got []int
 			last := int((tc.deadline - tc.offset) / time.Second)
 			c.stepTicks(t, 12, 1, func(step int) {
+				// The tick is done: a bookmark it sent is in the channel.
 				select {
 				case ev := <-w.ResultChan():
 					if ev.Type != watch.Bookmark {
 						t.Fatalf("after %ds: got %s, want only bookmarks", step, describe(ev))
 					}
 					got = append(got, step)
-				case <-time.After(quietGrace):
+				default:
 				}
 			})
 			switch {
@@ -851,10 +864,12 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 			c.clk.Step(progressRequestPeriod)
 			poll(t, "a second progress request", func() bool { return fs.progressCount() == 2 && c.clk.Waiters() == 3 })
 			c.clk.Step(freshnessTimeout - 2*progressRequestPeriod)
+			// Still waiting: its freshness timer is armed until it returns.
+			poll(t, "the progress timer to be re-armed", func() bool { return fs.progressCount() == 3 && c.clk.Waiters() == 3 })
 			select {
 			case r := <-done:
 				t.Fatalf("Watch returned (%v) before the freshness timeout", r.err)
-			case <-time.After(quietGrace):
+			default:
 			}
 
 			if tc.catchUp != nil {
@@ -1223,8 +1238,13 @@ func runInChild(t *testing.T) bool {
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), childEnv+"="+t.Name())
 	out, err := cmd.CombinedOutput()
-	if err != nil {
+	switch {
+	case err != nil:
 		t.Errorf("the test failed in its child process (%v):\n%s", err, tailLines(out, 40))
+	case !bytes.Contains(out, []byte("--- PASS: "+t.Name()+" ")):
+		// A child that ran nothing (a -run pattern that matched no test, a
+		// renamed test) exits 0 too: that is no pass.
+		t.Errorf("the child process did not run and pass %s:\n%s", t.Name(), tailLines(out, 40))
 	}
 	return false
 }
@@ -1467,15 +1487,25 @@ func TestWatcherGoroutinesEnd(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			w := c.startWatch(t, ctx, "0", everything(true))
-			// The unread initial event is in flight when the watch ends.
+			// More events than the client's channel holds and nobody
+			// reading: a pump goroutine runs for the rest when the watch
+			// ends.
+			for i := range resultBuffer + 5 {
+				sw.send(t, watch.Modified, newTestPod("a", uint64(101+i), map[string]string{"i": strconv.Itoa(i)}, ""))
+			}
+			poll(t, "a pump to run for the queued events", func() bool { return pumps() > 0 })
+			// Ending the watch ends the pump although nobody reads any
+			// more, as when an HTTP client goes away.
 			tc.end(w, cancel)
-			drainUntilClosed(t, w)
 			expectNoWatcherGoroutines(t)
+			drainUntilClosed(t, w)
 			// The cache still serves: events flow to a new watcher.
-			w2 := c.startWatch(t, context.Background(), "100", everything(false))
-			sw.send(t, watch.Modified, newTestPod("a", 101, nil, ""))
-			if ev := nextEvent(t, w2); eventRV(t, ev) != 101 {
-				t.Fatalf("got %s, want @101", describe(ev))
+			next := uint64(101 + resultBuffer + 5)
+			c.waitRV(t, next-1)
+			w2 := c.startWatch(t, context.Background(), strconv.FormatUint(next-1, 10), everything(false))
+			sw.send(t, watch.Modified, newTestPod("a", next, nil, ""))
+			if ev := nextEvent(t, w2); eventRV(t, ev) != next {
+				t.Fatalf("got %s, want @%d", describe(ev), next)
 			}
 		})
 	}

@@ -24,7 +24,7 @@ func TestDroppedBookmarkIsCounted(t *testing.T) {
 	before, _ := testutil.GetCounterMetricValue(c.metrics.dropped[dropBookmark])
 	w := c.startWatch(t, context.Background(), "100", everything(true))
 	c.stepTicks(t, 11, 1, nil)
-	expectQuiet(t, w, quietGrace, "after a bookmark that could not be built")
+	expectQuiet(t, w, "after a bookmark that could not be built")
 	after, _ := testutil.GetCounterMetricValue(c.metrics.dropped[dropBookmark])
 	if after-before < 1 {
 		t.Errorf("dropped_total{what=bookmark} +%v after the bookmark came due, want at least +1", after-before)

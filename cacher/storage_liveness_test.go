@@ -42,8 +42,14 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	// An idle etcd answers no progress request for a watch that starts
 	// above its revision, but it answers a read of its revision: nothing
 	// new there, so the quiet is not an outage.
+	quietFrom := c.clk.Now().UnixNano()
 	c.stepTicks(t, int(timeout/time.Second)+3, 1, nil)
-	time.Sleep(50 * time.Millisecond)
+	// The check of etcd's revision ran and took the answer as word from
+	// etcd: it restarted the silence clock (nothing else could, storage
+	// sent nothing).
+	poll(t, "the revision check to conclude", func() bool {
+		return !c.verifying.Load() && c.heardNanos.Load() > quietFrom
+	})
 	if !c.Ready() {
 		t.Fatal("the cache went not ready on an idle etcd that answers")
 	}
