@@ -68,7 +68,7 @@ func TestBackfillBeforeTheList(t *testing.T) {
 	// etcd's state at 90: a is still web, b does not exist yet.
 	fs.setList(90, a90)
 
-	web := labelled("app=web")
+	web := webPods()
 	type result struct {
 		w   watch.Interface
 		err error

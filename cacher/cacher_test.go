@@ -3,6 +3,7 @@ package cacher
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -201,9 +202,9 @@ func newTestCacher(t testing.TB, fs *fakeStorage, mutate func(*Config)) *testCac
 	return tc
 }
 
-// stopWithin calls Stop and reports whether it returned within waitFor. When
-// it did not, release (if any) is called to unblock it, and the test fails.
-func (tc *testCacher) stopWithin(t *testing.T, why string, release func()) bool {
+// stopWithin calls Stop and fails the test unless it returns within
+// waitFor; then release (if any) is called to unblock it.
+func (tc *testCacher) stopWithin(t *testing.T, why string, release func()) {
 	t.Helper()
 	stopped := make(chan struct{})
 	go func() {
@@ -212,7 +213,7 @@ func (tc *testCacher) stopWithin(t *testing.T, why string, release func()) bool 
 	}()
 	select {
 	case <-stopped:
-		return true
+		return
 	case <-time.After(waitFor):
 	}
 	t.Errorf("Stop still blocked after %v: %s", waitFor, why)
@@ -220,13 +221,12 @@ func (tc *testCacher) stopWithin(t *testing.T, why string, release func()) bool 
 		release()
 		select {
 		case <-stopped:
-			return false
+			return
 		case <-time.After(waitFor):
 		}
 	}
 	tc.stopHung.Store(true)
 	t.FailNow()
-	return false
 }
 
 func (tc *testCacher) waitReady(t *testing.T) {
@@ -252,16 +252,15 @@ func (tc *testCacher) waitWaiters(t *testing.T, n int) {
 
 // stepTicks steps the fake clock one granularity (1s) at a time, n times,
 // each time waiting for the dispatcher to have handled the tick: the tick
-// timer fires on the step and is re-armed only after the tick ran. armed is
-// the number of fake-clock waiters while only the tick timer (and whatever
-// else the test knows of) is armed. After each tick, check runs with the
-// step's number (from 1).
-func (tc *testCacher) stepTicks(t *testing.T, n, armed int, check func(step int)) {
+// timer fires on the step and is re-armed only after the tick ran, and it
+// is the only timer armed. After each tick, check runs with the step's
+// number (from 1).
+func (tc *testCacher) stepTicks(t *testing.T, n int, check func(step int)) {
 	t.Helper()
 	for step := 1; step <= n; step++ {
-		tc.waitWaiters(t, armed)
+		tc.waitWaiters(t, 1)
 		tc.clk.Step(time.Second)
-		tc.waitWaiters(t, armed)
+		tc.waitWaiters(t, 1)
 		if check != nil {
 			check(step)
 		}
@@ -285,9 +284,10 @@ func everything(bookmarks bool) storage.SelectionPredicate {
 	}
 }
 
-func labelled(selector string) storage.SelectionPredicate {
+// webPods selects the pods labelled app=web.
+func webPods() storage.SelectionPredicate {
 	p := everything(false)
-	p.Label = labels.SelectorFromSet(mustParseSet(selector))
+	p.Label = labels.SelectorFromSet(mustParseSet("app=web"))
 	return p
 }
 
@@ -449,7 +449,7 @@ func TestReadiness(t *testing.T) {
 				if tc2.Ready() {
 					t.Fatalf("Ready() = true after %d failed lists", attempt)
 				}
-				if err := tc2.ReadinessCheck(); err != storage.ErrStorageNotReady {
+				if err := tc2.ReadinessCheck(); !errors.Is(err, storage.ErrStorageNotReady) {
 					t.Fatalf("ReadinessCheck() = %v, want ErrStorageNotReady", err)
 				}
 				w, err := tc2.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)})
@@ -528,7 +528,7 @@ func TestBookmarkHeartbeat(t *testing.T) {
 
 			var got []int
 			lastEventRV := uint64(100)
-			c.stepTicks(t, 30, 1, func(step int) {
+			c.stepTicks(t, 30, func(step int) {
 				if slices.Contains(tc.wantBookmarks, step) {
 					ev := nextEvent(t, w)
 					if ev.Type != watch.Bookmark {
@@ -564,23 +564,23 @@ func TestBookmarkCarriesDispatchedRV(t *testing.T) {
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.BookmarkFrequency = 2 * time.Second })
 	c.waitReady(t)
 	sw, _ := fs.waitWatch(t, 1)
-	w := c.startWatch(t, context.Background(), "100", labelled("app=web"))
+	w := c.startWatch(t, context.Background(), "100", webPods())
 	// The watcher's selector matches none of these; only the RV moves.
 	wb := c.startWatch(t, context.Background(), "100", func() storage.SelectionPredicate {
-		p := labelled("app=web")
+		p := webPods()
 		p.AllowWatchBookmarks = true
 		return p
 	}())
 	_ = w
 	sw.send(t, watch.Modified, newTestPod("a", 103, map[string]string{"app": "db"}, ""))
 	c.waitRV(t, 103)
-	c.stepTicks(t, 2, 1, nil)
+	c.stepTicks(t, 2, nil)
 	if ev := nextEvent(t, wb); ev.Type != watch.Bookmark || eventRV(t, ev) != 103 {
 		t.Fatalf("got %s, want a bookmark at 103", describe(ev))
 	}
 	sw.sendBookmark(t, 110) // storage progress: no event, but the RV moves
 	c.waitRV(t, 110)
-	c.stepTicks(t, 2, 1, nil)
+	c.stepTicks(t, 2, nil)
 	if ev := nextEvent(t, wb); ev.Type != watch.Bookmark || eventRV(t, ev) != 110 {
 		t.Fatalf("got %s, want a bookmark at 110 (the storage progress)", describe(ev))
 	}
@@ -617,7 +617,7 @@ func TestPreDeadlineBookmark(t *testing.T) {
 
 			var got []int
 			last := int((tc.deadline - tc.offset) / time.Second)
-			c.stepTicks(t, 12, 1, func(step int) {
+			c.stepTicks(t, 12, func(step int) {
 				// The tick is done: a bookmark it sent is in the channel.
 				select {
 				case ev := <-w.ResultChan():
@@ -677,7 +677,7 @@ func TestWatchEventConversion(t *testing.T) {
 			sw, _ := fs.waitWatch(t, 1)
 			var w watch.Interface
 			if mode == "live" {
-				w = c.startWatch(t, context.Background(), "100", labelled("app=web"))
+				w = c.startWatch(t, context.Background(), "100", webPods())
 			}
 			for _, s := range steps {
 				sw.send(t, s.typ, s.pod)
@@ -685,7 +685,7 @@ func TestWatchEventConversion(t *testing.T) {
 			sw.send(t, watch.Added, sentinel)
 			c.waitRV(t, 200)
 			if mode != "live" {
-				w = c.startWatch(t, context.Background(), "100", labelled("app=web"))
+				w = c.startWatch(t, context.Background(), "100", webPods())
 			}
 			for _, s := range steps {
 				if s.want == "" {
@@ -721,7 +721,7 @@ func TestMovedOutDeleteDoesNotMutateCache(t *testing.T) {
 	if ev := nextEvent(t, before); ev.Type != watch.Added || eventRV(t, ev) != 90 {
 		t.Fatalf("got %s, want ADDED a@90", describe(ev))
 	}
-	w := c.startWatch(t, context.Background(), "100", labelled("app=web"))
+	w := c.startWatch(t, context.Background(), "100", webPods())
 	sw.send(t, watch.Modified, newTestPod("a", 101, map[string]string{"app": "db"}, ""))
 	if ev := nextEvent(t, w); ev.Type != watch.Deleted || eventRV(t, ev) != 101 {
 		t.Fatalf("got %s, want DELETED a@101", describe(ev))
@@ -823,7 +823,7 @@ func TestWatchTooOldResourceVersion(t *testing.T) {
 // expireAll steps the fake clock past the history window (10s), tick by
 // tick, so every event is older than the window.
 func expireAll(t *testing.T, c *testCacher, _ *fakeWatch) {
-	c.stepTicks(t, 11, 1, nil)
+	c.stepTicks(t, 11, nil)
 }
 
 func TestWatchTooLargeResourceVersion(t *testing.T) {
@@ -1216,7 +1216,7 @@ func TestBookmarkTickAfterGracefulClose(t *testing.T) {
 	}
 	c, w, _ := watchListSetup(t)
 	// The watcher was filed for a heartbeat 10s after it started.
-	c.stepTicks(t, 12, 1, nil)
+	c.stepTicks(t, 12, nil)
 	events := drainUntilClosed(t, w)
 	if len(events) < resultBuffer+3 {
 		t.Fatalf("got %d events, want at least the initial ones and the end bookmark", len(events))
@@ -1426,7 +1426,7 @@ func TestStop(t *testing.T) {
 	watchers := map[string]watch.Interface{
 		"from 0":    c.startWatch(t, context.Background(), "0", everything(false)),
 		"bookmarks": c.startWatch(t, context.Background(), "100", everything(true)),
-		"selector":  c.startWatch(t, context.Background(), "100", labelled("app=web")),
+		"selector":  c.startWatch(t, context.Background(), "100", webPods()),
 		"deadline":  c.startWatch(t, deadlineCtx, "100", everything(true)),
 		"unread":    c.startWatch(t, context.Background(), "0", everything(false)),
 		"field sel.": c.startWatch(t, context.Background(), "100", func() storage.SelectionPredicate {

@@ -23,7 +23,7 @@ func TestDroppedBookmarkIsCounted(t *testing.T) {
 	fs.waitWatch(t, 1)
 	before, _ := testutil.GetCounterMetricValue(c.metrics.dropped[dropBookmark])
 	w := c.startWatch(t, context.Background(), "100", everything(true))
-	c.stepTicks(t, 11, 1, nil)
+	c.stepTicks(t, 11, nil)
 	expectQuiet(t, w, "after a bookmark that could not be built")
 	after, _ := testutil.GetCounterMetricValue(c.metrics.dropped[dropBookmark])
 	if after-before < 1 {

@@ -65,7 +65,7 @@ func (c *Cacher) checkStorageLiveness(now time.Time) {
 		go func() {
 			defer c.wg.Done()
 			defer c.verifying.Store(false)
-			c.verifySilence(now, silent)
+			c.verifySilence(silent)
 		}()
 	case silent >= timeout/3:
 		c.progress.request()
@@ -78,7 +78,7 @@ func (c *Cacher) checkStorageLiveness(now time.Time) {
 // silent although all is well. If etcd answers and has nothing the cache
 // lacks, that answer is the word the cache waited for; if it does not
 // answer, or is ahead while the watch says nothing, the watch is lost.
-func (c *Cacher) verifySilence(now time.Time, silent time.Duration) {
+func (c *Cacher) verifySilence(silent time.Duration) {
 	ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
 	defer cancel()
 	rv, err := c.storage.GetCurrentResourceVersion(ctx)

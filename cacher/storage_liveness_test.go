@@ -28,7 +28,7 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	// Answered progress keeps the cache ready however long the quiet lasts.
 	for range 3 {
 		before := fs.progressCount()
-		c.stepTicks(t, 3, 1, nil)
+		c.stepTicks(t, 3, nil)
 		poll(t, "a progress request after 3s of silence", func() bool { return fs.progressCount() > before })
 		sw.sendBookmark(t, 100)
 		poll(t, "the progress notification to be heard", func() bool {
@@ -43,7 +43,7 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	// above its revision, but it answers a read of its revision: nothing
 	// new there, so the quiet is not an outage.
 	quietFrom := c.clk.Now().UnixNano()
-	c.stepTicks(t, int(timeout/time.Second)+3, 1, nil)
+	c.stepTicks(t, int(timeout/time.Second)+3, nil)
 	// The check of etcd's revision ran and took the answer as word from
 	// etcd: it restarted the silence clock (nothing else could, storage
 	// sent nothing).
@@ -62,7 +62,7 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	// revision cannot be read, and at the timeout the watch is given up.
 	fs.setUnreachable(true)
 	fs.failLists(1 << 20)
-	c.stepTicks(t, int(timeout/time.Second)-1, 1, nil)
+	c.stepTicks(t, int(timeout/time.Second)-1, nil)
 	if !c.Ready() {
 		t.Fatal("the cache went not ready before the timeout")
 	}
@@ -131,7 +131,7 @@ func TestFreshBookmarks(t *testing.T) {
 			// progress notification tells this cache.
 			fs.setCurrentRV(150)
 			var firstProbe int
-			c.stepTicks(t, 10, 1, func(step int) {
+			c.stepTicks(t, 10, func(step int) {
 				if firstProbe == 0 && fs.progressCount() > 0 {
 					firstProbe = step
 					sw.sendBookmark(t, 150)

@@ -54,7 +54,7 @@ func TestClassifyWatchError(t *testing.T) {
 		{fmt.Errorf("watching pods from 5: %w", apierrors.NewInternalError(fmt.Errorf("x"))), true},
 		{errWatchClosed, true},
 		{apierrors.NewResourceExpired("compacted"), false},
-		{fmt.Errorf("watching pods from 5: %w", apierrors.NewGone("x")), false},
+		{fmt.Errorf("watching pods from 5: %w", apierrors.NewResourceExpired("x")), false},
 		{silentError(time.Second), false},
 		{fmt.Errorf("computing the key: boom"), false},
 	} {

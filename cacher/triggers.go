@@ -24,8 +24,6 @@ func newWatcherSet() watcherSet {
 	}
 }
 
-func (s *watcherSet) len() int { return len(s.all) }
-
 func (s *watcherSet) has(w *watcher) bool {
 	_, ok := s.all[w]
 	return ok

@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"context"
+	goerrors "errors"
 	"fmt"
 	"net/http"
 
@@ -180,11 +181,13 @@ type errWatcher struct{ result chan watch.Event }
 
 func newErrWatcher(err error) watch.Interface {
 	ev := watch.Event{Type: watch.Error}
-	switch err := err.(type) {
-	case *errors.StatusError:
-		ev.Object = &err.ErrStatus
-	case runtime.Object:
-		ev.Object = err
+	var status *errors.StatusError
+	var obj runtime.Object
+	switch {
+	case goerrors.As(err, &status):
+		ev.Object = &status.ErrStatus
+	case goerrors.As(err, &obj):
+		ev.Object = obj
 	default:
 		ev.Object = &metav1.Status{
 			Status:  metav1.StatusFailure,
