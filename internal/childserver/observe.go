@@ -69,6 +69,61 @@ func ParseMetrics(body []byte, names ...string) ([]float64, error) {
 	return out, nil
 }
 
+// MetricSums scrapes /metrics and returns, for each name asked, the sum
+// of all its series whatever their labels (0 when it has none yet): a
+// counter such as apiserver_terminated_watchers_total, over every resource.
+func (p *Process) MetricSums(ctx context.Context, names ...string) ([]float64, error) {
+	code, body, err := p.Get(ctx, "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("scraping /metrics: %w", err)
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("scraping /metrics: status %d", code)
+	}
+	return ParseMetricSums(body, names...)
+}
+
+// ParseMetricSums returns, for each name, the sum of the values of all its
+// series (labelled or not) in a Prometheus text exposition; a name with no
+// series sums to 0.
+func ParseMetricSums(body []byte, names ...string) ([]float64, error) {
+	out := make([]float64, len(names))
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		series, value, ok := cutSeries(line)
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(series, "{")
+		for i, n := range names {
+			if name != n {
+				continue
+			}
+			value, _, _ = strings.Cut(strings.TrimSpace(value), " ")
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return nil, fmt.Errorf("metric %s: %w", n, err)
+			}
+			out[i] += v
+		}
+	}
+	return out, sc.Err()
+}
+
+// cutSeries splits a sample line into its series (name and labels, whose
+// values may hold spaces) and the rest.
+func cutSeries(line string) (series, rest string, ok bool) {
+	if i := strings.LastIndexByte(line, '}'); i >= 0 && strings.IndexByte(line, '{') >= 0 {
+		return line[:i+1], line[i+1:], true
+	}
+	return strings.Cut(line, " ")
+}
+
 // CPUSeconds is the server's utime + stime, from /proc/<pid>/stat: cheap,
 // and it costs the server nothing.
 func (p *Process) CPUSeconds() (float64, error) { return ProcCPUSeconds(p.PID) }

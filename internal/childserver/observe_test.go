@@ -23,6 +23,22 @@ go_memstats_stack_inuse_bytes 1.081344e+06 1700000000000
 	}
 }
 
+func TestParseMetricSums(t *testing.T) {
+	body := []byte(`# TYPE apiserver_terminated_watchers_total counter
+apiserver_terminated_watchers_total{group="demo",resource="widgets"} 3
+apiserver_terminated_watchers_total{group="demo",resource="gadgets x"} 2 1700000000000
+apiserver_terminated_watchers_total_other 7
+go_goroutines 110
+`)
+	got, err := ParseMetricSums(body, "apiserver_terminated_watchers_total", "go_goroutines", "apiserver_watch_cache_initializations_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []float64{5, 110, 0}; got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
 func TestParseProc(t *testing.T) {
 	// A command name with spaces and a parenthesis, as the kernel allows.
 	stat := []byte("1234 (odd) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 5 1000 200\n")

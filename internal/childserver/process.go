@@ -256,6 +256,16 @@ func (p *Process) Stop() {
 	})
 }
 
+// Kill ends the server at once (SIGKILL, as kill -9 or a lost node does)
+// and reaps it. Safe with Stop and more than once.
+func (p *Process) Kill() {
+	if p.HTTP != nil {
+		p.HTTP.CloseIdleConnections()
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
 // LogTail is the end of the server's log, for error messages.
 func (p *Process) LogTail() string {
 	data, err := os.ReadFile(p.LogPath)
