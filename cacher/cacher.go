@@ -27,6 +27,19 @@ import (
 const incomingBuffer = 1000
 
 // Cacher is one resource's watch cache. It implements storage.Interface.
+//
+// Lock order. backfills.mu is taken alone, never with another lock held.
+// Then mu (the cache's), then, held inside it, a watcher's mu or the
+// progress requester's mu; those two are never held together, and neither
+// is held when mu is taken. dropLog.mu is a leaf, taken with anything held.
+//
+// The store (current objects) may be read without mu: it is a thread-safe
+// indexer whose own lock makes each read consistent in itself. Without mu a
+// read may be one applied event ahead of or behind c.rv, which is what the
+// reads done that way accept: a write's hint (cachedCopy: the storage layer
+// checks the object's RV and retries on conflict) and the keys for size
+// estimation. Anything that must match c.rv (lists, watches' starting
+// states) reads under mu.
 type Cacher struct {
 	cfg            Config
 	storage        storage.Interface
@@ -63,6 +76,8 @@ type Cacher struct {
 	// storage_liveness.go.
 	heardNanos atomic.Int64
 	progress   *progressRequester
+	// watcherEnv is what every watcher of this cache is given (watcher.go).
+	watcherEnv *watcherEnv
 	// verifying is whether a check of etcd's revision after a silence runs.
 	verifying atomic.Bool
 	// lastTickNanos is how long the last bookmark tick took, for Inspect.
@@ -76,8 +91,9 @@ type Cacher struct {
 	// dropLog limits the log of what could not be built (dropped.go).
 	dropLog dropLog
 
-	// mu guards everything below. Writers: the reflector applying an event,
-	// watchers registering and leaving, the tick.
+	// mu guards everything below (the store's reads excepted, see above).
+	// Writers: the reflector applying an event, watchers registering and
+	// leaving, the tick.
 	mu       sync.RWMutex
 	ready    readiness
 	rv       uint64
@@ -130,9 +146,13 @@ func New(cfg Config) (*Cacher, error) {
 		calendar:          bookmarks.NewCalendar[*watcher](cfg.Clock, cfg.BookmarkGranularity),
 		forcedEvictionLog: everyInterval{interval: 10 * time.Second},
 	}
-	c.progress = newProgressRequester(c)
-	upstream.WatchCacheCapacity.WithLabelValues(cfg.GroupResource.Group, cfg.GroupResource.Resource).Set(float64(c.history.limit))
 	c.ctx, c.cancelCtx = context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.watchMetadata))
+	c.progress = newProgressRequester(c.ctx, c.stopCh, &c.wg, c.clock, c.requestProgress)
+	c.watcherEnv = &watcherEnv{
+		clock: c.clock, buffer: cfg.WatcherBuffer, stop: c.stopCh, wg: &c.wg,
+		forget: c.forgetWatcher, moved: c.metrics.watcherMoved, bookmark: c.bookmarkObject, dropped: c.dropped,
+	}
+	upstream.WatchCacheCapacity.WithLabelValues(cfg.GroupResource.Group, cfg.GroupResource.Resource).Set(float64(c.history.limit))
 	c.ready.init(c.clock.Now())
 	if utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {
 		// The store estimates object sizes for list cost from the keys it is

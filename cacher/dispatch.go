@@ -4,11 +4,14 @@ import (
 	"time"
 
 	"github.com/watchkeeper/watchkeeper/bookmarks"
+	"k8s.io/utils/clock"
 )
 
-// dispatcher state lives on its goroutine: nothing here is shared.
+// dispatcher fans events out to the watchers; its state lives on the
+// cache's dispatch goroutine, and it is given what it needs of the cache
+// (dispatchEnv), so it can be tested alone.
 type dispatcher struct {
-	c *Cacher
+	env dispatchEnv
 	// rv is the RV of the last event or progress handed to watchers. A
 	// bookmark carries it: every event at or below it is already queued
 	// ahead of the bookmark, so the bookmark never overtakes an event.
@@ -17,11 +20,39 @@ type dispatcher struct {
 	candidates []*watcher
 }
 
+// dispatchEnv is what the dispatcher needs of its cache.
+type dispatchEnv struct {
+	clock clock.PassiveClock
+	// candidates appends to dst the watchers that may want e (by trigger);
+	// it takes the cache's read lock.
+	candidates func(dst []*watcher, e *event) []*watcher
+	// objects builds what each watcher is sent of e, once per event.
+	objects func(e *event) eventObjects
+	// tooSlow closes a watcher that cannot keep up.
+	tooSlow func(w *watcher)
+	// dispatched counts the events handed to watchers.
+	dispatched func(n int)
+}
+
+func (c *Cacher) newDispatcher() *dispatcher {
+	return &dispatcher{env: dispatchEnv{
+		clock: c.clock,
+		candidates: func(dst []*watcher, e *event) []*watcher {
+			c.mu.RLock()
+			defer c.mu.RUnlock()
+			return c.watchers.candidates(dst, e)
+		},
+		objects:    c.objectsOf,
+		tooSlow:    c.terminateSlow,
+		dispatched: func(n int) { c.metrics.eventsDispatched.Add(float64(n)) },
+	}}
+}
+
 // dispatchLoop is the dispatcher goroutine: events in order, and the
 // bookmark tick.
 func (c *Cacher) dispatchLoop() {
 	defer c.wg.Done()
-	d := &dispatcher{c: c}
+	d := c.newDispatcher()
 	tick := bookmarks.NewTick(c.clock, c.cfg.BookmarkGranularity, c.cfg.BookmarkJitter)
 	defer tick.Stop()
 	for {
@@ -31,7 +62,7 @@ func (c *Cacher) dispatchLoop() {
 		case e := <-c.incoming:
 			d.dispatch(e)
 		case <-tick.C():
-			d.tick()
+			d.due = c.tick(d.rv, d.due)
 			tick.Rearm()
 		}
 	}
@@ -46,12 +77,9 @@ func (d *dispatcher) dispatch(e *event) {
 	if e.isProgress() {
 		return
 	}
-	c := d.c
-	c.mu.RLock()
-	d.candidates = c.watchers.candidates(d.candidates[:0], e)
-	c.mu.RUnlock()
-	objs := c.objectsOf(e)
-	now := c.clock.Now().UnixNano()
+	d.candidates = d.env.candidates(d.candidates[:0], e)
+	objs := d.env.objects(e)
+	now := d.env.clock.Now().UnixNano()
 	delivered := 0
 	for _, w := range d.candidates {
 		// A watcher that started from a state at or after this event already
@@ -64,19 +92,20 @@ func (d *dispatcher) dispatch(e *event) {
 			continue
 		}
 		if !w.deliver(out, now) {
-			c.terminateSlow(w)
+			d.env.tooSlow(w)
 			continue
 		}
 		delivered++
 	}
 	clear(d.candidates)
-	c.metrics.eventsDispatched.Add(float64(delivered))
+	d.env.dispatched(delivered)
 }
 
-// tick sends the due watchers their bookmark and files them again, and
-// drops the history etcd compacted. With nothing due it touches no watcher.
-func (d *dispatcher) tick() {
-	c := d.c
+// tick sends the watchers due a bookmark at rv (the dispatcher's: every
+// event at or below it is queued ahead) and files them again, and drops
+// the history etcd compacted. With nothing due it touches no watcher. due
+// is the dispatcher's scratch slice, returned for reuse.
+func (c *Cacher) tick(rv uint64, due [][]*watcher) [][]*watcher {
 	start := c.clock.Now()
 	c.checkStorageLiveness(start)
 	c.mu.Lock()
@@ -84,24 +113,24 @@ func (d *dispatcher) tick() {
 	// Before the pop: the watchers due now are filed again after this
 	// tick, and those are the ones the next tick serves.
 	c.freshenBookmarksLocked(start)
-	d.due = c.calendar.PopDue(d.due[:0])
+	due = c.calendar.PopDue(due[:0])
 	c.mu.Unlock()
-	if len(d.due) == 0 {
+	if len(due) == 0 {
 		c.observeTick(start)
-		return
+		return due
 	}
 
 	// One bookmark object for every watcher due, encoded once per encoder.
 	var shared *sharedObject
 	sharedBookmark := func() *sharedObject {
 		if shared == nil {
-			obj, err := c.bookmarkObject(d.rv)
+			obj, err := c.bookmarkObject(rv)
 			if err == nil {
 				shared, err = share(obj)
 			}
 			if err != nil {
 				// Each watcher then builds its own, and reports it failing.
-				c.logger.V(2).Info("Could not build the tick's shared bookmark", "resourceVersion", d.rv, "err", err)
+				c.logger.V(2).Info("Could not build the tick's shared bookmark", "resourceVersion", rv, "err", err)
 			}
 		}
 		return shared
@@ -111,10 +140,10 @@ func (d *dispatcher) tick() {
 	// A watcher closed since it was filed is skipped. Offering never waits,
 	// so holding the read lock is cheap.
 	c.mu.RLock()
-	for _, slot := range d.due {
+	for _, slot := range due {
 		for _, w := range slot {
 			count++
-			if c.watchers.has(w) && w.offerBookmark(d.rv, sharedBookmark, nowNanos) {
+			if c.watchers.has(w) && w.offerBookmark(rv, sharedBookmark, nowNanos) {
 				sent++
 			}
 		}
@@ -122,7 +151,7 @@ func (d *dispatcher) tick() {
 	c.mu.RUnlock()
 	now := c.clock.Now()
 	c.mu.Lock()
-	for _, slot := range d.due {
+	for _, slot := range due {
 		for _, w := range slot {
 			if c.watchers.has(w) {
 				c.refileLocked(w, now)
@@ -130,13 +159,14 @@ func (d *dispatcher) tick() {
 		}
 	}
 	c.mu.Unlock()
-	clear(d.due)
+	clear(due)
 	c.metrics.bookmarksSent.Add(float64(sent))
 	c.metrics.watchersDue.Observe(float64(count))
 	c.observeTick(start)
 	if sent < count {
-		c.logger.V(6).Info("Bookmark tick", "due", count, "sent", sent, "rv", d.rv)
+		c.logger.V(6).Info("Bookmark tick", "due", count, "sent", sent, "rv", rv)
 	}
+	return due
 }
 
 func (c *Cacher) observeTick(start time.Time) {

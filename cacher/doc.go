@@ -1,14 +1,26 @@
 // Package cacher is watchkeeper's watch cache: a storage.Interface that wraps
 // one resource's storage (normally etcd3), keeps the resource's current
-// objects and a window of past events in memory, and serves watches and
-// cache-friendly reads from them.
+// objects and past events in memory, and serves watches and cache-friendly
+// reads from them.
 //
-// Data flows one way. The reflector lists and watches the wrapped storage and
-// applies each event to the store and the history under the cache lock, then
-// hands it to the dispatcher. The dispatcher, one goroutine, fans events out
-// to the watchers whose selectors match and, on the bookmark tick, sends a
-// bookmark to the watchers whose slot in the bookmarks.Calendar is due. Each
-// watcher has a goroutine that turns cached events into watch.Events for its
-// client. Writes go straight through to the wrapped storage; the cache learns
-// of them from its own watch.
+// Data flows one way. The reflector (reflector.go) lists and watches the
+// wrapped storage, re-opening its watch on transient errors
+// (storage_watch_retry.go), and applies each event to the store and the
+// history (history.go) under the cache lock, then hands it to the
+// dispatcher. The dispatcher (dispatch.go), one goroutine, fans events out
+// to the watchers whose key and selectors match and, on the bookmark tick,
+// sends a bookmark to the watchers whose slot in the bookmarks.Calendar is
+// due. A watcher (watcher.go) has no goroutine while its client keeps up:
+// the dispatcher hands each event to the client's channel, and a pump
+// goroutine runs only while events queue behind a busy client. Writes go
+// straight through to the wrapped storage; the cache learns of them from its
+// own watch.
+//
+// Files follow a request: a watch is parsed, started and registered in
+// watch_request.go, delivered by dispatch.go, event_objects.go,
+// cacheable.go and watcher.go; freshness.go is how reads and watches wait
+// for the RV they need (and the progress requests that move it); read.go
+// serves Get and GetList; backfill.go fills the history from etcd for a
+// resume from before the cache's list; storage_liveness.go tells a silent
+// etcd from an idle one.
 package cacher

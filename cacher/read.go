@@ -6,22 +6,14 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"time"
 
-	"google.golang.org/grpc/metadata"
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/conversion"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/cacher/delegator"
-	"k8s.io/utils/clock"
 )
-
-// progressRequestPeriod is the first spacing of progress requests while a
-// reader waits for the cache to catch up; it doubles up to
-// maxProgressBackoff.
-const progressRequestPeriod = 100 * time.Millisecond
 
 // Get implements storage.Interface. Any RV but "" is served from the cache
 // at or above it. RV "" goes to etcd, as upstream does: a consistent read of
@@ -201,68 +193,6 @@ func (c *Cacher) indexedLocked(ctx context.Context, key string, opts storage.Lis
 func delegateWhileNotReady(opts storage.ListOptions) bool {
 	pred := opts.Predicate
 	return (pred.Label == nil || pred.Label.Empty()) && (pred.Field == nil || pred.Field.Empty()) && pred.Limit > 0
-}
-
-// consistentRV is etcd's current revision: what a consistent read must see.
-func (c *Cacher) consistentRV(ctx context.Context) (uint64, error) {
-	rv, err := c.storageRV(ctx)
-	if err != nil {
-		c.logger.V(2).Info("Consistent read falls back to storage", "err", err)
-	}
-	return rv, err
-}
-
-// storageRV asks the storage for etcd's current revision, for at most
-// freshnessTimeout: with etcd down the call would otherwise hang a watch or a
-// consistent read for as long as the outage lasts. Giving up is a 504 the
-// client retries.
-func (c *Cacher) storageRV(ctx context.Context) (uint64, error) {
-	bounded, cancel := context.WithTimeout(ctx, freshnessTimeout)
-	defer cancel()
-	rv, err := c.storage.GetCurrentResourceVersion(bounded)
-	if err != nil && ctx.Err() == nil && bounded.Err() != nil {
-		return 0, errors.NewTimeoutError(fmt.Sprintf("reading the current resourceVersion of %v took longer than %v", c.groupResource, freshnessTimeout), 1)
-	}
-	return rv, err
-}
-
-// waitFresh blocks until the cache has applied rv, asking etcd for progress
-// notifications meanwhile so a quiet resource catches up without a write.
-// It gives up after freshnessTimeout with the TooLargeResourceVersion error.
-func (c *Cacher) waitFresh(ctx context.Context, rv uint64) error {
-	if rv == 0 {
-		return nil
-	}
-	var timeout clock.Timer
-	for {
-		c.mu.RLock()
-		cur, advanced := c.rv, c.advanced
-		c.mu.RUnlock()
-		if cur >= rv {
-			return nil
-		}
-		if timeout == nil {
-			timeout = c.clock.NewTimer(freshnessTimeout)
-			defer timeout.Stop()
-			defer c.progress.wait()()
-		}
-		select {
-		case <-advanced:
-		case <-timeout.C():
-			return storage.NewTooLargeResourceVersionError(rv, cur, 1)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// requestProgress asks etcd to report progress on the cache's own watch
-// stream (hence the cache's gRPC metadata on the context).
-func (c *Cacher) requestProgress(ctx context.Context) {
-	ctx = metadata.NewOutgoingContext(ctx, c.watchMetadata)
-	if err := c.storage.RequestWatchProgress(ctx); err != nil {
-		c.logger.V(4).Info("Requesting watch progress failed", "err", err)
-	}
 }
 
 // parseRV parses a client's resourceVersion. A malformed one is the

@@ -100,21 +100,3 @@ func (c *Cacher) verifySilence(silent time.Duration) {
 func silentError(timeout time.Duration) error {
 	return fmt.Errorf("%w: nothing from etcd for %v, progress requests unanswered", errStorageSilent, timeout)
 }
-
-// freshenBookmarks runs on every tick: when bookmarks come due by the next
-// tick (at most two granularities away, jitter included) and the cache will
-// by then have heard nothing from etcd for BookmarkMaxStaleness, it asks etcd
-// for progress now, once for the resource, so those bookmarks carry an RV
-// etcd confirmed within the bound. The caller holds c.mu.
-func (c *Cacher) freshenBookmarksLocked(now time.Time) {
-	bound := c.cfg.BookmarkMaxStaleness
-	silent, ok := c.silence(now, bound)
-	ahead := 2 * c.cfg.BookmarkGranularity
-	if !ok || silent+ahead < bound {
-		return
-	}
-	if c.calendar.HasDueBy(now.Add(ahead)) {
-		c.metrics.freshnessProbes.Inc()
-		c.progress.request()
-	}
-}

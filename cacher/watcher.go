@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
+	"k8s.io/utils/clock"
 
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
@@ -41,7 +42,7 @@ const (
 // An idle watch then costs a few hundred bytes instead of a goroutine stack
 // (upstream runs one goroutine per watch).
 type watcher struct {
-	c         *Cacher
+	env       *watcherEnv
 	pred      storage.SelectionPredicate
 	key       string // exact key, or prefix when recursive
 	recursive bool
@@ -87,12 +88,32 @@ type watcher struct {
 
 var _ watch.Interface = (*watcher)(nil)
 
+// watcherEnv is what a watcher needs of its cache, given rather than the
+// cache itself, so a watcher can be tested alone. One per cache, shared by
+// its watchers.
+type watcherEnv struct {
+	clock clock.PassiveClock
+	// buffer bounds the events queued behind a client (Config.WatcherBuffer).
+	buffer int
+	// stop ends every pump when the cache stops; wg owns the pumps.
+	stop <-chan struct{}
+	wg   *sync.WaitGroup
+	// forget removes a watcher from the cache (Stop), graceful or not.
+	forget func(w *watcher, graceful bool)
+	// moved counts a watcher moving between WatchList states.
+	moved func(from, to watchlist.State)
+	// bookmark builds an empty object at rv; dropped reports what could not
+	// be built.
+	bookmark func(rv uint64) (runtime.Object, error)
+	dropped  func(what string, rv uint64, err error, keysAndValues ...any)
+}
+
 // ResultChan implements watch.Interface.
 func (w *watcher) ResultChan() <-chan watch.Event { return w.result }
 
 // Stop implements watch.Interface. Events already in the channel stay
 // readable; what is still queued is dropped.
-func (w *watcher) Stop() { w.c.forgetWatcher(w, false) }
+func (w *watcher) Stop() { w.env.forget(w, false) }
 
 // interested is whether e concerns this watcher: its key, and its selector
 // on the object either before or after the change.
@@ -134,7 +155,7 @@ func (w *watcher) start(ctx context.Context, initial []watch.Event) {
 		return
 	}
 	w.initCtx = ctx
-	w.blockedSinceNanos = w.c.clock.Now().UnixNano()
+	w.blockedSinceNanos = w.env.clock.Now().UnixNano()
 	w.startPumpLocked()
 }
 
@@ -179,7 +200,7 @@ func (w *watcher) deliverLocked(ev watch.Event, now int64) bool {
 // roomLocked is whether the client is keeping up well enough to be queued
 // one more event.
 func (w *watcher) roomLocked(queued int, nowNanos int64) bool {
-	if queued >= w.c.cfg.WatcherBuffer+w.initialLeft {
+	if queued >= w.env.buffer+w.initialLeft {
 		return false
 	}
 	if w.taken != w.seenTaken {
@@ -193,7 +214,7 @@ func (w *watcher) deliveredLocked(ev watch.Event) {
 	// While the marker is on its way no other bookmark is queued, so the
 	// bookmark delivered now is the marker (annotated when it was built).
 	if ev.Type == watch.Bookmark && w.tracker.Delivered() {
-		w.c.metrics.watcherMoved(watchlist.BookmarkReceived, watchlist.BookmarkSent)
+		w.env.moved(watchlist.BookmarkReceived, watchlist.BookmarkSent)
 	}
 }
 
@@ -202,14 +223,14 @@ func (w *watcher) startPumpLocked() {
 		w.done = make(chan struct{})
 	}
 	w.pumping = true
-	w.c.wg.Add(1)
+	w.env.wg.Add(1)
 	go w.pump()
 }
 
 // pump delivers the queue to a client that was busy when events came, and
 // exits once the queue is empty.
 func (w *watcher) pump() {
-	defer w.c.wg.Done()
+	defer w.env.wg.Done()
 	for {
 		w.mu.Lock()
 		if w.state == watcherClosed {
@@ -235,7 +256,7 @@ func (w *watcher) pump() {
 		case w.result <- ev:
 		case <-done:
 			continue
-		case <-w.c.stopCh:
+		case <-w.env.stop:
 			// The cache stopping ends even a watcher draining towards a
 			// client that does not read, so Stop never waits on a client.
 			w.terminate()
@@ -352,12 +373,12 @@ func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject
 		}
 	}
 	if obj == nil {
-		own, err := w.c.bookmarkObject(rv)
+		own, err := w.env.bookmark(rv)
 		if err == nil && before == watchlist.WaitingForBookmark {
 			err = storage.AnnotateInitialEventsEndBookmark(own)
 		}
 		if err != nil {
-			w.c.dropped(dropBookmark, rv, err)
+			w.env.dropped(dropBookmark, rv, err)
 			return false
 		}
 		obj = own
@@ -365,7 +386,7 @@ func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject
 	ev := watch.Event{Type: watch.Bookmark, Object: obj}
 	w.tracker.Accept(rv)
 	if after := w.tracker.State(); after != before {
-		w.c.metrics.watcherMoved(before, after)
+		w.env.moved(before, after)
 	}
 	return w.deliverLocked(ev, nowNanos)
 }

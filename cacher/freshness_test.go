@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -95,4 +97,52 @@ func counter(t *testing.T, m compbasemetrics.CounterMetric) float64 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// The requester alone, with a fake clock and a counting send: one request
+// at once for the first waiter, none more for others joining, then one per
+// backoff (100ms, 200ms, ... up to 1s) while anyone waits; nothing once the
+// last waiter leaves; nothing after stop.
+func TestProgressRequesterAlone(t *testing.T) {
+	clk := testingclock.NewFakeClock(testEpoch)
+	var mu sync.Mutex
+	sent := 0
+	count := func() int { mu.Lock(); defer mu.Unlock(); return sent }
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	p := newProgressRequester(context.Background(), stop, &wg, clk, func(context.Context) {
+		mu.Lock()
+		sent++
+		mu.Unlock()
+	})
+	releases := []func(){p.wait()}
+	poll(t, "the first request", func() bool { return count() == 1 && clk.Waiters() == 1 })
+	for range 9 {
+		releases = append(releases, p.wait())
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("%d requests for 10 waiters before any backoff, want 1", n)
+	}
+	backoff := progressRequestPeriod
+	for want := 2; want <= 6; want++ {
+		clk.Step(backoff)
+		poll(t, fmt.Sprintf("request %d after %v", want, backoff), func() bool { return count() == want && clk.Waiters() == 1 })
+		backoff = min(2*backoff, maxProgressBackoff)
+	}
+	for _, release := range releases {
+		release()
+		release() // twice is harmless
+	}
+	poll(t, "the loop to end with the last waiter", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return !p.running && clk.Waiters() == 0
+	})
+	before := count()
+	close(stop)
+	p.request()
+	wg.Wait()
+	if n := count(); n != before {
+		t.Errorf("%d requests after stop, want none", n-before)
+	}
 }

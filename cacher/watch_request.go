@@ -15,6 +15,11 @@ import (
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
 
+// The watch request: parse it, build its starting point (the state, or the
+// history after its RV), register the watcher so it misses nothing between
+// that point and its first live event. Delivery is dispatch.go and
+// watcher.go.
+
 // Watch implements storage.Interface.
 //
 // The starting point follows the API's resourceVersion rules: unset or "0"
@@ -72,7 +77,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	}
 
 	w := &watcher{
-		c:         c,
+		env:       c.watcherEnv,
 		pred:      opts.Predicate,
 		key:       key,
 		recursive: opts.Recursive,
@@ -154,6 +159,25 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	}
 	w.mu.Unlock()
 	return w, nil
+}
+
+// initialAdded turns cached objects, the state at rv, into the ADDED events
+// a watch starting from it begins with. No copy is made: the client's handle
+// copies on its first change.
+func (c *Cacher) initialAdded(objs []*object, pred storage.SelectionPredicate, rv uint64) []watch.Event {
+	out := make([]watch.Event, 0, len(objs))
+	for _, o := range objs {
+		if !matches(pred, o) {
+			continue
+		}
+		s, err := share(o.obj)
+		if err != nil {
+			c.dropped(dropInitialEvent, rv, err, "key", o.key)
+			continue
+		}
+		out = append(out, watch.Event{Type: watch.Added, Object: s.forWatcher()})
+	}
+	return out
 }
 
 // currentRV is the RV of the newest event or progress the cache applied.

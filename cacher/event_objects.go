@@ -11,16 +11,18 @@ import (
 // the change, and, for watchers the change moved out of their selector, the
 // object before it at the event's RV (a DELETED).
 type eventObjects struct {
-	e             *event
-	c             *Cacher
-	cur, movedOut *sharedObject
+	e         *event
+	versioner storage.Versioner
+	dropped   func(what string, rv uint64, err error, keysAndValues ...any)
+	cur       *sharedObject
+	movedOut  *sharedObject
 	// curFailed and movedOutFailed: building it failed, was reported once,
 	// and is not tried again for the next watcher.
 	curFailed, movedOutFailed bool
 }
 
 func (c *Cacher) objectsOf(e *event) eventObjects {
-	return eventObjects{e: e, c: c}
+	return eventObjects{e: e, versioner: c.versioner, dropped: c.dropped}
 }
 
 // forWatcher is the event as w's client sees it, if at all: an update that
@@ -47,7 +49,7 @@ func (x *eventObjects) forWatcher(w *watcher) (watch.Event, bool) {
 		s, err := share(e.cur.obj)
 		if err != nil {
 			x.curFailed = true
-			x.c.dropped(dropEvent, e.rv, err, "key", e.cur.key)
+			x.dropped(dropEvent, e.rv, err, "key", e.cur.key)
 			return watch.Event{}, false
 		}
 		x.cur = s
@@ -63,11 +65,11 @@ func (x *eventObjects) movedOutEvent() (watch.Event, bool) {
 		old := x.e.prev.obj.DeepCopyObject()
 		s, err := share(old)
 		if err == nil {
-			err = x.c.versioner.UpdateObject(old, x.e.rv)
+			err = x.versioner.UpdateObject(old, x.e.rv)
 		}
 		if err != nil {
 			x.movedOutFailed = true
-			x.c.dropped(dropMovedOut, x.e.rv, err, "key", x.e.prev.key)
+			x.dropped(dropMovedOut, x.e.rv, err, "key", x.e.prev.key)
 			return watch.Event{}, false
 		}
 		x.movedOut = s
@@ -76,25 +78,6 @@ func (x *eventObjects) movedOutEvent() (watch.Event, bool) {
 		return watch.Event{}, false
 	}
 	return watch.Event{Type: watch.Deleted, Object: x.movedOut.forWatcher()}, true
-}
-
-// initialAdded turns cached objects, the state at rv, into the ADDED events
-// a watch starting from it begins with. No copy is made: the client's handle
-// copies on its first change.
-func (c *Cacher) initialAdded(objs []*object, pred storage.SelectionPredicate, rv uint64) []watch.Event {
-	out := make([]watch.Event, 0, len(objs))
-	for _, o := range objs {
-		if !matches(pred, o) {
-			continue
-		}
-		s, err := share(o.obj)
-		if err != nil {
-			c.dropped(dropInitialEvent, rv, err, "key", o.key)
-			continue
-		}
-		out = append(out, watch.Event{Type: watch.Added, Object: s.forWatcher()})
-	}
-	return out
 }
 
 // bookmarkObject is an empty object of the resource's type at rv, as a

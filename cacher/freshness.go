@@ -1,0 +1,195 @@
+package cacher
+
+// Freshness: how a read or a watch waits for the cache to reach the
+// resourceVersion it needs (waitFresh), how it learns etcd's current one
+// (storageRV), and the progress requests that move a quiet resource's RV
+// without a write (progressRequester), fresh bookmarks among them.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/utils/clock"
+)
+
+// progressRequestPeriod is the first spacing of progress requests while a
+// reader waits for the cache to catch up; it doubles up to
+// maxProgressBackoff.
+const progressRequestPeriod = 100 * time.Millisecond
+
+// maxProgressBackoff caps the spacing of progress requests while someone
+// waits: etcd answers a healthy request within milliseconds, so requests that
+// go unanswered only need repeating in case one was lost.
+const maxProgressBackoff = time.Second
+
+// progressRequester asks etcd for watch progress on behalf of everyone in the
+// cache who needs its resourceVersion to move: reads and watches waiting for
+// freshness (a WatchList waiting for its floor among them), the storage
+// liveness probe, fresh bookmarks. A thousand waiting clients cost one
+// request at a time per resource, repeated with a backoff while any waits;
+// upstream's cache asks once per waiting request.
+//
+// It is given what it uses, not the cache: a function that sends one
+// request, a clock, the context and stop channel that end it and the
+// WaitGroup that owns its goroutine.
+type progressRequester struct {
+	send  func(ctx context.Context)
+	clock clock.Clock
+	ctx   context.Context
+	stop  <-chan struct{}
+	wg    *sync.WaitGroup
+
+	// mu is taken after the cache's lock when both are held (the tick asks
+	// for fresh bookmarks under it), never before.
+	mu      sync.Mutex
+	waiters int
+	running bool
+	// idle wakes the loop when the last waiter leaves, so it stops at once
+	// instead of after its backoff.
+	idle chan struct{}
+}
+
+func newProgressRequester(ctx context.Context, stop <-chan struct{}, wg *sync.WaitGroup, clk clock.Clock, send func(context.Context)) *progressRequester {
+	return &progressRequester{send: send, clock: clk, ctx: ctx, stop: stop, wg: wg, idle: make(chan struct{}, 1)}
+}
+
+// wait registers a waiter: requests go out, the first at once, until every
+// waiter has called the returned release.
+func (p *progressRequester) wait() (release func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.waiters++
+	if !p.running && !closed(p.stop) {
+		p.running = true
+		p.wg.Add(1)
+		go p.loop()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.waiters--
+			if p.waiters == 0 {
+				select {
+				case p.idle <- struct{}{}:
+				default:
+				}
+			}
+		})
+	}
+}
+
+// request sends one progress request unless one is already going out.
+func (p *progressRequester) request() { p.wait()() }
+
+func (p *progressRequester) loop() {
+	defer p.wg.Done()
+	backoff := progressRequestPeriod
+	for {
+		ctx, cancel := context.WithTimeout(p.ctx, probeTimeout)
+		p.send(ctx)
+		cancel()
+
+		p.mu.Lock()
+		if p.waiters == 0 {
+			p.running = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		t := p.clock.NewTimer(backoff)
+		select {
+		case <-t.C():
+		case <-p.idle:
+		case <-p.stop:
+		}
+		t.Stop()
+		backoff = min(2*backoff, maxProgressBackoff)
+	}
+}
+
+// consistentRV is etcd's current revision: what a consistent read must see.
+func (c *Cacher) consistentRV(ctx context.Context) (uint64, error) {
+	rv, err := c.storageRV(ctx)
+	if err != nil {
+		c.logger.V(2).Info("Consistent read falls back to storage", "err", err)
+	}
+	return rv, err
+}
+
+// storageRV asks the storage for etcd's current revision, for at most
+// freshnessTimeout: with etcd down the call would otherwise hang a watch or a
+// consistent read for as long as the outage lasts. Giving up is a 504 the
+// client retries.
+func (c *Cacher) storageRV(ctx context.Context) (uint64, error) {
+	bounded, cancel := context.WithTimeout(ctx, freshnessTimeout)
+	defer cancel()
+	rv, err := c.storage.GetCurrentResourceVersion(bounded)
+	if err != nil && ctx.Err() == nil && bounded.Err() != nil {
+		return 0, errors.NewTimeoutError(fmt.Sprintf("reading the current resourceVersion of %v took longer than %v", c.groupResource, freshnessTimeout), 1)
+	}
+	return rv, err
+}
+
+// waitFresh blocks until the cache has applied rv, asking etcd for progress
+// notifications meanwhile so a quiet resource catches up without a write.
+// It gives up after freshnessTimeout with the TooLargeResourceVersion error.
+func (c *Cacher) waitFresh(ctx context.Context, rv uint64) error {
+	if rv == 0 {
+		return nil
+	}
+	var timeout clock.Timer
+	for {
+		c.mu.RLock()
+		cur, advanced := c.rv, c.advanced
+		c.mu.RUnlock()
+		if cur >= rv {
+			return nil
+		}
+		if timeout == nil {
+			timeout = c.clock.NewTimer(freshnessTimeout)
+			defer timeout.Stop()
+			defer c.progress.wait()()
+		}
+		select {
+		case <-advanced:
+		case <-timeout.C():
+			return storage.NewTooLargeResourceVersionError(rv, cur, 1)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// requestProgress asks etcd to report progress on the cache's own watch
+// stream (hence the cache's gRPC metadata on the context).
+func (c *Cacher) requestProgress(ctx context.Context) {
+	ctx = metadata.NewOutgoingContext(ctx, c.watchMetadata)
+	if err := c.storage.RequestWatchProgress(ctx); err != nil {
+		c.logger.V(4).Info("Requesting watch progress failed", "err", err)
+	}
+}
+
+// freshenBookmarks runs on every tick: when bookmarks come due by the next
+// tick (at most two granularities away, jitter included) and the cache will
+// by then have heard nothing from etcd for BookmarkMaxStaleness, it asks etcd
+// for progress now, once for the resource, so those bookmarks carry an RV
+// etcd confirmed within the bound. The caller holds c.mu.
+func (c *Cacher) freshenBookmarksLocked(now time.Time) {
+	bound := c.cfg.BookmarkMaxStaleness
+	silent, ok := c.silence(now, bound)
+	ahead := 2 * c.cfg.BookmarkGranularity
+	if !ok || silent+ahead < bound {
+		return
+	}
+	if c.calendar.HasDueBy(now.Add(ahead)) {
+		c.metrics.freshnessProbes.Inc()
+		c.progress.request()
+	}
+}

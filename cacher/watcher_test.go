@@ -1,0 +1,133 @@
+package cacher
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/watchkeeper/watchkeeper/watchlist"
+)
+
+// newLoneWatcher is a watcher with no cache around it: what it needs is
+// given (watcherEnv), and forgetting it terminates it.
+func newLoneWatcher(buffer int) (*watcher, *sync.WaitGroup, chan struct{}) {
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	w := &watcher{result: make(chan watch.Event, resultBuffer), tracker: watchlist.NewTracker(0)}
+	w.env = &watcherEnv{
+		clock: testingclock.NewFakeClock(testEpoch), buffer: buffer, stop: stop, wg: &wg,
+		forget:   func(w *watcher, graceful bool) { w.terminate() },
+		moved:    func(from, to watchlist.State) {},
+		bookmark: func(uint64) (runtime.Object, error) { return nil, fmt.Errorf("no bookmarks here") },
+		dropped:  func(string, uint64, error, ...any) {},
+	}
+	return w, &wg, stop
+}
+
+func podEvent(i int) watch.Event {
+	return watch.Event{Type: watch.Modified, Object: newTestPod(podName(i), uint64(100+i), nil, "")}
+}
+
+// Handed straight to the channel while it has room, queued behind it (a
+// pump delivering) up to the buffer, refused beyond: the caller then closes
+// the watcher. Everything accepted arrives in order, and the pump ends
+// with the queue.
+func TestWatcherAloneDeliversInOrderWithinItsBuffer(t *testing.T) {
+	const buffer = 3
+	w, wg, _ := newLoneWatcher(buffer)
+	now := testEpoch.UnixNano()
+	for i := range resultBuffer + buffer {
+		if !w.deliver(podEvent(i), now) {
+			t.Fatalf("event %d refused with room left", i)
+		}
+	}
+	if w.deliver(podEvent(resultBuffer+buffer), now) {
+		t.Fatalf("event %d accepted beyond the channel and the buffer", resultBuffer+buffer)
+	}
+	for i := range resultBuffer + buffer {
+		ev := <-w.ResultChan()
+		if got := eventRV(t, ev); got != uint64(100+i) {
+			t.Fatalf("event %d arrived at RV %d, want %d", i, got, 100+i)
+		}
+	}
+	wg.Wait() // the pump ended with its queue
+	w.Stop()
+	if _, ok := <-w.ResultChan(); ok {
+		t.Fatal("the channel is open after Stop")
+	}
+}
+
+// A client that takes nothing for slowClientTimeout is refused the next
+// event even with room in the buffer; one that keeps taking is not.
+func TestWatcherAloneSlowClientTimeout(t *testing.T) {
+	w, wg, stop := newLoneWatcher(100)
+	now := testEpoch.UnixNano()
+	for i := range resultBuffer + 1 { // one queued behind a full channel
+		w.deliver(podEvent(i), now)
+	}
+	later := now + int64(slowClientTimeout)
+	if !w.deliver(podEvent(50), later) {
+		t.Fatalf("refused exactly at the timeout")
+	}
+	if w.deliver(podEvent(51), later+int64(time.Nanosecond)) {
+		t.Fatalf("accepted an event past the timeout although the client took nothing")
+	}
+	close(stop) // the cache stopping ends the pump blocked on the client
+	wg.Wait()
+}
+
+// The dispatcher alone: it hands an event to the candidates that want it
+// (key, selector, not already covered by their start), counts what it
+// handed over, and reports a watcher whose buffer is full as too slow.
+func TestDispatcherAlone(t *testing.T) {
+	all, _, _ := newLoneWatcher(100)
+	all.key, all.recursive, all.pred, all.startRV = "/pods/", true, everything(false), 100
+	other, _, _ := newLoneWatcher(100)
+	other.key, other.pred, other.startRV = "/pods/ns/other", everything(false), 100
+	late, _, _ := newLoneWatcher(100)
+	late.key, late.recursive, late.pred, late.startRV = "/pods/", true, everything(false), 200
+	full, _, _ := newLoneWatcher(0)
+	full.key, full.recursive, full.pred, full.startRV = "/pods/", true, everything(false), 100
+	for i := range resultBuffer { // its channel is full, and it may queue nothing
+		full.deliver(podEvent(i), testEpoch.UnixNano())
+	}
+	var slow []*watcher
+	dispatched := 0
+	d := &dispatcher{env: dispatchEnv{
+		clock:      testingclock.NewFakeClock(testEpoch),
+		candidates: func(dst []*watcher, _ *event) []*watcher { return append(dst, all, other, late, full) },
+		objects: func(e *event) eventObjects {
+			return eventObjects{e: e, versioner: storage.APIObjectVersioner{}, dropped: func(string, uint64, error, ...any) {}}
+		},
+		tooSlow:    func(w *watcher) { slow = append(slow, w) },
+		dispatched: func(n int) { dispatched += n },
+	}}
+	pod := newTestPod("a", 150, nil, "")
+	key, _ := testPodKey(pod)
+	cur := &object{key: key, obj: pod, labels: labels.Set{}, fields: fields.Set{}}
+	d.dispatch(&event{typ: watch.Added, rv: 150, cur: cur})
+	if dispatched != 1 || len(slow) != 1 || slow[0] != full {
+		t.Fatalf("dispatched %d, too slow %d; want 1 (the recursive watcher) and the full one", dispatched, len(slow))
+	}
+	if ev := <-all.ResultChan(); ev.Type != watch.Added || eventRV(t, ev) != 150 {
+		t.Fatalf("got %s, want ADDED a@150", describe(ev))
+	}
+	for name, w := range map[string]*watcher{"another key": other, "started after the event": late} {
+		select {
+		case ev := <-w.ResultChan():
+			t.Errorf("%s: got %s, want nothing", name, describe(ev))
+		default:
+		}
+	}
+	if d.rv != 150 {
+		t.Errorf("dispatcher RV %d, want 150", d.rv)
+	}
+}
