@@ -122,3 +122,56 @@ func BenchmarkBookmarkTick(b *testing.B) {
 		due = c.tick(100, due)
 	}
 }
+
+// BenchmarkDispatchExactKeyWatchers is the kubelet shape: watchers of one
+// object each (by name, not recursive), spread over 10,000 objects, and one
+// write to a random object per op. The index by key makes a write cost the
+// watchers of that object, not all of them.
+func BenchmarkDispatchExactKeyWatchers(b *testing.B) {
+	const objects = 10_000
+	for _, watchers := range []int{1_000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("watchers=%d", watchers), func(b *testing.B) {
+			var pods []*example.Pod
+			for i := range objects {
+				pods = append(pods, newTestPod(podName(i), 100, nil, ""))
+			}
+			fs := newFakeStorage(100, pods...)
+			c := newTestCacher(b, fs, nil)
+			if err := c.WaitReady(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			var delivered atomic.Int64
+			for i := range watchers {
+				w, err := c.Watch(context.Background(), "/pods/"+pods[i%objects].Namespace+"/"+pods[i%objects].Name,
+					storage.ListOptions{ResourceVersion: "100", Predicate: everything(false)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				go func() {
+					for range w.ResultChan() {
+						delivered.Add(1)
+					}
+				}()
+				defer w.Stop()
+			}
+			objs := make([]*object, objects)
+			var err error
+			for i, p := range pods {
+				if objs[i], err = c.newObject(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			d := c.newDispatcher()
+			b.ReportAllocs()
+			b.ResetTimer()
+			rv := uint64(100)
+			for i := 0; b.Loop(); i++ {
+				rv++
+				o := objs[(i*7919)%objects]
+				d.dispatch(&event{typ: watch.Modified, rv: rv, cur: o, prev: o})
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(watchers)/objects, "watchers/write")
+		})
+	}
+}

@@ -7,20 +7,28 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 )
 
-// watcherSet is every open watcher, with those that pin the trigger field
-// (say spec.nodeName=node-1, as kubelets do) filed by that value, so an
-// event wakes only the watchers that can care about it instead of all.
+// watcherSet is every open watcher, filed so an event costs work only for
+// the watchers that can match it, not for all of them:
+//   - those that pin the trigger field (say spec.nodeName=node-1, as
+//     kubelets' pod watches do) by that value;
+//   - the others watching one key (kubelets watch each Secret and ConfigMap
+//     their pods use by name) by that key;
+//   - the others watching a prefix (a namespace, the whole resource) by the
+//     prefix, which ends in "/" (storage.PrepareKey): an event looks up
+//     each "/"-bounded prefix of its key, a handful of map reads.
 type watcherSet struct {
-	all       map[*watcher]struct{}
-	untrigged map[*watcher]struct{}
-	byValue   map[string]map[*watcher]struct{}
+	all      map[*watcher]struct{}
+	byValue  map[string]map[*watcher]struct{}
+	byKey    map[string]map[*watcher]struct{}
+	byPrefix map[string]map[*watcher]struct{}
 }
 
 func newWatcherSet() watcherSet {
 	return watcherSet{
-		all:       make(map[*watcher]struct{}),
-		untrigged: make(map[*watcher]struct{}),
-		byValue:   make(map[string]map[*watcher]struct{}),
+		all:      make(map[*watcher]struct{}),
+		byValue:  make(map[string]map[*watcher]struct{}),
+		byKey:    make(map[string]map[*watcher]struct{}),
+		byPrefix: make(map[string]map[*watcher]struct{}),
 	}
 }
 
@@ -29,46 +37,69 @@ func (s *watcherSet) has(w *watcher) bool {
 	return ok
 }
 
+// index is the map and the key w is filed under.
+func (s *watcherSet) index(w *watcher) (map[string]map[*watcher]struct{}, string) {
+	switch {
+	case w.triggered:
+		return s.byValue, w.triggerValue
+	case !w.recursive:
+		return s.byKey, w.key
+	default:
+		return s.byPrefix, w.key
+	}
+}
+
 func (s *watcherSet) add(w *watcher) {
 	s.all[w] = struct{}{}
-	if !w.triggered {
-		s.untrigged[w] = struct{}{}
-		return
-	}
-	set := s.byValue[w.triggerValue]
+	m, k := s.index(w)
+	set := m[k]
 	if set == nil {
 		set = make(map[*watcher]struct{})
-		s.byValue[w.triggerValue] = set
+		m[k] = set
 	}
 	set[w] = struct{}{}
 }
 
 func (s *watcherSet) remove(w *watcher) {
 	delete(s.all, w)
-	if !w.triggered {
-		delete(s.untrigged, w)
-		return
-	}
-	if set := s.byValue[w.triggerValue]; set != nil {
+	m, k := s.index(w)
+	if set := m[k]; set != nil {
 		delete(set, w)
 		if len(set) == 0 {
-			delete(s.byValue, w.triggerValue)
+			delete(m, k)
 		}
 	}
 }
 
-// candidates appends the watchers an event may concern: the untriggered
-// ones and those filed under the trigger value of the object before or
-// after the change.
+// candidates appends the watchers an event may concern: those filed under
+// the trigger value of the object before or after the change, under its
+// key, or under a prefix of its key. Each watcher is filed once, so none
+// comes twice.
 func (s *watcherSet) candidates(dst []*watcher, e *event) []*watcher {
-	for w := range s.untrigged {
-		dst = append(dst, w)
-	}
 	for w := range s.byValue[e.curTrigger] {
 		dst = append(dst, w)
 	}
 	if e.prevTrigger != e.curTrigger {
 		for w := range s.byValue[e.prevTrigger] {
+			dst = append(dst, w)
+		}
+	}
+	o := e.cur
+	if o == nil {
+		o = e.prev
+	}
+	key := o.key
+	for w := range s.byKey[key] {
+		dst = append(dst, w)
+	}
+	if len(s.byPrefix) == 0 {
+		return dst
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] != '/' {
+			continue
+		}
+		for w := range s.byPrefix[key[:i+1]] {
 			dst = append(dst, w)
 		}
 	}
