@@ -13,10 +13,28 @@
 // The etcd member runs in this process (embedded, restarted on the same
 // ports and data); the sample apiserver runs as a child process of this
 // binary (its "serve" subcommand), so its memory and goroutines are its own.
+//
+// -decorator upstream runs the same workload against k8s.io/apiserver's own
+// cache (--watch-cache-decorator=upstream), for figures side by side: 410s
+// (all, and those answering a resume after a stream ended), client relists,
+// the caches' own relists (apiserver_watch_cache_initializations_total past
+// each process's first), watches a cache terminated
+// (apiserver_terminated_watchers_total) and streams that ended before their
+// timeout without a 410 (the server ended them, or the connection broke).
+//
+// -replicas 3 -etcd-members 3 is the shape operators run (ha.go): a 3-member
+// etcd cluster in this process and three sample apiserver children over it.
+// Each client talks to one replica and, when its connection breaks, resumes
+// on the next from its last event or bookmark; a replica being stopped or
+// down is out of the rotation, as behind a load balancer. Faults come on a
+// fixed clock: a replica killed (kill -9), a replica stopped with SIGTERM
+// (its stop time is measured) and started again, etcd's leader killed, a
+// follower stopped; compactions as in the single shape.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -39,8 +57,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/watchkeeper/watchkeeper/internal/etcdlaunch"
+
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
-	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
 )
 
 func main() {
@@ -68,6 +87,13 @@ type config struct {
 	heartbeat         time.Duration
 	workDir           string
 	keep              bool
+
+	decorator       string
+	historyWindow   time.Duration
+	replicas        int
+	etcdMembers     int
+	faultEvery      time.Duration
+	replicaDowntime time.Duration
 }
 
 func run() int {
@@ -90,7 +116,17 @@ func run() int {
 	fs.DurationVar(&c.heartbeat, "etcd-heartbeat", time.Second, "how often a key outside the server's prefix is written, as a shared etcd's leases and other resources do; 0 for an etcd only the widgets write to (then, once the writers stop, the cache relists every silence timeout: etcd sends no progress to a watch that starts past its revision)")
 	fs.StringVar(&c.workDir, "workdir", "", "where etcd's data and the logs go (default: a new temporary directory)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the work directory after a clean run")
+	fs.StringVar(&c.decorator, "decorator", "watchkeeper", "the server's --watch-cache-decorator: watchkeeper, or upstream (k8s.io/apiserver's own cache) for the same workload side by side")
+	fs.DurationVar(&c.historyWindow, "history-window", 75*time.Second, "watchkeeper's --watch-cache-events-history-window; the default is upstream's fixed window (its 1m bookmark frequency + 15s), so both caches promise the same history")
+	fs.IntVar(&c.replicas, "replicas", 1, "sample apiserver replicas over the same etcd; each client talks to one and resumes on the next when its connection breaks")
+	fs.IntVar(&c.etcdMembers, "etcd-members", 1, "etcd members; with more than one, the faults are the HA shape's (-fault-every) instead of the single member's restarts")
+	fs.DurationVar(&c.faultEvery, "fault-every", 30*time.Second, "HA shape: one fault every so often, in turn: a replica killed (kill -9), a replica stopped (SIGTERM) and started again, etcd's leader killed, a follower stopped")
+	fs.DurationVar(&c.replicaDowntime, "replica-downtime", 5*time.Second, "HA shape: how long a killed replica stays down")
 	_ = fs.Parse(os.Args[1:])
+	if c.replicas < 1 || c.etcdMembers < 1 || (c.etcdMembers > 1 && c.etcdMembers < 3) {
+		fmt.Fprintln(os.Stderr, "soak: -replicas must be at least 1, -etcd-members 1 or at least 3 (a cluster that survives a member's loss)")
+		return 2
+	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -135,12 +171,12 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	klog.SetOutput(clientLog)
 
 	// etcd, and the checker's record of it, from before the first write.
-	etcd, err := startEtcd(filepath.Join(dir, "etcd"))
+	env, err := startEtcdEnv(dir, c.etcdMembers)
 	if err != nil {
 		return false, err
 	}
-	defer etcd.Stop()
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.Endpoint()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	defer env.stop()
+	client, err := clientv3.New(clientv3.Config{Endpoints: env.endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return false, err
 	}
@@ -162,28 +198,46 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 		truthDone.Go(func() { heartbeat(truthCtx, client, c.heartbeat) })
 	}
 
-	srv, err := startServer(ctx, dir, etcd.Endpoint(), []string{
+	// The servers: the same flags whichever the cache (upstream's ignores
+	// the watchkeeper ones).
+	extra := []string{
+		"--watch-cache-decorator=" + c.decorator,
 		"--watch-cache-bookmark-frequency=" + c.bookmarkFrequency.String(),
 		"--watch-cache-bookmark-pre-deadline-offset=1s",
 		"--watch-cache-storage-silence-timeout=" + c.silenceTimeout.String(),
-	})
-	if err != nil {
-		return false, err
+		"--watch-cache-events-history-window=" + c.historyWindow.String(),
 	}
-	defer srv.Stop()
-	goroutinesBefore, err := goroutines(ctx, srv)
+	set := &replicaSet{}
+	defer set.stop()
+	for i := range c.replicas {
+		r := &replica{index: i, name: "server", dir: dir, etcd: env.endpoints(), extra: extra}
+		if c.replicas > 1 {
+			r.name = fmt.Sprintf("server-%d", i)
+		}
+		set.rs = append(set.rs, r)
+	}
+	{
+		errs := make([]error, len(set.rs))
+		var wg sync.WaitGroup
+		for i, r := range set.rs {
+			wg.Go(func() { errs[i] = r.start(ctx) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return false, err
+		}
+	}
+	srv := set.rs[0].process()
+	goroutinesBefore, err := allGoroutines(ctx, set)
 	if err != nil {
 		return false, err
 	}
 	dumpGoroutines(ctx, srv, filepath.Join(dir, "goroutines-before.txt"))
-	logf("etcd %s, sample apiserver %s (pid %d, %v goroutines), work directory %s", etcd.Endpoint(), srv.URL, srv.PID, goroutinesBefore, dir)
-
-	cfg := rest.CopyConfig(srv.Admin)
-	cfg.QPS, cfg.Burst = -1, 0
-	cs, err := clientset.NewForConfig(cfg)
-	if err != nil {
-		return false, err
+	for _, r := range set.rs {
+		p := r.process()
+		logf("%s: %s --watch-cache-decorator=%s (pid %d)", r.name, p.URL, c.decorator, p.PID)
 	}
+	logf("etcd %s, %d sample apiserver(s) (%v goroutines), work directory %s", strings.Join(env.endpoints(), ","), c.replicas, goroutinesBefore, dir)
 	st := newStats()
 
 	// The watchers.
@@ -202,9 +256,9 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 		r := &watcherRec{kind: "watch", spec: specs[i%len(specs)]}
 		if i >= c.watchers {
 			r.kind = "informer"
-			informers = append(informers, &informerHandle{rec: r, informer: informer(watchCtx, cs, keys, r, st, isStopping, &watchersWG)})
+			informers = append(informers, &informerHandle{rec: r, informer: informer(watchCtx, set, i%c.replicas, keys, r, st, isStopping, &watchersWG)})
 		} else {
-			watchersWG.Go(func() { plainWatcher(watchCtx, cs, keys, r, st, isStopping) })
+			watchersWG.Go(func() { plainWatcher(watchCtx, set, i%c.replicas, keys, r, st, isStopping) })
 		}
 		recs = append(recs, r)
 		time.Sleep(5 * time.Millisecond) // a ramp, not a stampede
@@ -232,7 +286,7 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 		}
 	})
 	for id := range c.writers {
-		writersWG.Go(func() { writer(writeCtx, cs, id, c.objects, tokens, st) })
+		writersWG.Go(func() { writer(writeCtx, set, id%c.replicas, id, c.objects, tokens, st) })
 	}
 
 	// The faults: etcd restarts and compactions.
@@ -242,54 +296,26 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	var restarts, compactions atomic.Int64
 	comp := &compaction{}
 	var chaosErr atomic.Value
+	faults := &haFaults{}
+	if env.cluster != nil {
+		chaosWG.Go(func() {
+			if err := haChaos(chaosCtx, ctx, c, set, env.cluster, faults); err != nil {
+				chaosErr.Store(err)
+			}
+		})
+	} else {
+		chaosWG.Go(func() { singleChaos(chaosCtx, c, env.single, client, tr, comp, &restarts, &compactions, &chaosErr) })
+	}
+	// The servers' counters, read now and then (and before each fault).
 	chaosWG.Go(func() {
-		t := time.NewTicker(c.restartEvery)
+		t := time.NewTicker(5 * time.Second)
 		defer t.Stop()
 		for {
 			select {
 			case <-chaosCtx.Done():
 				return
 			case <-t.C:
-			}
-			// Restarts go short, long, short, long with a compaction, and
-			// round again. A short outage the cache rides out; after a long
-			// one it relists, and watchers resume from before its list: it
-			// backfills them from etcd's history, or, when a compaction
-			// took that history, answers 410 and they relist.
-			n := restarts.Load()
-			down := c.downtime
-			if n%2 == 1 {
-				down = c.longDowntime
-			}
-			etcd.Stop()
-			select {
-			case <-chaosCtx.Done():
-			case <-time.After(down):
-			}
-			if err := etcd.Start(); err != nil {
-				chaosErr.Store(err)
-				return
-			}
-			restarts.Add(1)
-			if n%4 != 3 {
-				logf("etcd restarted after %v down", down)
-				continue
-			}
-			// Move the revision past anything a watcher can resume from
-			// (keys no resource watches), then compact up to it, before
-			// the cache is ready again.
-			for try := time.Now(); time.Since(try) < 20*time.Second && chaosCtx.Err() == nil; time.Sleep(time.Second) {
-				if err := bumpRevision(chaosCtx, client, 50); err != nil {
-					continue
-				}
-				if _, err := tr.waitCaughtUp(chaosCtx, client, 5*time.Second); err != nil {
-					continue
-				}
-				if target := int64(tr.seen.Load()); comp.compact(chaosCtx, client, target) {
-					compactions.Add(1)
-					logf("etcd restarted after %v down, and compacted at once at %d", down, target)
-					break
-				}
+				set.scrape(chaosCtx)
 			}
 		}
 	})
@@ -305,9 +331,10 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 		case <-deadline:
 			running = false
 		case <-progress.C:
-			logf("%v: writes %d (errors %d), delivered %d, bookmarks %d, 410s %d, relists %d, streams %d, etcd restarts %d, compactions %d, errors %s",
+			logf("%v: writes %d (errors %d), delivered %d, bookmarks %d, 410s %d (on resume %d), relists %d, streams %d (ended early %d, resumed elsewhere %d), etcd restarts %d, compactions %d, errors %s",
 				time.Since(start).Round(time.Second), st.writes.Load(), st.writeErrs.Load(), st.delivered.Load(), st.bookmarks.Load(),
-				st.gone.Load(), st.relists.Load(), st.streams.Load(), restarts.Load(), compactions.Load(), st.errorSummary())
+				st.gone.Load(), st.resumeGone.Load(), st.relists.Load(), st.streams.Load(), st.endedEarly.Load(), st.resumedElsewhere.Load(),
+				restarts.Load(), compactions.Load(), st.errorSummary())
 		}
 	}
 	progress.Stop()
@@ -316,8 +343,15 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	if err, _ := chaosErr.Load().(error); err != nil {
 		return false, err
 	}
-	if err := etcd.Start(); err != nil { // up for the end, whatever the schedule
+	if err := env.startAll(); err != nil { // up for the end, whatever the schedule
 		return false, err
+	}
+	for _, r := range set.rs {
+		if _, up := r.client(); !up {
+			if err := r.start(ctx); err != nil {
+				return false, err
+			}
+		}
 	}
 	stopWriters()
 	writersWG.Wait()
@@ -361,24 +395,36 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	stopTruth()
 	truthDone.Wait()
 
-	// The server once its clients are gone: their connections too.
-	if t, err := rest.TransportFor(cfg); err == nil {
-		utilnet.CloseIdleConnectionsFor(t)
+	// The servers once their clients are gone: their connections too.
+	for _, r := range set.rs {
+		r.mu.Lock()
+		cfg := r.cfg
+		r.mu.Unlock()
+		if t, err := rest.TransportFor(cfg); err == nil {
+			utilnet.CloseIdleConnectionsFor(t)
+		}
 	}
 	goroutinesAfter := goroutinesBefore
 	for settle := time.Now(); time.Since(settle) < 20*time.Second; time.Sleep(2 * time.Second) {
-		if goroutinesAfter, err = goroutines(ctx, srv); err != nil {
+		if goroutinesAfter, err = allGoroutines(ctx, set); err != nil {
 			return false, err
 		}
 		if goroutinesAfter <= goroutinesBefore {
 			break
 		}
 	}
+	srv = set.rs[0].process()
 	dumpGoroutines(ctx, srv, filepath.Join(dir, "goroutines-after.txt"))
-	maxRSS, err := srv.PeakRSSBytes()
-	if err != nil {
-		return false, err
+	var maxRSS uint64
+	for _, r := range set.rs {
+		rss, err := r.process().PeakRSSBytes()
+		if err != nil {
+			return false, err
+		}
+		maxRSS = max(maxRSS, rss)
 	}
+	set.scrape(ctx)
+	terminated, cacheRelists := set.counters()
 	var self syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
 
@@ -398,14 +444,78 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 		st.mu.Unlock()
 	}
 
-	fmt.Printf("soak: duration=%v written=%d delivered=%d lost=%d duplicated=%d unexpected=%d 410s=%d relists=%d "+
-		"watchers=%d informers=%d behind=%d store_mismatches=%d streams=%d etcd_restarts=%d compactions=%d "+
+	faultFigures := fmt.Sprintf("etcd_restarts=%d", restarts.Load())
+	if env.cluster != nil {
+		faultFigures = fmt.Sprintf("replica_kills=%d replica_sigterms=%d replica_stop_times=%s etcd_leader_kills=%d etcd_follower_stops=%d",
+			faults.kills.Load(), faults.sigterms.Load(), faults.stopTimesString(), faults.leaderStops.Load(), faults.followerStops.Load())
+	}
+	fmt.Printf("soak: decorator=%s replicas=%d etcd_members=%d duration=%v written=%d delivered=%d lost=%d duplicated=%d unexpected=%d "+
+		"410s=%d resume_410s=%d relists=%d cache_relists=%.0f terminated_watchers=%.0f streams_ended_early=%d resumed_elsewhere=%d "+
+		"watchers=%d informers=%d behind=%d store_mismatches=%d streams=%d %s compactions=%d "+
 		"max_rss=%.0fMiB goroutines_before=%.0f goroutines_after=%.0f soak_max_rss=%.0fMiB\n",
-		c.duration, res.written, res.delivered, res.lost, res.duplicated, res.unexpected, st.gone.Load(), st.relists.Load(),
-		c.watchers, c.informers, behind, storeMismatch, res.streams, restarts.Load(), compactions.Load(),
+		c.decorator, c.replicas, c.etcdMembers, c.duration, res.written, res.delivered, res.lost, res.duplicated, res.unexpected,
+		st.gone.Load(), st.resumeGone.Load(), st.relists.Load(), cacheRelists, terminated, st.endedEarly.Load(), st.resumedElsewhere.Load(),
+		c.watchers, c.informers, behind, storeMismatch, res.streams, faultFigures, compactions.Load(),
 		float64(maxRSS)/(1<<20), goroutinesBefore, goroutinesAfter, float64(self.Maxrss)/1024)
 	ok = res.lost == 0 && res.duplicated == 0 && res.unexpected == 0 && behind == 0 && storeMismatch == 0 && res.written > 0
 	return ok, nil
+}
+
+// singleChaos is the single member's fault schedule: etcd restarted every
+// c.restartEvery, alternately c.downtime and c.longDowntime down, and after
+// every other long outage compacted at once.
+func singleChaos(chaosCtx context.Context, c config, etcd *etcdlaunch.Member, client *clientv3.Client, tr *truth, comp *compaction,
+	restarts, compactions *atomic.Int64, chaosErr *atomic.Value) {
+	t := time.NewTicker(c.restartEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-chaosCtx.Done():
+			return
+		case <-t.C:
+		}
+		// Restarts go short, long, short, long with a compaction, and
+		// round again. A short outage is shorter than the server's
+		// silence timeout, a long one longer; after every other long one
+		// etcd is compacted at once, so whatever must go back to etcd
+		// from before the outage (a cache, a watcher resuming where a
+		// cache cannot serve it) finds that history gone: 410.
+		n := restarts.Load()
+		down := c.downtime
+		if n%2 == 1 {
+			down = c.longDowntime
+		}
+		etcd.Stop()
+		select {
+		case <-chaosCtx.Done():
+		case <-time.After(down):
+		}
+		if err := etcd.Start(); err != nil {
+			chaosErr.Store(err)
+			return
+		}
+		restarts.Add(1)
+		if n%4 != 3 {
+			logf("etcd restarted after %v down", down)
+			continue
+		}
+		// Move the revision past anything a watcher can resume from
+		// (keys no resource watches), then compact up to it, before
+		// the cache is ready again.
+		for try := time.Now(); time.Since(try) < 20*time.Second && chaosCtx.Err() == nil; time.Sleep(time.Second) {
+			if err := bumpRevision(chaosCtx, client, 50); err != nil {
+				continue
+			}
+			if _, err := tr.waitCaughtUp(chaosCtx, client, 5*time.Second); err != nil {
+				continue
+			}
+			if target := int64(tr.seen.Load()); comp.compact(chaosCtx, client, target) {
+				compactions.Add(1)
+				logf("etcd restarted after %v down, and compacted at once at %d", down, target)
+				break
+			}
+		}
+	}
 }
 
 // informerHandle keeps an informer with its record, for the store check.

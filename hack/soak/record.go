@@ -154,10 +154,19 @@ type stats struct {
 	delivered atomic.Int64 // object events received on streams
 	bookmarks atomic.Int64
 	gone      atomic.Int64 // 410 Gone/Expired answers, in the stream or not
-	relists   atomic.Int64 // states after a watcher's first
-	streams   atomic.Int64
-	writes    atomic.Int64 // writes the writers got an answer for
-	writeErrs atomic.Int64
+	// resumeGone are those of them answering a watch that resumed after a
+	// stream ended (from its last event or bookmark), not a first watch.
+	resumeGone atomic.Int64
+	// endedEarly counts streams that ended well before their timeout
+	// without a 410: the server ended them, or the connection broke.
+	endedEarly atomic.Int64
+	// resumedElsewhere counts resumes on another replica than the stream
+	// before.
+	resumedElsewhere atomic.Int64
+	relists          atomic.Int64 // states after a watcher's first
+	streams          atomic.Int64
+	writes           atomic.Int64 // writes the writers got an answer for
+	writeErrs        atomic.Int64
 
 	mu       sync.Mutex
 	errors   map[string]int    // other errors, by status code or kind
@@ -188,6 +197,13 @@ func (s *stats) noteError(where string, err error) {
 		s.messages[where+":"+code] = err.Error()
 	}
 	s.mu.Unlock()
+}
+
+func (s *stats) noteGone(resuming bool) {
+	s.gone.Add(1)
+	if resuming {
+		s.resumeGone.Add(1)
+	}
 }
 
 func isGone(err error) bool {

@@ -4,7 +4,8 @@ import (
 	"context"
 	"net/http"
 	"os"
-	"path/filepath"
+	"strings"
+	"time"
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/component-base/cli"
@@ -27,9 +28,9 @@ func serve(args []string) int {
 	return cli.Run(cmd)
 }
 
-// startServer starts the sample apiserver child on etcdURL, its data in
-// dir/server and its log in dir/server.log, and waits until it is ready.
-func startServer(ctx context.Context, dir, etcdURL string, extra []string) (*childserver.Process, error) {
+// startServer starts a sample apiserver child on the etcd endpoints, its
+// data in dataDir and its log in logPath, and waits until it is ready.
+func startServer(ctx context.Context, dataDir, logPath string, etcd []string, extra []string) (*childserver.Process, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -37,7 +38,7 @@ func startServer(ctx context.Context, dir, etcdURL string, extra []string) (*chi
 	return childserver.Start(ctx, childserver.Options{
 		Command: []string{self, serveCommand},
 		Args: append([]string{
-			"--etcd-servers=" + etcdURL,
+			"--etcd-servers=" + strings.Join(etcd, ","),
 			// The soak compacts etcd itself, on its own schedule, through the
 			// key apiservers agree on compactions with; the server's
 			// compactor (started, as with any interval but 0) then only
@@ -46,8 +47,11 @@ func startServer(ctx context.Context, dir, etcdURL string, extra []string) (*chi
 			"--http2-max-streams-per-connection=1000",
 			"-v=1",
 		}, extra...),
-		DataDir: filepath.Join(dir, "server"),
-		LogPath: filepath.Join(dir, "server.log"),
+		DataDir: dataDir,
+		LogPath: logPath,
+		// A replica told to stop is given the HTTP server's whole 60s
+		// shutdown timeout and more: its stop time is a figure of the soak.
+		StopGrace: 90 * time.Second,
 	})
 }
 
@@ -58,6 +62,21 @@ func goroutines(ctx context.Context, srv *childserver.Process) (float64, error) 
 		return 0, err
 	}
 	return m[0], nil
+}
+
+// allGoroutines is go_goroutines summed over the replicas running.
+func allGoroutines(ctx context.Context, set *replicaSet) (float64, error) {
+	var sum float64
+	for _, r := range set.rs {
+		if p := r.process(); p != nil {
+			n, err := goroutines(ctx, p)
+			if err != nil {
+				return 0, err
+			}
+			sum += n
+		}
+	}
+	return sum, nil
 }
 
 // dumpGoroutines saves the server's goroutines (pprof, debug=1) to path,

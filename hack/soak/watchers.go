@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -13,7 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
-	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
+	v1alpha1client "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned/typed/demo/v1alpha1"
 )
 
 const initialEventsEnd = "k8s.io/initial-events-end"
@@ -48,19 +49,30 @@ func eventType(t watch.EventType) uint8 {
 }
 
 // plainWatcher is a client that lists once, then watches, resuming from its
-// last event or bookmark whenever a stream ends, and lists again only when
-// the server answers 410: what a careful hand-written client does.
-func plainWatcher(ctx context.Context, cs clientset.Interface, keys *keyTable, r *watcherRec, st *stats, stopping func() bool) {
-	widgets := cs.DemoV1alpha1().Widgets(r.spec.ns)
+// last event or bookmark whenever a stream ends (and lists again only when
+// the server answers 410): what a careful hand-written client does. It
+// talks to its home replica; when a connection breaks (an error, or a
+// stream the server ended before its timeout) it goes on with the next
+// replica, resuming there.
+func plainWatcher(ctx context.Context, set *replicaSet, home int, keys *keyTable, r *watcherRec, st *stats, stopping func() bool) {
 	sel := metav1.ListOptions{LabelSelector: r.spec.labelStr, FieldSelector: r.spec.fieldStr}
 	needList, listed := true, false
 	var known string
+	cur, lastStream, resuming := home, -1, false
 	for ctx.Err() == nil {
+		at, cs, ok := set.client(cur)
+		if !ok {
+			backoff(ctx)
+			continue
+		}
+		cur = at
+		widgets := cs.DemoV1alpha1().Widgets(r.spec.ns)
 		if needList {
 			l, err := widgets.List(ctx, sel) // consistent: RV ""
 			if err != nil {
 				if ctx.Err() == nil {
 					st.noteError("list", err)
+					cur = set.next(cur)
 					backoff(ctx)
 				}
 				continue
@@ -73,26 +85,33 @@ func plainWatcher(ctx context.Context, cs clientset.Interface, keys *keyTable, r
 			if listed {
 				st.relists.Add(1)
 			}
-			listed, needList, known = true, false, l.ResourceVersion
+			listed, needList, known, resuming = true, false, l.ResourceVersion, false
 		}
 		opts := sel
 		opts.ResourceVersion, opts.AllowWatchBookmarks = known, true
 		timeout := int64(30 + rand.IntN(90))
 		opts.TimeoutSeconds = &timeout
+		opened := time.Now()
 		w, err := widgets.Watch(ctx, opts)
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
 			case isGone(err):
-				st.gone.Add(1)
+				st.noteGone(resuming)
 				needList = true
 			default:
 				st.noteError("watch", err)
+				cur = set.next(cur)
 				backoff(ctx)
 			}
 			continue
 		}
 		st.streams.Add(1)
+		if resuming && lastStream >= 0 && cur != lastStream {
+			st.resumedElsewhere.Add(1)
+		}
+		lastStream = cur
+		gone := false
 		seg := r.beginStream(parseRV(known))
 		for ev := range w.ResultChan() {
 			switch ev.Type {
@@ -115,8 +134,8 @@ func plainWatcher(ctx context.Context, cs clientset.Interface, keys *keyTable, r
 			case watch.Error:
 				err := apierrors.FromObject(ev.Object)
 				if isGone(err) {
-					st.gone.Add(1)
-					needList = true
+					st.noteGone(resuming)
+					needList, gone = true, true
 				} else if !stopping() {
 					st.noteError("stream", err)
 				}
@@ -124,6 +143,13 @@ func plainWatcher(ctx context.Context, cs clientset.Interface, keys *keyTable, r
 		}
 		w.Stop()
 		r.endStream(seg, stopping())
+		resuming = true
+		// A stream that ends well before its timeout, with no 410, was
+		// ended by the server or its connection broke: resume elsewhere.
+		if !gone && ctx.Err() == nil && !stopping() && time.Since(opened) < time.Duration(timeout-2)*time.Second {
+			st.endedEarly.Add(1)
+			cur = set.next(cur)
+		}
 	}
 }
 
@@ -140,11 +166,13 @@ func strconvRV(rv uint64, known string) string {
 // client-go's WatchListClient on (the default), its reflector starts, and
 // starts over after a 410, with a WatchList stream; between, it resumes
 // plain watches from its last RV. Every list and watch its reflector makes
-// goes through a tap that records what the server sent.
-func informer(ctx context.Context, cs clientset.Interface, keys *keyTable, r *watcherRec, st *stats, stopping func() bool, wg *sync.WaitGroup) cache.SharedIndexInformer {
-	widgets := cs.DemoV1alpha1().Widgets(r.spec.ns)
+// goes through a tap that records what the server sent. Like a plain
+// watcher, it talks to its home replica and goes on with the next one when
+// a connection breaks.
+func informer(ctx context.Context, set *replicaSet, home int, keys *keyTable, r *watcherRec, st *stats, stopping func() bool, wg *sync.WaitGroup) cache.SharedIndexInformer {
 	var mu sync.Mutex
 	states := 0
+	cur, lastStream := home, -1
 	noteState := func(rv uint64, items []item) {
 		r.addState(rv, items)
 		mu.Lock()
@@ -154,16 +182,40 @@ func informer(ctx context.Context, cs clientset.Interface, keys *keyTable, r *wa
 		states++
 		mu.Unlock()
 	}
+	// widgets is the current replica's client (the next one up when it is
+	// down), and where it is.
+	widgets := func() (int, v1alpha1client.WidgetInterface, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		at, cs, ok := set.client(cur)
+		if !ok {
+			return cur, nil, errors.New("no replica up")
+		}
+		cur = at
+		return at, cs.DemoV1alpha1().Widgets(r.spec.ns), nil
+	}
+	failover := func(from int) {
+		mu.Lock()
+		if cur == from {
+			cur = set.next(cur)
+		}
+		mu.Unlock()
+	}
 	var pending []item // a paged LIST's items so far
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
 			options.LabelSelector, options.FieldSelector = r.spec.labelStr, r.spec.fieldStr
+			at, widgets, err := widgets()
+			if err != nil {
+				return nil, err
+			}
 			l, err := widgets.List(ctx, options)
 			if err != nil {
 				if isGone(err) {
-					st.gone.Add(1)
+					st.noteGone(false)
 				} else if ctx.Err() == nil {
 					st.noteError("informer-list", err)
+					failover(at)
 				}
 				return l, err
 			}
@@ -183,18 +235,41 @@ func informer(ctx context.Context, cs clientset.Interface, keys *keyTable, r *wa
 		},
 		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
 			options.LabelSelector, options.FieldSelector = r.spec.labelStr, r.spec.fieldStr
+			listing := options.SendInitialEvents != nil && *options.SendInitialEvents
+			resuming := !listing && options.ResourceVersion != "" && options.ResourceVersion != "0"
+			at, widgets, err := widgets()
+			if err != nil {
+				return nil, err
+			}
+			opened := time.Now()
 			w, err := widgets.Watch(ctx, options)
 			if err != nil {
 				if isGone(err) {
-					st.gone.Add(1)
+					st.noteGone(resuming)
 				} else if ctx.Err() == nil {
 					st.noteError("informer-watch", err)
+					failover(at)
 				}
 				return nil, err
 			}
 			st.streams.Add(1)
-			listing := options.SendInitialEvents != nil && *options.SendInitialEvents
-			return newTap(w, keys, r, st, listing, parseRV(options.ResourceVersion), noteState, stopping), nil
+			mu.Lock()
+			if resuming && lastStream >= 0 && at != lastStream {
+				st.resumedElsewhere.Add(1)
+			}
+			lastStream = at
+			mu.Unlock()
+			var deadline time.Time
+			if options.TimeoutSeconds != nil {
+				deadline = opened.Add(time.Duration(*options.TimeoutSeconds-2) * time.Second)
+			}
+			onEnd := func(gone, stoppedByClient bool) {
+				if !gone && !stoppedByClient && ctx.Err() == nil && !stopping() && (deadline.IsZero() || time.Now().Before(deadline)) {
+					st.endedEarly.Add(1)
+					failover(at)
+				}
+			}
+			return newTap(w, keys, r, st, listing, resuming, parseRV(options.ResourceVersion), noteState, stopping, onEnd), nil
 		},
 	}
 	inf := cache.NewSharedIndexInformer(lw, &v1alpha1.Widget{}, 0, cache.Indexers{})
@@ -210,11 +285,20 @@ type tap struct {
 	once    sync.Once
 }
 
-func newTap(inner watch.Interface, keys *keyTable, r *watcherRec, st *stats, listing bool, from uint64,
-	noteState func(uint64, []item), stopping func() bool) *tap {
+func newTap(inner watch.Interface, keys *keyTable, r *watcherRec, st *stats, listing, resuming bool, from uint64,
+	noteState func(uint64, []item), stopping func() bool, onEnd func(gone, stoppedByClient bool)) *tap {
 	t := &tap{inner: inner, out: make(chan watch.Event), stopped: make(chan struct{})}
 	go func() {
 		defer close(t.out)
+		gone := false
+		defer func() {
+			select {
+			case <-t.stopped:
+				onEnd(gone, true)
+			default:
+				onEnd(gone, false)
+			}
+		}()
 		var seg *segment
 		if !listing {
 			seg = r.beginStream(from)
@@ -230,7 +314,8 @@ func newTap(inner watch.Interface, keys *keyTable, r *watcherRec, st *stats, lis
 			case ev.Type == watch.Error:
 				err := apierrors.FromObject(ev.Object)
 				if isGone(err) {
-					st.gone.Add(1)
+					st.noteGone(resuming)
+					gone = true
 				} else if !stopping() {
 					st.noteError("informer-stream", err)
 				}

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
-	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
 )
 
 // What the writers vary, and the watchers select on: every widget is
@@ -55,8 +54,9 @@ func randomize(w *v1alpha1.Widget, all bool) {
 // writer creates, updates and deletes its own widgets, one write per token.
 // It owns them, so its writes never conflict with another writer's; after
 // an error (etcd may be down) it reads the widget back before writing it
-// again, as the write may have happened.
-func writer(ctx context.Context, cs clientset.Interface, id, objects int, tokens <-chan struct{}, st *stats) {
+// again, as the write may have happened. It writes through its home
+// replica, and through the next one after an error.
+func writer(ctx context.Context, set *replicaSet, home, id, objects int, tokens <-chan struct{}, st *stats) {
 	type owned struct {
 		ns, name string
 		obj      *v1alpha1.Widget // nil: absent
@@ -66,12 +66,18 @@ func writer(ctx context.Context, cs clientset.Interface, id, objects int, tokens
 	for j := range objs {
 		objs[j] = owned{ns: soakNamespace(j % soakNamespaces), name: fmt.Sprintf("w%02d-%03d", id, j)}
 	}
+	cur := home
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tokens:
 		}
+		at, cs, ok := set.client(cur)
+		if !ok {
+			continue
+		}
+		cur = at
 		o := &objs[rand.IntN(objects)]
 		widgets := cs.DemoV1alpha1().Widgets(o.ns)
 		var err error
@@ -87,6 +93,7 @@ func writer(ctx context.Context, cs clientset.Interface, id, objects int, tokens
 			}
 			if err != nil {
 				st.writeErrs.Add(1)
+				cur = set.next(cur)
 			}
 			continue
 		case o.obj == nil:
@@ -110,6 +117,7 @@ func writer(ctx context.Context, cs clientset.Interface, id, objects int, tokens
 			}
 			st.writeErrs.Add(1)
 			o.obj, o.unknown = nil, true
+			cur = set.next(cur)
 			continue
 		}
 		st.writes.Add(1)
