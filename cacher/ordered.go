@@ -22,6 +22,11 @@ func newOrderedObjects() orderedObjects {
 func (o orderedObjects) set(obj *object)    { o.tree.ReplaceOrInsert(obj) }
 func (o orderedObjects) delete(obj *object) { o.tree.Delete(obj) }
 
+// clone is a copy-on-write copy, O(1): it may be read without the cache's
+// lock while the original takes writes. Taking it writes the original's
+// copy-on-write context, so the caller holds the lock exclusively.
+func (o orderedObjects) clone() orderedObjects { return orderedObjects{tree: o.tree.Clone()} }
+
 // reset replaces every object, after a (re)list.
 func (o *orderedObjects) reset(objs []any) {
 	*o = newOrderedObjects()

@@ -88,14 +88,30 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	w.triggerValue, w.triggered = c.trigger.valueFor(opts.Predicate)
 
 	var initial []watch.Event
+	fromState := sendInitial || (requestedRV == 0 && opts.SendInitialEvents == nil)
+	var stateRV uint64
+	if fromState {
+		if initial, stateRV, err = c.initialState(ctx, key, opts); err != nil {
+			return nil, err
+		}
+	}
 	c.mu.Lock()
 	if c.ready.state != stateReady {
 		c.mu.Unlock()
 		return nil, notReadyError(c.clock.Now(), c.ready.since)
 	}
 	switch {
-	case sendInitial || (requestedRV == 0 && opts.SendInitialEvents == nil):
-		initial = c.initialAdded(c.objectsLocked(key, opts.Recursive), opts.Predicate, c.rv)
+	case fromState:
+		// The state was read at stateRV; what the cache applied since is
+		// in the history, and follows it, so nothing is missed between the
+		// state and the first live event. When the history no longer
+		// reaches back to stateRV (a relist, or a write storm at capacity
+		// while the state was built), the state is read again, here.
+		if events, ok := c.history.since(stateRV); ok && stateRV >= c.history.startRV {
+			initial = c.appendInterested(initial, w, events)
+		} else {
+			initial = c.initialAdded(c.objectsLocked(key, opts.Recursive), opts.Predicate, c.rv)
+		}
 		w.startRV = c.rv
 	case requestedRV == 0:
 		// From now: etcd's current RV when it was read (RV "" with
@@ -110,14 +126,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 			c.metrics.expiredWatches.Inc()
 			return newErrWatcher(errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", requestedRV, oldest))), nil
 		}
-		for _, e := range events {
-			if w.interested(e) {
-				objs := c.objectsOf(e)
-				if out, ok := objs.forWatcher(w); ok {
-					initial = append(initial, out)
-				}
-			}
-		}
+		initial = c.appendInterested(initial, w, events)
 		w.startRV = max(requestedRV, c.rv)
 	}
 	floor := uint64(0)
@@ -176,6 +185,51 @@ func (c *Cacher) initialAdded(objs []*object, pred storage.SelectionPredicate, r
 			continue
 		}
 		out = append(out, watch.Event{Type: watch.Added, Object: s.forWatcher()})
+	}
+	return out
+}
+
+// initialState is the state a watch starts from, as ADDED events, and the
+// RV it was read at. The cache's exclusive lock is held only to take a
+// copy-on-write clone of the ordered objects (O(1)), or for an index lookup
+// when the selector pins an indexed field (spec.nodeName for a kubelet's
+// pods: only that node's pods are read), or for a single key; the walk
+// under the prefix, the selector matches and the shared objects are built
+// outside it, so an informer start storm does not hold up the reflector,
+// lists and Gets for the length of a full scan each.
+func (c *Cacher) initialState(ctx context.Context, key string, opts storage.ListOptions) ([]watch.Event, uint64, error) {
+	c.mu.Lock()
+	if c.ready.state != stateReady {
+		c.mu.Unlock()
+		return nil, 0, notReadyError(c.clock.Now(), c.ready.since)
+	}
+	rv := c.rv
+	var objs []*object
+	var clone orderedObjects
+	switch indexed, ok := c.indexedLocked(ctx, key, opts); {
+	case !opts.Recursive:
+		objs = c.objectsLocked(key, false)
+	case ok:
+		objs = indexed
+	default:
+		clone = c.ordered.clone()
+	}
+	c.mu.Unlock()
+	if clone.tree != nil {
+		objs = clone.under(key)
+	}
+	return c.initialAdded(objs, opts.Predicate, rv), rv, nil
+}
+
+// appendInterested appends what w is sent of events, those that concern it.
+func (c *Cacher) appendInterested(out []watch.Event, w *watcher, events []*event) []watch.Event {
+	for _, e := range events {
+		if w.interested(e) {
+			objs := c.objectsOf(e)
+			if ev, ok := objs.forWatcher(w); ok {
+				out = append(out, ev)
+			}
+		}
 	}
 	return out
 }
