@@ -30,8 +30,8 @@ type dispatchEnv struct {
 	objects func(e *event) eventObjects
 	// tooSlow closes a watcher that cannot keep up.
 	tooSlow func(w *watcher)
-	// dispatched counts the events handed to watchers.
-	dispatched func(n int)
+	// dispatched counts an event dispatched, once whatever the watchers.
+	dispatched func()
 }
 
 func (c *Cacher) newDispatcher() *dispatcher {
@@ -44,7 +44,7 @@ func (c *Cacher) newDispatcher() *dispatcher {
 		},
 		objects:    c.objectsOf,
 		tooSlow:    c.terminateSlow,
-		dispatched: func(n int) { c.metrics.eventsDispatched.Add(float64(n)) },
+		dispatched: c.metrics.eventsDispatched.Inc,
 	}}
 }
 
@@ -74,13 +74,15 @@ func (d *dispatcher) dispatch(e *event) {
 	if e.rv > d.rv {
 		d.rv = e.rv
 	}
+	// Once per event, progress included, however many watchers get it:
+	// what upstream's apiserver_watch_cache_events_dispatched_total counts.
+	d.env.dispatched()
 	if e.isProgress() {
 		return
 	}
 	d.candidates = d.env.candidates(d.candidates[:0], e)
 	objs := d.env.objects(e)
 	now := d.env.clock.Now().UnixNano()
-	delivered := 0
 	for _, w := range d.candidates {
 		// A watcher that started from a state at or after this event already
 		// has it.
@@ -93,12 +95,9 @@ func (d *dispatcher) dispatch(e *event) {
 		}
 		if !w.deliver(out, now) {
 			d.env.tooSlow(w)
-			continue
 		}
-		delivered++
 	}
 	clear(d.candidates)
-	d.env.dispatched(delivered)
 }
 
 // tick sends the watchers due a bookmark at rv (the dispatcher's: every

@@ -156,6 +156,9 @@ func (c *Cacher) waitFresh(ctx context.Context, rv uint64) error {
 			timeout = c.clock.NewTimer(freshnessTimeout)
 			defer timeout.Stop()
 			defer c.progress.wait()()
+			// Only a wait is observed, as upstream's read_wait_seconds.
+			start := c.clock.Now()
+			defer func() { c.metrics.readWait.Observe(c.clock.Since(start).Seconds()) }()
 		}
 		select {
 		case <-advanced:

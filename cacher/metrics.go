@@ -1,6 +1,7 @@
 package cacher
 
 import (
+	"strconv"
 	"sync"
 	"time"
 
@@ -106,13 +107,14 @@ func registerMetrics() {
 
 // resourceMetrics are one resource's series, resolved once.
 type resourceMetrics struct {
-	eventsReceived          compbasemetrics.CounterMetric
-	eventsDispatched        compbasemetrics.CounterMetric
-	terminatedWatchers      compbasemetrics.CounterMetric
-	initializations         compbasemetrics.CounterMetric
-	initializationErrors    compbasemetrics.CounterMetric
-	consistentReadFallbacks compbasemetrics.CounterMetric
-	gr                      schema.GroupResource
+	eventsReceived       compbasemetrics.CounterMetric
+	eventsDispatched     compbasemetrics.CounterMetric
+	terminatedWatchers   compbasemetrics.CounterMetric
+	initializations      compbasemetrics.CounterMetric
+	initializationErrors compbasemetrics.CounterMetric
+	initEvents           compbasemetrics.CounterMetric
+	readWait             compbasemetrics.ObserverMetric
+	gr                   schema.GroupResource
 
 	bookmarksSent          compbasemetrics.CounterMetric
 	storageBookmarks       compbasemetrics.CounterMetric
@@ -132,24 +134,25 @@ func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
 	registerMetrics()
 	g, r := gr.Group, gr.Resource
 	m := &resourceMetrics{
-		eventsReceived:          upstream.EventsReceivedCounter.WithLabelValues(g, r),
-		eventsDispatched:        upstream.EventsCounter.WithLabelValues(g, r),
-		terminatedWatchers:      upstream.TerminatedWatchersCounter.WithLabelValues(g, r),
-		initializations:         upstream.WatchCacheInitializations.WithLabelValues(g, r),
-		initializationErrors:    upstream.WatchCacheInitializationErrors.WithLabelValues(g, r),
-		consistentReadFallbacks: upstream.ConsistentReadTotal.WithLabelValues(g, r, "false", "true"),
-		gr:                      gr,
-		bookmarksSent:           bookmarksSent.WithLabelValues(g, r),
-		storageBookmarks:        storageBookmarks.WithLabelValues(g, r),
-		tickDuration:            tickDuration.WithLabelValues(g, r),
-		watchersDue:             watchersDue.WithLabelValues(g, r),
-		historyEvents:           historyEvents.WithLabelValues(g, r),
-		historyForcedEvictions:  historyForcedEvictions.WithLabelValues(g, r),
-		expiredWatches:          expiredWatches.WithLabelValues(g, r),
-		freshnessTimeouts:       map[string]compbasemetrics.CounterMetric{},
-		freshnessProbes:         freshnessProbes.WithLabelValues(g, r),
-		storageWatchRetries:     storageWatchRetries.WithLabelValues(g, r),
-		dropped:                 map[string]compbasemetrics.CounterMetric{},
+		eventsReceived:         upstream.EventsReceivedCounter.WithLabelValues(g, r),
+		eventsDispatched:       upstream.EventsCounter.WithLabelValues(g, r),
+		terminatedWatchers:     upstream.TerminatedWatchersCounter.WithLabelValues(g, r),
+		initializations:        upstream.WatchCacheInitializations.WithLabelValues(g, r),
+		initializationErrors:   upstream.WatchCacheInitializationErrors.WithLabelValues(g, r),
+		initEvents:             upstream.InitCounter.WithLabelValues(g, r),
+		readWait:               upstream.WatchCacheReadWait.WithLabelValues(g, r),
+		gr:                     gr,
+		bookmarksSent:          bookmarksSent.WithLabelValues(g, r),
+		storageBookmarks:       storageBookmarks.WithLabelValues(g, r),
+		tickDuration:           tickDuration.WithLabelValues(g, r),
+		watchersDue:            watchersDue.WithLabelValues(g, r),
+		historyEvents:          historyEvents.WithLabelValues(g, r),
+		historyForcedEvictions: historyForcedEvictions.WithLabelValues(g, r),
+		expiredWatches:         expiredWatches.WithLabelValues(g, r),
+		freshnessTimeouts:      map[string]compbasemetrics.CounterMetric{},
+		freshnessProbes:        freshnessProbes.WithLabelValues(g, r),
+		storageWatchRetries:    storageWatchRetries.WithLabelValues(g, r),
+		dropped:                map[string]compbasemetrics.CounterMetric{},
 	}
 	for _, what := range []string{dropEvent, dropMovedOut, dropInitialEvent, dropBookmark} {
 		m.dropped[what] = dropped.WithLabelValues(g, r, what)
@@ -174,6 +177,13 @@ func (m *resourceMetrics) freshnessTimedOut(kind string, err error) {
 	if storage.IsTooLargeResourceVersion(err) {
 		m.freshnessTimeouts[kind].Inc()
 	}
+}
+
+// consistentRead counts a consistent list as upstream's
+// apiserver_watch_cache_consistent_read_total does: served (success) or not,
+// and whether it fell back to etcd.
+func (m *resourceMetrics) consistentRead(success, fallback bool) {
+	upstream.ConsistentReadTotal.WithLabelValues(m.gr.Group, m.gr.Resource, strconv.FormatBool(success), strconv.FormatBool(fallback)).Inc()
 }
 
 func (m *resourceMetrics) watcherArrived(s watchlist.State) { m.byState[s].Inc() }

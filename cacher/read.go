@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/cacher/delegator"
+	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 )
 
 // Get implements storage.Interface. Any RV but "" is served from the cache
@@ -91,18 +92,28 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 	}
 	if decision.ConsistentRead {
 		if rv, err = c.consistentRV(ctx); err != nil {
-			return c.storage.GetList(ctx, key, opts, listObj)
+			err = c.storage.GetList(ctx, key, opts, listObj)
+			c.metrics.consistentRead(err == nil, true)
+			return err
 		}
 	}
 	if err := c.waitFresh(ctx, rv); err != nil {
 		if decision.ConsistentRead && storage.IsTooLargeResourceVersion(err) {
-			c.metrics.consistentReadFallbacks.Inc()
-			return c.storage.GetList(ctx, key, opts, listObj)
+			err = c.storage.GetList(ctx, key, opts, listObj)
+			c.metrics.consistentRead(err == nil, true)
+			return err
 		}
 		c.metrics.freshnessTimedOut(requestList, err)
+		if decision.ConsistentRead {
+			c.metrics.consistentRead(false, false)
+		}
 		return err
 	}
-	return c.listFromCache(ctx, preparedKey, opts, listObj)
+	err = c.listFromCache(ctx, preparedKey, opts, listObj)
+	if decision.ConsistentRead {
+		c.metrics.consistentRead(err == nil, false)
+	}
+	return err
 }
 
 func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
@@ -118,8 +129,8 @@ func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.Lis
 		return fmt.Errorf("need a pointer to slice, got %v", listVal.Kind())
 	}
 	c.mu.RLock()
-	objs, indexed := c.indexedLocked(ctx, key, opts)
-	if !indexed {
+	objs, index := c.indexedLocked(ctx, key, opts)
+	if index == "" {
 		objs = c.objectsLocked(key, opts.Recursive)
 	}
 	cacheRV := c.rv
@@ -134,6 +145,7 @@ func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.Lis
 	pred := opts.Predicate
 	selected := make([]*object, 0, len(objs))
 	hasMore := false
+	fetched := len(objs)
 	for i, o := range objs {
 		if !matches(pred, o) {
 			continue
@@ -141,9 +153,11 @@ func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.Lis
 		selected = append(selected, o)
 		if limit > 0 && int64(len(selected)) >= limit {
 			hasMore = i < len(objs)-1
+			fetched = i + 1
 			break
 		}
 	}
+	upstream.RecordListCacheMetrics(c.groupResource, index, fetched, len(selected))
 	listVal.Set(reflect.MakeSlice(listVal.Type(), len(selected), len(selected)))
 	lastKey := ""
 	for i, o := range selected {
@@ -163,9 +177,11 @@ func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.Lis
 // indexers that the selector pins to one value (pods on one node, objects in
 // one namespace), instead of scanning every object. The predicate still
 // runs on what it returns.
-func (c *Cacher) indexedLocked(ctx context.Context, key string, opts storage.ListOptions) ([]*object, bool) {
+//
+// It returns the objects and the index's name, "" when no index applies.
+func (c *Cacher) indexedLocked(ctx context.Context, key string, opts storage.ListOptions) ([]*object, string) {
 	if !opts.Recursive {
-		return nil, false
+		return nil, ""
 	}
 	indexers := c.store.GetIndexers()
 	for _, mv := range opts.Predicate.MatcherIndex(ctx) {
@@ -174,7 +190,7 @@ func (c *Cacher) indexedLocked(ctx context.Context, key string, opts storage.Lis
 		}
 		items, err := c.store.ByIndex(mv.IndexName, mv.Value)
 		if err != nil {
-			return nil, false
+			return nil, ""
 		}
 		out := make([]*object, 0, len(items))
 		for _, item := range items {
@@ -183,9 +199,9 @@ func (c *Cacher) indexedLocked(ctx context.Context, key string, opts storage.Lis
 			}
 		}
 		sortObjects(out)
-		return out, true
+		return out, mv.IndexName
 	}
-	return nil, false
+	return nil, ""
 }
 
 // delegateWhileNotReady: a paginated list with no selectors is cheap for

@@ -150,6 +150,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	}
 	c.watchers.add(w)
 	c.metrics.watcherArrived(w.tracker.State())
+	c.metrics.initEvents.Add(float64(len(initial)))
 	c.fileLocked(w, c.clock.Now())
 	// Queued before the dispatcher can see the watcher (it needs the lock),
 	// so they come first; under the lock that saw the cache ready, so Stop
@@ -206,10 +207,10 @@ func (c *Cacher) initialState(ctx context.Context, key string, opts storage.List
 	rv := c.rv
 	var objs []*object
 	var clone orderedObjects
-	switch indexed, ok := c.indexedLocked(ctx, key, opts); {
+	switch indexed, index := c.indexedLocked(ctx, key, opts); {
 	case !opts.Recursive:
 		objs = c.objectsLocked(key, false)
-	case ok:
+	case index != "":
 		objs = indexed
 	default:
 		clone = c.ordered.clone()

@@ -1,0 +1,98 @@
+package cacher
+
+import (
+	"context"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/storage"
+	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
+	compbasemetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
+)
+
+// The upstream series mean what upstream's mean, so kube-apiserver
+// dashboards read true: events_dispatched_total once per event (it counted
+// per watcher), init_events_total per initial event, cache_list_* per list
+// served from the cache. (consistent_read_total needs etcd's consistent
+// reads: the integration test over /metrics checks it.)
+func TestUpstreamMetricsMeanWhatUpstreamsMean(t *testing.T) {
+	gr := schema.GroupResource{Group: "metrics.test", Resource: "pods"}
+	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""), newTestPod("b", 100, nil, ""))
+	c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = gr })
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	g, r := gr.Group, gr.Resource
+	value := func(m compbasemetrics.CounterMetric) float64 {
+		t.Helper()
+		v, err := testutil.GetCounterMetricValue(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	dispatched := upstream.EventsCounter.WithLabelValues(g, r)
+	initEvents := upstream.InitCounter.WithLabelValues(g, r)
+	d0, i0 := value(dispatched), value(initEvents)
+
+	var ws []watch.Interface
+	for range 3 {
+		ws = append(ws, c.startWatch(t, context.Background(), "0", everything(false))) // 2 initial ADDED each
+	}
+	if got := value(initEvents) - i0; got != 6 {
+		t.Errorf("init_events_total +%v for 3 watches of 2 objects, want +6", got)
+	}
+	sw.send(t, watch.Modified, newTestPod("a", 101, map[string]string{"v": "1"}, ""))
+	for _, w := range ws {
+		for ev := nextEvent(t, w); ev.Type == watch.Added; ev = nextEvent(t, w) {
+		}
+	}
+	if got := value(dispatched) - d0; got != 1 {
+		t.Errorf("events_dispatched_total +%v for one event to 3 watchers, want +1", got)
+	}
+
+	lists0 := gathered(t, "apiserver_cache_list_total", map[string]string{"group": g, "resource": r})
+	list := &example.PodList{}
+	if err := c.GetList(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}, list); err != nil {
+		t.Fatal(err)
+	}
+	if got := gathered(t, "apiserver_cache_list_total", map[string]string{"group": g, "resource": r}) - lists0; got != 1 {
+		t.Errorf("apiserver_cache_list_total +%v for a list served from the cache, want +1", got)
+	}
+	if got := gathered(t, "apiserver_cache_list_returned_objects_total", map[string]string{"group": g, "resource": r}); got < 2 {
+		t.Errorf("apiserver_cache_list_returned_objects_total %v after a list of 2, want at least 2", got)
+	}
+}
+
+// gathered sums the series of name whose labels include want, from the
+// registry the cache registers in.
+func gathered(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if labels[k] != v {
+					continue metric
+				}
+			}
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total
+}
