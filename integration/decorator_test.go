@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
@@ -42,11 +43,10 @@ func TestDecoratorEndToEnd(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for s.ReadinessCheck() != nil {
-		if ctx.Err() != nil {
-			t.Fatal("decorated storage never became ready")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return s.ReadinessCheck() == nil, nil
+	}); err != nil {
+		t.Fatalf("decorated storage never became ready: %v (%v)", s.ReadinessCheck(), err)
 	}
 
 	out := &example.Pod{}

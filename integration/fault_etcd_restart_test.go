@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -616,37 +617,37 @@ func TestFaultEtcdRestart(t *testing.T) {
 	readyAt := time.Time{}
 	var lastReadyz string
 	attempts := 0
-	for deadline := time.Now().Add(feRecoverBound); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, feRecoverBound, true, func(context.Context) (bool, error) {
 		attempts++
 		a, lines := h.readyz(3 * time.Second)
 		if a.err == nil && a.code == http.StatusOK {
 			readyAt = time.Now()
-			break
+			return true, nil
 		}
 		if line := fmt.Sprintf("%v: %s", a, lines); line != lastReadyz {
 			t.Logf("[%s] after the restart, readyz: %s", clk.now(), line)
 			lastReadyz = line
 		}
-	}
-	if readyAt.IsZero() {
-		t.Fatalf("/readyz not ok %v after the restart", feRecoverBound)
+		return false, nil
+	}); err != nil {
+		t.Fatalf("/readyz not ok %v after the restart (%v); last: %s", feRecoverBound, err, lastReadyz)
 	}
 	t.Logf("[%s] /readyz ok, %v after Restart returned (attempt %d, 3s client timeout each)", clk.at(readyAt), readyAt.Sub(restartAt).Round(time.Millisecond), attempts)
 
 	// The first write after the restart, retried until etcd takes it.
-	for deadline := time.Now().Add(feRecoverBound); ; time.Sleep(200 * time.Millisecond) {
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, feRecoverBound, true, func(ctx context.Context) (bool, error) {
 		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer wcancel()
 		start := time.Now()
 		w, err := s.Client.DemoV1alpha1().Widgets(feProbeNS).Create(wctx, ssWidget(feProbeNS, "after-restart"), metav1.CreateOptions{})
-		wcancel()
 		if err == nil {
 			t.Logf("[%s] first write after the restart accepted: %s/%s@%s", clk.now(), feProbeNS, w.Name, w.ResourceVersion)
-			break
+			return true, nil
 		}
 		t.Logf("[%s] after the restart, create: %v after %v", clk.at(start), err, time.Since(start).Round(time.Millisecond))
-		if time.Now().After(deadline) {
-			t.Fatalf("no write accepted %v after the restart", feRecoverBound)
-		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("no write accepted %v after the restart: %v", feRecoverBound, err)
 	}
 	postFrom := len(wr.written)
 	firstChange := time.Now()
@@ -707,22 +708,16 @@ func TestFaultEtcdRestart(t *testing.T) {
 	ec := etcd.Client()
 	var want, have map[string]string
 	converged := time.Time{}
-	for deadline := time.Now().Add(feRecoverBound); ; time.Sleep(200 * time.Millisecond) {
+	if perr := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, feRecoverBound, true, func(ctx context.Context) (bool, error) {
 		gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
 		want, err = feEtcdWidgets(gctx, ec, feInfNS)
 		gcancel()
 		have = feStore(informer)
-		if err == nil && fmt.Sprint(have) == fmt.Sprint(want) {
-			converged = time.Now()
-			break
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-	}
-	if converged.IsZero() {
-		t.Errorf("informer store never converged on etcd within %v of the last change (etcd err %v):\n store %v\n etcd  %v", feRecoverBound, err, have, want)
+		return err == nil && fmt.Sprint(have) == fmt.Sprint(want), nil
+	}); perr != nil {
+		t.Errorf("informer store never converged on etcd within %v of the last change (%v; etcd err %v):\n store %v\n etcd  %v", feRecoverBound, perr, err, have, want)
 	} else {
+		converged = time.Now()
 		t.Logf("[%s] informer store equals etcd (%d widgets, names and RVs), %v after the last change", clk.at(converged), len(want), converged.Sub(wroteAll).Round(time.Millisecond))
 	}
 	if l, err := s.Client.DemoV1alpha1().Widgets(feInfNS).List(ctx, metav1.ListOptions{}); err != nil {

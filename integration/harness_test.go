@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/features"
@@ -145,12 +146,10 @@ func compaction(e *env) storagetesting.Compaction {
 			// The etcd3 store tracks compactions only for list snapshots.
 			return
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for e.raw.CompactRevision() < int64(rv) {
-			if time.Now().After(deadline) {
-				t.Fatalf("store did not observe compaction at %d (has %d)", rv, e.raw.CompactRevision())
-			}
-			time.Sleep(50 * time.Millisecond)
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return e.raw.CompactRevision() >= int64(rv), nil
+		}); err != nil {
+			t.Fatalf("store did not observe compaction at %d (has %d): %v", rv, e.raw.CompactRevision(), err)
 		}
 	}
 }
@@ -167,16 +166,15 @@ func (s createAndWait) Create(ctx context.Context, key string, obj, out runtime.
 		return err
 	}
 	rv := out.(metav1.Object).GetResourceVersion()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		got := &example.Pod{}
-		err := s.Interface.Get(ctx, key, storage.GetOptions{ResourceVersion: "0"}, got)
-		if err == nil && got.ResourceVersion == rv {
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond)
+		last = s.Interface.Get(ctx, key, storage.GetOptions{ResourceVersion: "0"}, got)
+		return last == nil && got.ResourceVersion == rv, nil
+	}); err != nil {
+		return fmt.Errorf("object %s at RV %s never reached the cache (last read: %v): %w", key, rv, last, err)
 	}
-	return fmt.Errorf("object %s at RV %s never reached the cache", key, rv)
+	return nil
 }
 
 // plainEvent unwraps the shared, encode-once objects a cache sends (both

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // hostileAbrupt* size TestHostileAbruptConnections: the issue asks for
@@ -248,16 +249,11 @@ func TestHostileAbruptConnections(t *testing.T) {
 		}
 		// Every held watch registered: the cache sees them all at once.
 		want := base.watchers + float64(held+h2)
-		deadline := time.Now().Add(settleTimeout)
-		for {
+		if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, settleTimeout, true, func(context.Context) (bool, error) {
 			peak = hostileWatchers(t)
-			if peak >= want || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if peak < want {
-			t.Fatalf("cache watchers %v with the burst open, want %v", peak, want)
+			return peak >= want, nil
+		}); err != nil {
+			t.Fatalf("cache watchers %v with the burst open, want %v (%v)", peak, want, err)
 		}
 
 		// Drop them all.

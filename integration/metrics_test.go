@@ -8,6 +8,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
@@ -110,15 +111,11 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("watchers in BookmarkSent = %v, want 1", v)
 	}
 	w.Stop()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		v, _ := metricValue(t, "watchkeeper_watch_cache_watchers", sent)
-		if v == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("watchers gauge still %v after Stop", v)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var v float64
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		v, _ = metricValue(t, "watchkeeper_watch_cache_watchers", sent)
+		return v == 0, nil
+	}); err != nil {
+		t.Fatalf("watchers gauge still %v 5s after Stop: %v", v, err)
 	}
 }

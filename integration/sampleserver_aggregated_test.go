@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -253,21 +254,24 @@ func aggStartSampleServer(t *testing.T, args ...string) *aggServer {
 	})
 
 	as := &aggServer{URL: s.URL, CAFile: filepath.Join(certDir, "apiserver.crt")}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		code, body, err := as.get(t, "", "/readyz?verbose")
-		if err == nil && code == http.StatusOK {
-			return as
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sample apiserver not ready after 60s: %d %v\n%s", code, err, body)
-		}
+	var (
+		code int
+		body string
+		last error
+	)
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case err := <-done:
-			t.Fatalf("sample apiserver stopped before it was ready: %v", err)
-		case <-time.After(100 * time.Millisecond):
+			return false, fmt.Errorf("sample apiserver stopped before it was ready: %v", err)
+		default:
 		}
+		code, body, last = as.get(t, "", "/readyz?verbose")
+		return last == nil && code == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("sample apiserver not ready after 60s: %v; last /readyz: %d %v\n%s", err, code, last, body)
 	}
+	return as
 }
 
 // config is a client config that trusts the server's self-signed

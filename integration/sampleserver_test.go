@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -89,18 +90,14 @@ func (s *sampleServer) waitReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := rc.Get().AbsPath("/readyz").DoRaw(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sample apiserver not ready after 60s: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var last error
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, last = rc.Get().AbsPath("/readyz").DoRaw(ctx)
+		return last == nil, nil
+	}); err != nil {
+		t.Fatalf("sample apiserver not ready after 60s: %v (%v)", last, err)
 	}
 }
 
