@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
@@ -40,9 +42,6 @@ const (
 	// churnDrainLimit ends it whatever arrives.
 	churnSilence    = 2 * time.Second
 	churnDrainLimit = 10 * time.Second
-	// churnGrace is how long the drain goes on after every watcher has its
-	// expected count, so duplicates or stray events show up.
-	churnGrace = 300 * time.Millisecond
 )
 
 var churnNamespaces = []string{"ns-1", "ns-2"}
@@ -128,8 +127,9 @@ type churnWatcher struct {
 	bookmarks bool
 	w         watch.Interface
 
-	stopping atomic.Bool  // set before the test calls Stop
-	received atomic.Int64 // non-bookmark events so far
+	stopping atomic.Bool   // set before the test calls Stop
+	received atomic.Int64  // non-bookmark events so far
+	newest   atomic.Uint64 // the RV of the newest non-bookmark event so far
 	done     chan struct{}
 
 	events      []churnEvent
@@ -197,6 +197,7 @@ func (cw *churnWatcher) read(startRV uint64, activity *atomic.Int64) {
 		lastRV = max(lastRV, rv)
 		cw.events = append(cw.events, got)
 		cw.received.Add(1)
+		cw.newest.Store(rv)
 	}
 	cw.closedEarly = !cw.stopping.Load()
 }
@@ -300,27 +301,35 @@ func TestChurn(t *testing.T) {
 		expected[i] = churnExpected(t, cw.pred, changes)
 	}
 
-	// Drain: until every watcher has its expected count (then a grace
-	// period for anything extra), or until nothing arrives for a while.
+	// Drain: until every watcher has had its fence, an event past the
+	// final marker. Events reach a watcher in RV order, so by then whatever
+	// it was sent up to the final marker, a duplicate or a stray included,
+	// has arrived: no grace period to guess. The drain also ends when
+	// nothing arrives for a while, or at the limit; the comparison below
+	// then says what is missing.
 	drainStart := time.Now()
-	reached := false
-	for !reached {
-		reached = true
-		for i, cw := range watchers {
-			if cw.received.Load() < int64(len(expected[i])) {
-				reached = false
-				break
+	churnFence(ctx, t, e)
+	unfenced := func() []*churnWatcher {
+		var out []*churnWatcher
+		for _, cw := range watchers {
+			if cw.newest.Load() <= finalRV {
+				out = append(out, cw)
 			}
 		}
-		if reached {
-			time.Sleep(churnGrace)
-			break
+		return out
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, churnDrainLimit, true, func(context.Context) (bool, error) {
+		if len(unfenced()) == 0 {
+			return true, nil
 		}
-		if time.Since(time.Unix(0, activity.Load())) > churnSilence && time.Since(drainStart) > churnSilence ||
-			time.Since(drainStart) > churnDrainLimit {
-			break
+		if time.Since(time.Unix(0, activity.Load())) > churnSilence && time.Since(drainStart) > churnSilence {
+			return false, fmt.Errorf("no event for %v", churnSilence)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return false, nil
+	}); err != nil {
+		for _, cw := range unfenced() {
+			t.Errorf("%v: no event past the final marker rv=%d %v into the drain (%v)", cw, finalRV, time.Since(drainStart).Round(time.Millisecond), err)
+		}
 	}
 	drainTook := time.Since(drainStart)
 	// A reader whose channel closed before this marks itself closedEarly.
@@ -338,6 +347,16 @@ func TestChurn(t *testing.T) {
 	minN, maxN := -1, 0
 	for i, cw := range watchers {
 		want, got := expected[i], cw.events
+		// The fence is not part of the comparison; past the final marker
+		// there must be nothing but fence pods.
+		if j := slices.IndexFunc(got, func(ev churnEvent) bool { return ev.rv > finalRV }); j >= 0 {
+			for _, ev := range got[j:] {
+				if !strings.HasPrefix(ev.key, "fence") && !strings.Contains(ev.key, "/fence-") {
+					t.Errorf("%v: event past the final marker that is not a fence: %v", cw, ev)
+				}
+			}
+			got = got[:j]
+		}
 		delivered += len(got)
 		bookmarksN += cw.bookmarkN
 		if minN < 0 || len(got) < minN {
@@ -389,6 +408,48 @@ func churnMarker(ctx context.Context, t *testing.T, e *env, name string) uint64 
 		t.Fatalf("marker rv %q: %v", out.ResourceVersion, err)
 	}
 	return rv
+}
+
+// churnFence writes, after the final marker, one pod for each selector that
+// the selector matches, so that every watcher gets an event past the final
+// marker.
+func churnFence(ctx context.Context, t *testing.T, e *env) {
+	t.Helper()
+	for i, sel := range churnSelectors {
+		pod := churnFencePod(t, i, sel.predicate(t, false))
+		key := "/pods/" + pod.Namespace + "/" + pod.Name
+		if err := e.cacher.Create(ctx, key, pod, &example.Pod{}, 0); err != nil {
+			t.Fatalf("writing the fence %s for %s: %v", key, sel, err)
+		}
+	}
+}
+
+// churnFencePod is a pod pred matches, outside the writers' keys: named
+// fence-i in a writers' namespace, or p-1 in a namespace fence-i of its own.
+func churnFencePod(t *testing.T, i int, pred storage.SelectionPredicate) *example.Pod {
+	t.Helper()
+	type place struct{ ns, name string }
+	fence := fmt.Sprintf("fence-%d", i)
+	places := []place{{churnNamespaces[0], fence}, {churnNamespaces[1], fence}, {fence, "p-1"}}
+	for _, at := range places {
+		for _, app := range []string{"a", "b", "c", ""} {
+			for _, node := range []string{"node-1", "node-2", ""} {
+				for _, phase := range []string{"Running", "Pending", "Failed"} {
+					pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: at.ns, Name: at.name}}
+					if app != "" {
+						pod.Labels = map[string]string{"app": app}
+					}
+					pod.Spec.NodeName = node
+					pod.Status.Phase = example.PodPhase(phase)
+					if ok, err := pred.Matches(pod); err == nil && ok {
+						return pod
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("no fence pod matches %v", pred)
+	return nil
 }
 
 // churnWrite does one writer's random operations over the small key space,

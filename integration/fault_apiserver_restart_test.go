@@ -179,7 +179,12 @@ func TestFaultAPIServerRestart(t *testing.T) {
 	want := wr.written[from:]
 	complete := after.waitFor(15*time.Second, func(evs []feEvent) bool { return feNonBookmarks(evs) >= len(want) })
 	if complete {
-		time.Sleep(500 * time.Millisecond) // for anything extra to show
+		// Then up to the next bookmark: nothing more is written, and a
+		// bookmark comes after everything sent before it, so anything extra
+		// has shown by then.
+		after.waitFor(10*time.Second, func(evs []feEvent) bool {
+			return len(evs) > 0 && evs[len(evs)-1].typ == watch.Bookmark && feNonBookmarks(evs) >= len(want)
+		})
 	}
 	evs, closedAt = after.snapshot()
 	got = nil

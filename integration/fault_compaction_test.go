@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
@@ -202,25 +204,35 @@ func fcPodWrites(ctx context.Context, t *testing.T, e *env, ns, round string) ui
 	return bhRvOf(t, bhCreatePod(ctx, t, e, ns, "new-"+round))
 }
 
-// fcWatchPods reads n events of a watch from rv and stops it.
+// fcWatchPods reads n events of a watch from rv, then up to the next
+// bookmark, and stops it. Nothing is written meanwhile, and a bookmark comes
+// after everything sent before it: an event between the n-th and the
+// bookmark is one more than etcd's history.
 func fcWatchPods(ctx context.Context, t *testing.T, e *env, rv uint64, n int) []churnEvent {
 	t.Helper()
-	w, err := e.cacher.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: strconv.FormatUint(rv, 10), Recursive: true, Predicate: storage.Everything})
+	w, err := e.cacher.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: strconv.FormatUint(rv, 10), Recursive: true, Predicate: bhEverything(true)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
 	var out []churnEvent
-	for range n {
+	for len(out) < n {
 		ev := bhNext(t, w, 10*time.Second)
+		if ev.Type == watch.Bookmark {
+			continue
+		}
 		p, ok := ev.Object.(*example.Pod)
 		if !ok {
 			t.Fatalf("watch from rv=%d: %s after %d events", rv, fcDescribe(ev.Event), len(out))
 		}
 		out = append(out, churnEvent{typ: ev.Type, key: p.Namespace + "/" + p.Name, rv: bhRvOf(t, p), state: podState(p)})
 	}
-	if extra, _ := bhCollect(w, 300*time.Millisecond); len(extra) > 0 {
-		t.Errorf("watch from rv=%d: %d events more than etcd's history, first %s", rv, len(extra), fcDescribe(extra[0].Event))
+	for {
+		ev := bhNext(t, w, 10*time.Second)
+		if ev.Type == watch.Bookmark {
+			break
+		}
+		t.Errorf("watch from rv=%d: an event more than etcd's history: %s", rv, fcDescribe(ev.Event))
 	}
 	return out
 }
@@ -446,14 +458,13 @@ func fcHTTP(t *testing.T) {
 	// The informer's connection drops; its watch from the RV it holds waits.
 	gate.close()
 	var heldWatch string
-	for deadline := time.Now().Add(10 * time.Second); heldWatch == ""; time.Sleep(20 * time.Millisecond) {
-		reqs, _ := gate.snapshot()
-		if len(reqs) > 0 {
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if reqs, _ := gate.snapshot(); len(reqs) > 0 {
 			heldWatch = reqs[0]
 		}
-		if heldWatch == "" && time.Now().After(deadline) {
-			t.Fatal("the informer did not try to resume its watch within 10s of the drop")
-		}
+		return heldWatch != "", nil
+	}); err != nil {
+		t.Fatalf("the informer did not try to resume its watch within 10s of the drop: %v", err)
 	}
 	u, err := url.Parse(heldWatch)
 	if err != nil {
@@ -504,7 +515,7 @@ func fcHTTP(t *testing.T) {
 	// from its history; what it serves must then be exactly the changes.
 	var gone string
 	served := 0
-	for deadline := time.Now().Add(10 * time.Second); gone == ""; {
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		first, got := fcHTTPWatch(ctx, t, s, path, q, len(missed))
 		switch {
 		case first != "":
@@ -514,9 +525,9 @@ func fcHTTP(t *testing.T) {
 		default:
 			served++
 		}
-		if gone == "" && time.Now().After(deadline) {
-			t.Fatalf("a watch from rv=%s still served 10s after the compaction at %d (%d times)", held, compactRev, served)
-		}
+		return gone != "", nil
+	}); err != nil {
+		t.Fatalf("a watch from rv=%s still served 10s after the compaction at %d (%d times): %v", held, compactRev, served, err)
 	}
 	t.Logf("compacted at %d; %v later a watch from rv=%s got %s (served %d times from the history before that)",
 		compactRev, time.Since(compactedAt).Round(time.Millisecond), held, gone, served)
@@ -588,6 +599,9 @@ func fcHTTPWatch(ctx context.Context, t *testing.T, s *sampleServer, path string
 	t.Helper()
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	// Bookmarks on, so the first after the n-th change closes the check.
+	q = maps.Clone(q)
+	q.Set("allowWatchBookmarks", "true")
 	w := ssWatch(wctx, t, s, path, q)
 	defer w.Stop()
 	var got []feWrite
@@ -606,13 +620,17 @@ func fcHTTPWatch(ctx context.Context, t *testing.T, s *sampleServer, path string
 		}
 		got = append(got, fw)
 	}
-	if extra, _ := bhCollect(w, 300*time.Millisecond); len(extra) > 0 {
-		for _, ev := range extra {
-			if ev.Type != watch.Bookmark {
-				t.Errorf("watch from %s: more events than the changes made, first %s", q.Get("resourceVersion"), fcDescribe(ev.Event))
-				break
-			}
+	// Nothing is written meanwhile, and a bookmark comes after everything
+	// sent before it: an event before the next bookmark is one too many.
+	for {
+		ev := bhNext(t, w, 10*time.Second)
+		if ev.Type == watch.Bookmark {
+			break
 		}
+		if ev.Type == watch.Error {
+			return fcDescribe(ev.Event), got
+		}
+		t.Errorf("watch from %s: more events than the changes made: %s", q.Get("resourceVersion"), fcDescribe(ev.Event))
 	}
 	return "", got
 }
@@ -661,16 +679,14 @@ func fcConverge(ctx context.Context, t *testing.T, ec *clientv3.Client, informer
 	start := time.Now()
 	var want, have map[string]string
 	var err error
-	for deadline := start.Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	if perr := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
 		want, err = feEtcdWidgets(gctx, ec, feInfNS)
 		gcancel()
 		have = feStore(informer)
-		if err == nil && fmt.Sprint(have) == fmt.Sprint(want) {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: informer store never converged on etcd within 30s (etcd err %v):\n store %v\n etcd  %v", when, err, have, want)
-		}
+		return err == nil && fmt.Sprint(have) == fmt.Sprint(want), nil
+	}); perr != nil {
+		t.Fatalf("%s: informer store never converged on etcd within 30s (%v; etcd err %v):\n store %v\n etcd  %v", when, perr, err, have, want)
 	}
+	return time.Since(start)
 }

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
@@ -157,12 +158,16 @@ func (w *llWatcher) note(list *[]string, format string, args ...any) {
 	}
 }
 
-// current is the stretch in progress and the number of events in it.
-func (w *llWatcher) current() (from uint64, n int) {
+// newest is the RV of the newest event of the stretch in progress (0 for
+// none).
+func (w *llWatcher) newest() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := w.stretches[len(w.stretches)-1]
-	return s.from, len(s.events)
+	if len(s.events) == 0 {
+		return 0
+	}
+	return s.events[len(s.events)-1].rv
 }
 
 // run follows the cache until ctx ends, as a client would.
@@ -519,39 +524,24 @@ func TestFaultLeaderLoss(t *testing.T) {
 	changes := churnHistory(ctx, t, e, startRV, finalRV)
 	initial := llStateAt(ctx, t, e, startRV)
 
-	// Wait until every watcher's current stretch has all it must get.
-	type key struct {
-		id   int
-		from uint64
-	}
-	expectedFor := map[key][]churnEvent{}
-	expected := func(w *llWatcher, from uint64) []churnEvent {
-		k := key{w.id, from}
-		if ev, ok := expectedFor[k]; ok {
-			return ev
-		}
-		ev := churnExpected(t, w.pred, llAfter(changes, from, finalRV))
-		expectedFor[k] = ev
-		return ev
-	}
+	// Wait until every watcher has had its fence, an event past the final
+	// marker (churnFence): events reach a watcher in RV order, so by then
+	// whatever it was sent up to the final marker, a duplicate or a stray
+	// included, has arrived.
 	settleStart := time.Now()
-	for {
-		behind := 0
+	churnFence(ctx, t, e)
+	behind := func() (n int) {
 		for _, w := range watchers {
-			from, n := w.current()
-			if n < len(expected(w, from)) {
-				behind++
+			if w.newest() <= finalRV {
+				n++
 			}
 		}
-		if behind == 0 {
-			time.Sleep(300 * time.Millisecond) // for anything extra to show
-			break
-		}
-		if time.Since(settleStart) > llSettle {
-			t.Errorf("%d watchers still short of the end %v after the last write", behind, llSettle)
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+		return n
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, llSettle, true, func(context.Context) (bool, error) {
+		return behind() == 0, nil
+	}); err != nil {
+		t.Errorf("%d watchers have had no event past the final marker rv=%d %v after the last write (%v)", behind(), finalRV, llSettle, err)
 	}
 	settled := time.Since(settleStart)
 	stopWatchers()
@@ -595,6 +585,17 @@ func TestFaultLeaderLoss(t *testing.T) {
 				}
 			}
 			want := churnExpected(t, w.pred, llAfter(changes, s.from, to))
+			// The fence is not compared; past the final marker there must be
+			// nothing but fence pods.
+			if j := slices.IndexFunc(s.events, func(ev churnEvent) bool { return ev.rv > finalRV }); j >= 0 {
+				for _, ev := range s.events[j:] {
+					if !strings.HasPrefix(ev.key, "fence") && !strings.Contains(ev.key, "/fence-") {
+						t.Errorf("%v: event past the final marker that is not a fence: %v", w, ev)
+						bad = true
+					}
+				}
+				s.events = s.events[:j]
+			}
 			c := llCount(want, s.events, last)
 			fig.delivered += len(s.events)
 			fig.lost += c.lost
