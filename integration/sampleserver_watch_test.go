@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
@@ -382,7 +383,11 @@ func TestSampleServerRawWatchList(t *testing.T) {
 // TestSampleServerIdleBookmarks: a watch on a resource nobody writes hears a
 // bookmark about every --watch-cache-bookmark-frequency.
 func TestSampleServerIdleBookmarks(t *testing.T) {
-	const frequency, observe = 2 * time.Second, 8500 * time.Millisecond
+	// Mostly waiting for the schedule, with a server of its own and nothing
+	// process-wide read: runs beside the other such tests.
+	t.Parallel()
+	// Room for five heartbeats, three if each comes a jittered tick late.
+	const frequency, observe = 2 * time.Second, 10500 * time.Millisecond
 	s := startSampleServer(t, "--watch-cache-bookmark-frequency=2s", "--watch-cache-bookmark-pre-deadline-offset=1s")
 	ctx, cancel := context.WithTimeout(context.Background(), ssTestDeadline)
 	defer cancel()
@@ -407,19 +412,9 @@ func TestSampleServerIdleBookmarks(t *testing.T) {
 		}
 		at = append(at, ev.at)
 	}
-	if len(at) < 3 {
-		t.Fatalf("got %d bookmarks in %v at frequency %v, want at least 3", len(at), observe, frequency)
-	}
-	gaps, lo, avg, hi := bhSpacing(at)
-	t.Logf("frequency %v: %d bookmarks in %v, first after %v; spacing min %v avg %v max %v (gaps %v)",
-		frequency, len(at), observe, at[0].Sub(start).Round(time.Millisecond),
-		lo.Round(time.Millisecond), avg.Round(time.Millisecond), hi.Round(time.Millisecond), bhRoundAll(gaps))
-	lower, upper := time.Second, 4500*time.Millisecond
-	for i, g := range gaps {
-		if g <= lower || g >= upper {
-			t.Errorf("gap %d between bookmarks is %v, want within (%v, %v)", i, g, lower, upper)
-		}
-	}
+	// The first is the initial-events-end bookmark, sent at once: the
+	// heartbeats are the rest.
+	bhCheckHeartbeats(t, at[0], at[1:], observe-at[0].Sub(start), frequency)
 }
 
 // TestSampleServerTimeoutBookmark: a watch with timeoutSeconds hears one
@@ -553,7 +548,8 @@ func TestSampleServerExpiredAndRelist(t *testing.T) {
 	const window, frequency = 3 * time.Second, time.Second
 	s := startSampleServer(t, "--watch-cache-bookmark-frequency=1s", "--watch-cache-bookmark-pre-deadline-offset=500ms",
 		"--watch-cache-events-history-window=3s")
-	ctx, cancel := context.WithTimeout(context.Background(), ssTestDeadline)
+	// Room for the inside-the-window phase to be made again on a busy machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*ssTestDeadline)
 	defer cancel()
 	widgets := func(ns string) interface {
 		Create(context.Context, *v1alpha1.Widget, metav1.CreateOptions) (*v1alpha1.Widget, error)
@@ -579,57 +575,21 @@ func TestSampleServerExpiredAndRelist(t *testing.T) {
 	churn := ssStartChurn(ctx, s.Client, "churn", 150*time.Millisecond)
 	defer churn.stop(t)
 
-	// Inside the window: every event after the RV, in order, once.
+	// Inside the window: every event after the RV, in order, once. The
+	// window is the promise: the resume must come within it of the list.
+	// On a machine so busy that the writes below outlast it, the attempt
+	// proves nothing either way and is made again, up to three times.
 	t.Run("inside the window", func(t *testing.T) {
-		const ns = "lossless"
-		list, err := s.Client.DemoV1alpha1().Widgets(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var want []ssWant
-		for i := range 10 {
-			w, err := widgets(ns).Create(ctx, ssWidget(ns, fmt.Sprintf("l-%d", i)), metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
+		for attempt := 1; ; attempt++ {
+			ns := fmt.Sprintf("lossless-%d", attempt)
+			took, ok := ssResumeInsideWindow(ctx, t, s, ns, window)
+			if ok {
+				return
 			}
-			want = append(want, ssWant{watch.Added, w.Name, w.ResourceVersion})
-			w.Spec.Size = 7
-			if w, err = widgets(ns).Update(ctx, w, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
+			t.Logf("attempt %d: the resume came %v after the list, not inside the %v window; again", attempt, took.Round(time.Millisecond), window)
+			if attempt == 3 {
+				t.Fatalf("three attempts could not resume within the %v window of their list: the machine is too busy for this test", window)
 			}
-			want = append(want, ssWant{watch.Modified, w.Name, w.ResourceVersion})
-		}
-		for i := range 3 {
-			name := fmt.Sprintf("l-%d", i)
-			if err := widgets(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, ssWant{watch.Deleted, name, ""})
-		}
-		w := ssWatch(ctx, t, s, ssWidgetsPath(ns), url.Values{"watch": {"1"}, "resourceVersion": {list.ResourceVersion}})
-		defer w.Stop()
-		var got []ssWant
-		for range want {
-			ev := bhNext(t, w, 10*time.Second)
-			m := ssMeta(t, ev.Object)
-			got = append(got, ssWant{ev.Type, m.GetName(), m.GetResourceVersion()})
-		}
-		extra, closed := bhCollect(w, 500*time.Millisecond)
-		if closed {
-			t.Errorf("watch from RV %s closed", list.ResourceVersion)
-		}
-		for _, ev := range extra {
-			t.Errorf("extra event %s", ssDescribe(ev.Event))
-		}
-		t.Logf("watch from RV %s (inside the %v window, churn running elsewhere) got %d events", list.ResourceVersion, window, len(got))
-		for i := range want {
-			if want[i].Type == watch.Deleted {
-				// A deletion carries the RV of the delete, unknown to the client.
-				got[i].RV = ""
-			}
-		}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("watch from RV %s:\n got  %v\n want %v", list.ResourceVersion, got, want)
 		}
 	})
 
@@ -703,8 +663,7 @@ func TestSampleServerExpiredAndRelist(t *testing.T) {
 		churn.err = nil
 
 		var want, got map[string]string
-		deadline := time.Now().Add(15 * time.Second)
-		for {
+		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
 			list, err := s.Client.DemoV1alpha1().Widgets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -718,11 +677,8 @@ func TestSampleServerExpiredAndRelist(t *testing.T) {
 				w := obj.(*v1alpha1.Widget)
 				got[w.Namespace+"/"+w.Name] = w.ResourceVersion
 			}
-			if fmt.Sprint(got) == fmt.Sprint(want) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return fmt.Sprint(got) == fmt.Sprint(want), nil
+		})
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("informer store never converged on the consistent LIST:\n store %v\n list  %v", got, want)
 		} else {
@@ -749,4 +705,71 @@ func TestSampleServerExpiredAndRelist(t *testing.T) {
 			t.Errorf("%d LIST requests, want the initial one and a re-list after 410", lists)
 		}
 	})
+}
+
+// ssResumeInsideWindow makes 23 changes in ns after a list, then watches from
+// the list's RV and checks it gets every change, in order, once, and then
+// the next write. It reports false, checking nothing, when the watch opened
+// more than window after the list: then the history owes it nothing.
+func ssResumeInsideWindow(ctx context.Context, t *testing.T, s *sampleServer, ns string, window time.Duration) (time.Duration, bool) {
+	t.Helper()
+	widgets := s.Client.DemoV1alpha1().Widgets(ns)
+	list, err := widgets.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := time.Now()
+	var want []ssWant
+	for i := range 10 {
+		w, err := widgets.Create(ctx, ssWidget(ns, fmt.Sprintf("l-%d", i)), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, ssWant{watch.Added, w.Name, w.ResourceVersion})
+		w.Spec.Size = 7
+		if w, err = widgets.Update(ctx, w, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, ssWant{watch.Modified, w.Name, w.ResourceVersion})
+	}
+	for i := range 3 {
+		name := fmt.Sprintf("l-%d", i)
+		if err := widgets.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, ssWant{watch.Deleted, name, ""})
+	}
+	w := ssWatch(ctx, t, s, ssWidgetsPath(ns), url.Values{"watch": {"1"}, "resourceVersion": {list.ResourceVersion}})
+	defer w.Stop()
+	// The watch's headers have come: it is registered, its start decided.
+	if took := time.Since(listed); took >= window {
+		return took, false
+	}
+	var got []ssWant
+	for range want {
+		ev := bhNext(t, w, 10*time.Second)
+		m := ssMeta(t, ev.Object)
+		got = append(got, ssWant{ev.Type, m.GetName(), m.GetResourceVersion()})
+	}
+	// Anything more would be a duplicate: the next event must be the next
+	// write in ns.
+	fence, err := widgets.Create(ctx, ssWidget(ns, "fence"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := bhNext(t, w, 10*time.Second); ev.Type != watch.Added || ssMeta(t, ev.Object).GetName() != "fence" {
+		t.Errorf("after the %d changes got %s, want the next write, ADDED %s/fence@%s", len(want), ssDescribe(ev.Event), ns, fence.ResourceVersion)
+	}
+	t.Logf("watch from RV %s, opened %v after the list (inside the %v window, churn running elsewhere), got %d events",
+		list.ResourceVersion, time.Since(listed).Round(time.Millisecond), window, len(got))
+	for i := range want {
+		if want[i].Type == watch.Deleted {
+			// A deletion carries the RV of the delete, unknown to the client.
+			got[i].RV = ""
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("watch from RV %s:\n got  %v\n want %v", list.ResourceVersion, got, want)
+	}
+	return time.Since(listed), true
 }
