@@ -1,0 +1,29 @@
+package cacher
+
+import (
+	"strings"
+	"testing"
+
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/features"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
+)
+
+// A feature gate the cache cannot honour is refused when the cache is made,
+// with the way out, never silently ignored.
+func TestShardedListAndWatchIsRefused(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ShardedListAndWatch, true)
+	_, err := New(Config{
+		Storage:        newFakeStorage(100),
+		ResourcePrefix: "/pods/",
+		KeyFunc:        testPodKey,
+		NewFunc:        func() kruntime.Object { return &example.Pod{} },
+		NewListFunc:    func() kruntime.Object { return &example.PodList{} },
+		GetAttrsFunc:   testPodAttrs,
+	})
+	if err == nil || !strings.Contains(err.Error(), "ShardedListAndWatch=false") {
+		t.Fatalf("New with ShardedListAndWatch on: %v, want an error naming the gate and the way out", err)
+	}
+}
