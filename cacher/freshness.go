@@ -96,20 +96,28 @@ func (p *progressRequester) loop() {
 		p.send(ctx)
 		cancel()
 
+		// Wait out the backoff, or until the last waiter leaves: then stop
+		// without another request, which etcd would answer with a
+		// revision nobody asked the cache to reach.
 		p.mu.Lock()
-		if p.waiters == 0 {
+		waiting := p.waiters > 0
+		p.mu.Unlock()
+		if waiting {
+			t := p.clock.NewTimer(backoff)
+			select {
+			case <-t.C():
+			case <-p.idle:
+			case <-p.stop:
+			}
+			t.Stop()
+		}
+		p.mu.Lock()
+		if p.waiters == 0 || closed(p.stop) {
 			p.running = false
 			p.mu.Unlock()
 			return
 		}
 		p.mu.Unlock()
-		t := p.clock.NewTimer(backoff)
-		select {
-		case <-t.C():
-		case <-p.idle:
-		case <-p.stop:
-		}
-		t.Stop()
 		backoff = min(2*backoff, maxProgressBackoff)
 	}
 }

@@ -138,6 +138,11 @@ func TestProgressRequesterAlone(t *testing.T) {
 		defer p.mu.Unlock()
 		return !p.running && clk.Waiters() == 0
 	})
+	// The last waiter leaving ends the loop without another request: etcd
+	// would answer it with a revision nobody asked the cache to reach.
+	if n := count(); n != 6 {
+		t.Errorf("%d requests in all, want 6: one went out after the last waiter left", n)
+	}
 	before := count()
 	close(stop)
 	p.request()
