@@ -101,6 +101,11 @@ type Cacher struct {
 	store    cache.Indexer
 	ordered  orderedObjects
 	history  *history
+	// snapshots are past states for exact-RV and paginated lists
+	// (snapshots.go); empty when ListFromCacheSnapshot is off.
+	snapshots snapshots
+	// snapshotting is whether ListFromCacheSnapshot was on at New.
+	snapshotting bool
 	watchers watcherSet
 	calendar *bookmarks.Calendar[*watcher]
 	// compactedRV is the highest etcd compaction the history has honoured.
@@ -141,6 +146,8 @@ func New(cfg Config) (*Cacher, error) {
 		advanced:          make(chan struct{}),
 		store:             newStore(cfg.Indexers),
 		ordered:           newOrderedObjects(),
+		snapshots:         snapshots{window: cfg.EventsHistoryWindow},
+		snapshotting:      utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot),
 		history:           newHistory(cfg.EventsHistoryWindow, cfg.HistoryCapacity),
 		watchers:          newWatcherSet(),
 		calendar:          bookmarks.NewCalendar[*watcher](cfg.Clock, cfg.BookmarkGranularity),
@@ -306,6 +313,16 @@ func (c *Cacher) removeLocked(w *watcher) {
 	w.mu.Unlock()
 }
 
+// snapshotLocked records the state at rv, and forgets the snapshots the
+// history no longer covers.
+func (c *Cacher) snapshotLocked(rv uint64, now time.Time) {
+	if !c.snapshotting {
+		return
+	}
+	c.snapshots.add(rv, c.ordered.clone(), now)
+	c.snapshots.forgetBelow(c.history.startRV)
+}
+
 // trimHistoryLocked drops the events etcd has compacted away. Age alone
 // evicts nothing: the history makes room only when an event comes in.
 func (c *Cacher) trimHistoryLocked() {
@@ -319,6 +336,7 @@ func (c *Cacher) forgetCompactedLocked() {
 	if rev := c.storage.CompactRevision(); rev > 0 && uint64(rev) > c.compactedRV {
 		c.compactedRV = uint64(rev)
 		c.history.forget(c.compactedRV)
+		c.snapshots.forgetBelow(c.history.startRV)
 	}
 }
 

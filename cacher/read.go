@@ -57,7 +57,11 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 	if _, _, err := storage.ValidateListOptions(c.resourcePrefix, c.versioner, opts); err != nil {
 		return err
 	}
-	decision, err := delegator.ShouldDelegateList(opts, delegator.CacheWithoutSnapshots{})
+	var helper delegator.Helper = delegator.CacheWithoutSnapshots{}
+	if c.snapshotting {
+		helper = snapshotHelper{c}
+	}
+	decision, err := delegator.ShouldDelegateList(opts, helper)
 	if err != nil {
 		return err
 	}
@@ -90,6 +94,15 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		c.mu.RUnlock()
 		return notReadyError(c.clock.Now(), since)
 	}
+	if at, fromKey, ok := c.pastListPoint(opts, preparedKey); ok {
+		// An exact RV, or a later page at its first page's RV: from the
+		// snapshot of that state, or etcd when it is gone since the
+		// decision.
+		if err := c.listFromSnapshot(preparedKey, fromKey, at, opts, listObj); err != errNoSnapshot {
+			return err
+		}
+		return c.storage.GetList(ctx, key, opts, listObj)
+	}
 	if decision.ConsistentRead {
 		if rv, err = c.consistentRV(ctx); err != nil {
 			err = c.storage.GetList(ctx, key, opts, listObj)
@@ -117,6 +130,40 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 }
 
 func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	c.mu.RLock()
+	objs, index := c.indexedLocked(ctx, key, opts)
+	if index == "" {
+		objs = c.objectsLocked(key, opts.Recursive)
+	}
+	cacheRV := c.rv
+	c.mu.RUnlock()
+	if token := opts.Predicate.Continue; token != "" {
+		// A continuation at the current state (a negative RV in its token:
+		// past states are pastListPoint's): from its key on.
+		from, _, err := storage.DecodeContinue(token, key)
+		if err != nil {
+			return err
+		}
+		i := sort.Search(len(objs), func(i int) bool { return objs[i].key >= from })
+		objs = objs[i:]
+	}
+
+	// A limit on RV "0" is ignored, as upstream does: such a list accepts
+	// any state, and the first page from the cache is as good as all of it.
+	limit := opts.Predicate.Limit
+	if opts.ResourceVersion == "0" {
+		limit = 0
+	}
+	// Later pages carry the RV in their continue token: the snapshot of
+	// that state serves them (or etcd, which has its revisions).
+	return c.fillList(listObj, objs, index, key, cacheRV, limit, opts)
+}
+
+// fillList puts into listObj the objects of objs (in key order) that match
+// the predicate, at most limit of them (0: all), with the list's RV and,
+// when more match, the continue token that resumes after the last one at
+// the same RV.
+func (c *Cacher) fillList(listObj runtime.Object, objs []*object, index, key string, rv uint64, limit int64, opts storage.ListOptions) error {
 	listPtr, err := meta.GetItemsPtr(listObj)
 	if err != nil {
 		return err
@@ -128,22 +175,8 @@ func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.Lis
 	if listVal.Kind() != reflect.Slice {
 		return fmt.Errorf("need a pointer to slice, got %v", listVal.Kind())
 	}
-	c.mu.RLock()
-	objs, index := c.indexedLocked(ctx, key, opts)
-	if index == "" {
-		objs = c.objectsLocked(key, opts.Recursive)
-	}
-	cacheRV := c.rv
-	c.mu.RUnlock()
-
-	// A limit on RV "0" is ignored, as upstream does: such a list accepts
-	// any state, and the first page from the cache is as good as all of it.
-	limit := opts.Predicate.Limit
-	if opts.ResourceVersion == "0" {
-		limit = 0
-	}
 	pred := opts.Predicate
-	selected := make([]*object, 0, len(objs))
+	selected := make([]*object, 0, min(len(objs), 1024))
 	hasMore := false
 	fetched := len(objs)
 	for i, o := range objs {
@@ -164,13 +197,11 @@ func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.Lis
 		listVal.Index(i).Set(reflect.ValueOf(o.obj).Elem())
 		lastKey = o.key
 	}
-	// Later pages carry the RV in their continue token and go to etcd,
-	// which serves them at exactly that revision.
-	next, remaining, err := storage.PrepareContinueToken(lastKey, key, int64(cacheRV), int64(len(objs)), hasMore, opts)
+	next, remaining, err := storage.PrepareContinueToken(lastKey, key, int64(rv), int64(len(objs)), hasMore, opts)
 	if err != nil {
 		return err
 	}
-	return c.versioner.UpdateList(listObj, cacheRV, next, remaining)
+	return c.versioner.UpdateList(listObj, rv, next, remaining)
 }
 
 // indexedLocked narrows a recursive list with the first of the resource's

@@ -138,6 +138,8 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	}
 	c.ordered.reset(objs)
 	c.history.reset(rv)
+	c.snapshots.reset()
+	c.snapshotLocked(rv, c.clock.Now())
 	c.rv = 0 // a relist may legitimately land below a progress RV seen earlier
 	c.setRVLocked(rv)
 	c.ready.set(stateReady, c.clock.Now())
@@ -275,6 +277,7 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 	}
 	bound := c.history.limit
 	forced := c.history.add(e, now)
+	c.snapshotLocked(rv, now)
 	if c.history.limit != bound {
 		c.metrics.historyBoundChanged(bound, c.history.limit)
 	}

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"k8s.io/apiserver/pkg/features"
@@ -76,18 +77,27 @@ func TestDeleteWithSuggestionAndMissingExpectedTransformOrDecodeError(t *testing
 	storagetesting.RunTestDeleteWithSuggestionAndMissingExpectedTransformOrDecodeError(context.Background(), t, setup(t).cacher)
 }
 
+// TestList and TestConsistentList run with ListFromCacheSnapshot on (the
+// default: exact-RV and paginated lists come from the cache's snapshots)
+// and off (they go to etcd), as upstream's own cacher tests do.
 func TestList(t *testing.T) {
-	// The cache keeps no snapshots: exact-RV and paginated lists go to etcd,
-	// which is what the suite expects with ListFromCacheSnapshot off.
-	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, false)
-	e := setup(t)
-	storagetesting.RunTestList(context.Background(), t, e.cacher, compaction(e), true, e.recorder)
+	for _, snapshots := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ListFromCacheSnapshot=%v", snapshots), func(t *testing.T) {
+			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, snapshots)
+			e := setup(t)
+			storagetesting.RunTestList(context.Background(), t, e.cacher, compaction(e), true, e.recorder)
+		})
+	}
 }
 
 func TestConsistentList(t *testing.T) {
-	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, false)
-	e := setup(t)
-	storagetesting.RunTestConsistentList(context.Background(), t, e.cacher, increaseRV(e.client.Client), true, true, false)
+	for _, snapshots := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ListFromCacheSnapshot=%v", snapshots), func(t *testing.T) {
+			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, snapshots)
+			e := setup(t)
+			storagetesting.RunTestConsistentList(context.Background(), t, e.cacher, increaseRV(e.client.Client), true, true, snapshots)
+		})
+	}
 }
 
 func TestGetListNonRecursive(t *testing.T) {
