@@ -106,8 +106,8 @@ type Cacher struct {
 	snapshots snapshots
 	// snapshotting is whether ListFromCacheSnapshot was on at New.
 	snapshotting bool
-	watchers watcherSet
-	calendar *bookmarks.Calendar[*watcher]
+	watchers     watcherSet
+	calendar     *bookmarks.Calendar[*watcher]
 	// compactedRV is the highest etcd compaction the history has honoured.
 	compactedRV uint64
 	// watchLost, closed by the liveness check, ends the storage watch.

@@ -49,6 +49,9 @@ type HistoryInspection struct {
 	// StartRV is the RV a watch must be at or above to resume from the
 	// history; below it a client gets 410.
 	StartRV uint64
+	// Snapshots counts the past states kept for exact-RV and paginated
+	// lists (snapshots.go).
+	Snapshots int
 }
 
 // Inspect reads the cache's state. It holds the cache's read lock while it
@@ -77,7 +80,8 @@ func (c *Cacher) Inspect(ctx context.Context) Inspection {
 	}
 	in.Calendar = c.calendar.Slots()
 	h := c.history
-	in.History = HistoryInspection{Events: h.len(), Capacity: h.capacity, Bound: h.limit, Window: h.window, StartRV: h.startRV}
+	in.History = HistoryInspection{Events: h.len(), Capacity: h.capacity, Bound: h.limit, Window: h.window, StartRV: h.startRV,
+		Snapshots: c.snapshots.len()}
 	if oldest, newest := h.span(); oldest != nil {
 		in.History.OldestRV, in.History.NewestRV = oldest.rv, newest.rv
 		in.History.OldestAt, in.History.NewestAt = time.Unix(0, oldest.recordedNanos), time.Unix(0, newest.recordedNanos)

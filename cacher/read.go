@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"context"
+	goerrors "errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -98,7 +99,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		// An exact RV, or a later page at its first page's RV: from the
 		// snapshot of that state, or etcd when it is gone since the
 		// decision.
-		if err := c.listFromSnapshot(preparedKey, fromKey, at, opts, listObj); err != errNoSnapshot {
+		if err := c.listFromSnapshot(preparedKey, fromKey, at, opts, listObj); !goerrors.Is(err, errNoSnapshot) {
 			return err
 		}
 		return c.storage.GetList(ctx, key, opts, listObj)

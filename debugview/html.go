@@ -90,7 +90,7 @@ svg { border-bottom: 1px solid #888; }
 <tr><th>watchers</th><td>WaitingForBookmark {{index .Watchers "WaitingForBookmark"}}, BookmarkReceived {{index .Watchers "BookmarkReceived"}}, BookmarkSent {{index .Watchers "BookmarkSent"}}</td></tr>
 <tr><th>cache RV / etcd RV</th><td>{{.CacheRV}} / {{.EtcdRV}} ({{.RVLag}})</td></tr>
 <tr><th>last heard from etcd</th><td>{{printf "%.3f" .LastHeardAge}}s ago</td></tr>
-<tr><th>history</th><td>{{.History.Events}} events (bound {{.History.Bound}}, capacity {{.History.Capacity}}, window {{.History.Window}}s); oldest RV {{.History.OldestRV}} ({{printf "%.1f" .History.OldestAge}}s old), newest RV {{.History.NewestRV}} ({{printf "%.1f" .History.NewestAge}}s old); resumable from RV {{.History.StartRV}}</td></tr>
+<tr><th>history</th><td>{{.History.Events}} events (bound {{.History.Bound}}, capacity {{.History.Capacity}}, window {{.History.Window}}s); oldest RV {{.History.OldestRV}} ({{printf "%.1f" .History.OldestAge}}s old), newest RV {{.History.NewestRV}} ({{printf "%.1f" .History.NewestAge}}s old); resumable from RV {{.History.StartRV}}; {{.History.Snapshots}} snapshots for exact-RV and paginated lists</td></tr>
 <tr><th>last tick</th><td>{{printf "%.6f" .LastTickDuration}}s</td></tr>
 <tr><th>schedule</th><td>bookmarks every {{.Schedule.BookmarkFrequency}}s, pre-deadline {{.Schedule.BookmarkPreDeadlineOffset}}s, granularity {{.Schedule.BookmarkGranularity}}s, jitter {{.Schedule.BookmarkJitter}}, max staleness {{.Schedule.BookmarkMaxStaleness}}s</td></tr>
 </table>

@@ -65,6 +65,8 @@ type HistoryView struct {
 	// StartRV is the RV a watch must be at or above to resume from the
 	// history; below it a client gets 410.
 	StartRV uint64 `json:"startRV"`
+	// Snapshots counts the past states kept for exact-RV and paginated lists.
+	Snapshots int `json:"snapshots"`
 }
 
 // ScheduleView is the resource's effective schedule.
@@ -109,7 +111,7 @@ func newSnapshot(in cacher.Inspection) Snapshot {
 	}
 	h := in.History
 	s.History = HistoryView{Events: h.Events, Capacity: h.Capacity, Bound: h.Bound, Window: seconds(h.Window),
-		OldestRV: h.OldestRV, NewestRV: h.NewestRV, StartRV: h.StartRV}
+		OldestRV: h.OldestRV, NewestRV: h.NewestRV, StartRV: h.StartRV, Snapshots: h.Snapshots}
 	if h.Events > 0 {
 		s.History.OldestAge, s.History.NewestAge = seconds(now.Sub(h.OldestAt)), seconds(now.Sub(h.NewestAt))
 	}
