@@ -108,7 +108,7 @@ func (s *fakeStorage) watchCount() int {
 
 // waitWatch waits until the cacher has opened its n-th storage watch (n from
 // 1) and returns it with the options it was opened with.
-func (s *fakeStorage) waitWatch(t *testing.T, n int) (*fakeWatch, storage.ListOptions) {
+func (s *fakeStorage) waitWatch(t testing.TB, n int) (*fakeWatch, storage.ListOptions) {
 	t.Helper()
 	deadline := time.Now().Add(waitFor)
 	for {
@@ -247,7 +247,7 @@ func (w *fakeWatch) isStopped() bool {
 
 // send queues ev for the cacher; it fails the test if the cacher stopped
 // this watch.
-func (w *fakeWatch) send(t *testing.T, typ watch.EventType, obj runtime.Object) {
+func (w *fakeWatch) send(t testing.TB, typ watch.EventType, obj runtime.Object) {
 	t.Helper()
 	select {
 	case <-w.stopped:

@@ -261,7 +261,7 @@ func (tc *testCacher) stepTicks(t *testing.T, n int, check func(step int)) {
 	}
 }
 
-func poll(t *testing.T, what string, cond func() bool) {
+func poll(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitFor)
 	for !cond() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"sync/atomic"
 	"testing"
@@ -11,7 +12,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
 )
 
 // BenchmarkListFromCache lists 10,000 cached pods at RV "0", as the bench's
@@ -172,6 +176,51 @@ func BenchmarkDispatchExactKeyWatchers(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(watchers)/objects, "watchers/write")
+		})
+	}
+}
+
+// BenchmarkSnapshotMemory: 10,000 objects, 10 writes a second over a 75s
+// window (750 writes, each a snapshot), on the fake clock: the heap the
+// snapshots keep beyond the store and the history, per snapshot and in
+// all. Run it with and without the gate to see the difference:
+// go test -run XXX -bench SnapshotMemory -benchtime 1x ./cacher/
+func BenchmarkSnapshotMemory(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("ListFromCacheSnapshot=%v", on), func(b *testing.B) {
+			featuregatetesting.SetFeatureGateDuringTest(b, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, on)
+			var pods []*example.Pod
+			for i := range 10_000 {
+				pods = append(pods, newTestPod(fmt.Sprintf("pod-%05d", i), 100, nil, "node1"))
+			}
+			fs := newFakeStorage(100, pods...)
+			c := newTestCacher(b, fs, func(cfg *Config) { cfg.EventsHistoryWindow = 75 * time.Second })
+			if err := c.WaitReady(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			sw, _ := fs.waitWatch(b, 1)
+			heap := func() uint64 {
+				var m runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&m)
+				return m.HeapAlloc
+			}
+			for b.Loop() {
+				before := heap()
+				rv := uint64(100)
+				for i := range 750 {
+					rv++
+					sw.send(b, watch.Modified, newTestPod(fmt.Sprintf("pod-%05d", (i*7919)%10_000), rv, map[string]string{"i": fmt.Sprint(i)}, "node1"))
+					if i%10 == 9 {
+						c.clk.Step(time.Second)
+					}
+				}
+				poll(b, "the writes to be applied", func() bool { return c.currentRV() >= rv })
+				b.ReportMetric(float64(heap()-before)/(1<<20), "MiB-kept")
+				c.mu.RLock()
+				b.ReportMetric(float64(c.snapshots.len()), "snapshots")
+				c.mu.RUnlock()
+			}
 		})
 	}
 }
