@@ -1,14 +1,12 @@
 package bookmarks
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
 	"k8s.io/utils/clock"
 )
-
-// DefaultGranularity is the slot width upstream's watch cache uses.
-const DefaultGranularity = time.Second
 
 // Calendar files watchers of type W into slots of a fixed granularity and hands
 // back, in bulk, every slot whose time has come.
@@ -33,11 +31,12 @@ type Calendar[W any] struct {
 	filed     int
 }
 
-// NewCalendar returns an empty calendar whose slot zero starts now. A
-// granularity <= 0 means DefaultGranularity.
+// NewCalendar returns an empty calendar whose slot zero starts now. The
+// granularity must be > 0 (options validate it; a zero is a programming
+// error, not a default).
 func NewCalendar[W any](clk clock.PassiveClock, granularity time.Duration) *Calendar[W] {
 	if granularity <= 0 {
-		granularity = DefaultGranularity
+		panic(fmt.Sprintf("bookmarks: calendar granularity %v, must be > 0", granularity))
 	}
 	return &Calendar[W]{
 		clock:       clk,

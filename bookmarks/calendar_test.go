@@ -60,13 +60,6 @@ func TestCalendarFilesBySlot(t *testing.T) {
 			want:        []int{1},
 			wantLeft:    2,
 		},
-		{
-			name:        "zero granularity means the default",
-			granularity: 0,
-			add:         map[int]time.Duration{1: 1500 * time.Millisecond},
-			popAt:       time.Second,
-			want:        []int{1},
-		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -238,4 +231,15 @@ func TestHasDueBy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A zero granularity is a mistake of the caller (options validate the
+// flag), not a default: it is refused loudly.
+func TestCalendarRefusesZeroGranularity(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("NewCalendar with granularity 0 did not panic")
+		}
+	}()
+	NewCalendar[int](testingclock.NewFakeClock(epoch), 0)
 }

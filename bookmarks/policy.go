@@ -2,13 +2,9 @@ package bookmarks
 
 import "time"
 
-// Defaults of upstream's watch cache, which hardcodes them.
-const (
-	DefaultFrequency         = time.Minute
-	DefaultPreDeadlineOffset = 2 * time.Second
-)
-
-// Policy decides when a watcher's next bookmark is due.
+// Policy decides when a watcher's next bookmark is due. The schedule's
+// values, and upstream's defaults, are the options package's: this package
+// takes them as given.
 type Policy struct {
 	// Frequency is the heartbeat: a watcher hears from the cache at least this
 	// often, so a quiet watch cannot be mistaken for a dead one.
@@ -17,12 +13,6 @@ type Policy struct {
 	// is sent, so a client that reconnects at the deadline resumes from a
 	// resourceVersion at most this stale instead of relisting.
 	PreDeadlineOffset time.Duration
-}
-
-// DefaultPolicy is upstream's schedule: every minute, and two seconds before
-// the deadline.
-func DefaultPolicy() Policy {
-	return Policy{Frequency: DefaultFrequency, PreDeadlineOffset: DefaultPreDeadlineOffset}
 }
 
 // Next returns when the watcher's next bookmark is due, and false when it

@@ -66,9 +66,3 @@ func TestPolicyAfterBookmark(t *testing.T) {
 		})
 	}
 }
-
-func TestDefaultPolicyIsUpstreams(t *testing.T) {
-	if got := DefaultPolicy(); got.Frequency != time.Minute || got.PreDeadlineOffset != 2*time.Second {
-		t.Errorf("DefaultPolicy() = %+v, want 1m and 2s", got)
-	}
-}

@@ -7,9 +7,6 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// DefaultTickJitter is upstream's wait.Jitter(time.Second, 0.25) factor.
-const DefaultTickJitter = 0.25
-
 // Tick is the one timer that drives a calendar's pops. Every interval is the
 // period plus a random extra of up to jitter*period, drawn again on every
 // Rearm, so the ticks of many resources and many apiservers do not line up.

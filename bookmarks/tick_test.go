@@ -65,7 +65,7 @@ func TestTickFiresAndRejitters(t *testing.T) {
 // The default tick draws from upstream's [1s, 1.25s).
 func TestTickDefaultRange(t *testing.T) {
 	clk := testingclock.NewFakeClock(epoch)
-	tick := NewTick(clk, DefaultGranularity, DefaultTickJitter)
+	tick := NewTick(clk, time.Second, 0.25) // upstream's wait.Jitter(time.Second, 0.25)
 	defer tick.Stop()
 	low, high := time.Hour, time.Duration(0)
 	for range 10000 {

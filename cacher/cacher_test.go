@@ -413,7 +413,9 @@ func TestWatchTooOldResourceVersion(t *testing.T) {
 			c := newTestCacher(t, fs, func(cfg *Config) {
 				cfg.BookmarkFrequency = 5 * time.Second
 				cfg.EventsHistoryWindow = 10 * time.Second
-				cfg.HistoryCapacity = tc.capacity
+				if tc.capacity > 0 {
+					cfg.HistoryCapacity = tc.capacity
+				}
 			})
 			c.waitReady(t)
 			sw, _ := fs.waitWatch(t, 1)

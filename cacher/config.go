@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -11,20 +12,15 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
-
-	"github.com/watchkeeper/watchkeeper/bookmarks"
 )
 
-// Defaults for the knobs Config leaves at zero.
 const (
-	// DefaultHistoryCapacity bounds the event history under a write storm
-	// when the window alone would let it grow without limit.
-	DefaultHistoryCapacity = 100_000
 	// DefaultWatcherBuffer is how many events may wait for a client that is
-	// behind. The dispatcher never waits for a client, so this is what a
-	// burst may put in front of one: a write storm of a thousand objects
-	// still reaches a client that keeps reading. Memory is spent only while
-	// a client is behind, a few words per event.
+	// behind (not a flag: decorator.Schedule sets it). The dispatcher never
+	// waits for a client, so this is what a burst may put in front of one:
+	// a write storm of a thousand objects still reaches a client that keeps
+	// reading. Memory is spent only while a client is behind, a few words
+	// per event.
 	DefaultWatcherBuffer = 1024
 	// freshnessTimeout is how long a read or watch waits for the cache to
 	// reach a resourceVersion before it gives up (upstream: 3s).
@@ -70,8 +66,7 @@ type Config struct {
 	BookmarkMaxStaleness time.Duration
 	// StorageSilenceTimeout is how long the storage watch may deliver
 	// nothing, progress requests included, before the cache calls it lost,
-	// goes not ready and relists. Zero means DefaultStorageSilenceTimeout;
-	// negative never.
+	// goes not ready and relists. Zero turns the check off.
 	StorageSilenceTimeout time.Duration
 }
 
@@ -97,23 +92,31 @@ func (c *Config) complete() error {
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}
-	if c.BookmarkFrequency == 0 {
-		c.BookmarkFrequency = bookmarks.DefaultFrequency
+	// Zero is never a default here: the defaults are the options package's
+	// (decorator.Schedule turns options into a Config). A knob that can be
+	// off (StorageSilenceTimeout, BookmarkMaxStaleness, BookmarkJitter) is
+	// off at zero; every other must be set.
+	var bad []string
+	for _, k := range []struct {
+		name string
+		ok   bool
+	}{
+		{"BookmarkFrequency > 0", c.BookmarkFrequency > 0},
+		{"BookmarkPreDeadlineOffset >= 0", c.BookmarkPreDeadlineOffset >= 0},
+		{"BookmarkGranularity > 0", c.BookmarkGranularity > 0},
+		{"EventsHistoryWindow > 0", c.EventsHistoryWindow > 0},
+		{"HistoryCapacity > 0", c.HistoryCapacity > 0},
+		{"WatcherBuffer > 0", c.WatcherBuffer > 0},
+		{"BookmarkJitter >= 0", c.BookmarkJitter >= 0},
+		{"BookmarkMaxStaleness >= 0", c.BookmarkMaxStaleness >= 0},
+		{"StorageSilenceTimeout >= 0", c.StorageSilenceTimeout >= 0},
+	} {
+		if !k.ok {
+			bad = append(bad, k.name)
+		}
 	}
-	if c.BookmarkGranularity == 0 {
-		c.BookmarkGranularity = bookmarks.DefaultGranularity
-	}
-	if c.EventsHistoryWindow == 0 {
-		c.EventsHistoryWindow = c.BookmarkFrequency + 15*time.Second
-	}
-	if c.HistoryCapacity <= 0 {
-		c.HistoryCapacity = DefaultHistoryCapacity
-	}
-	if c.StorageSilenceTimeout == 0 {
-		c.StorageSilenceTimeout = DefaultStorageSilenceTimeout
-	}
-	if c.WatcherBuffer <= 0 {
-		c.WatcherBuffer = DefaultWatcherBuffer
+	if len(bad) > 0 {
+		return fmt.Errorf("cacher: the schedule needs %s", strings.Join(bad, ", "))
 	}
 	return nil
 }

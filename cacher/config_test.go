@@ -27,3 +27,29 @@ func TestShardedListAndWatchIsRefused(t *testing.T) {
 		t.Fatalf("New with ShardedListAndWatch on: %v, want an error naming the gate and the way out", err)
 	}
 }
+
+// Zero is never a default in Config: every schedule knob that cannot be
+// off must be set, and New names each one that is not.
+func TestNewNamesEveryMissingScheduleKnob(t *testing.T) {
+	_, err := New(Config{
+		Storage:        newFakeStorage(100),
+		ResourcePrefix: "/pods/",
+		KeyFunc:        testPodKey,
+		NewFunc:        func() kruntime.Object { return &example.Pod{} },
+		NewListFunc:    func() kruntime.Object { return &example.PodList{} },
+		GetAttrsFunc:   testPodAttrs,
+		BookmarkJitter: -1,
+	})
+	if err == nil {
+		t.Fatal("New with no schedule succeeded")
+	}
+	for _, want := range []string{"BookmarkFrequency > 0", "BookmarkGranularity > 0", "EventsHistoryWindow > 0",
+		"HistoryCapacity > 0", "WatcherBuffer > 0", "BookmarkJitter >= 0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "StorageSilenceTimeout") || strings.Contains(err.Error(), "MaxStaleness") {
+		t.Errorf("error %q names a knob whose zero is off", err)
+	}
+}

@@ -174,9 +174,12 @@ func newTestCacher(t testing.TB, fs *fakeStorage, mutate func(*Config)) *testCac
 		BookmarkPreDeadlineOffset: 2 * time.Second,
 		BookmarkGranularity:       time.Second,
 		BookmarkJitter:            0,
+		EventsHistoryWindow:       75 * time.Second,
+		HistoryCapacity:           100_000,
+		WatcherBuffer:             DefaultWatcherBuffer,
 		// The fake clock runs far ahead of a fake storage that says
-		// nothing; storage_liveness_test.go turns this on.
-		StorageSilenceTimeout: -1,
+		// nothing: off here; storage_liveness_test.go turns it on.
+		StorageSilenceTimeout: 0,
 	}
 	if mutate != nil {
 		mutate(&cfg)

@@ -7,10 +7,6 @@ import (
 	"time"
 )
 
-// DefaultStorageSilenceTimeout is how long the storage watch may stay silent,
-// progress requests unanswered, before the cache calls it lost.
-const DefaultStorageSilenceTimeout = 15 * time.Second
-
 // probeTimeout bounds one progress request, so a dead etcd cannot hold the
 // requester (and everyone waiting on it) forever.
 const probeTimeout = 5 * time.Second

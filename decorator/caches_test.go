@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/watchkeeper/watchkeeper/cacher"
+	"github.com/watchkeeper/watchkeeper/options"
 )
 
 // readiness is a storage whose readiness the test sets.
@@ -98,15 +99,14 @@ func (quietStorage) Versioner() storage.Versioner                        { retur
 
 func newQuietCache(t *testing.T, gr schema.GroupResource) *cacher.Cacher {
 	t.Helper()
-	c, err := cacher.New(cacher.Config{
-		Storage:        quietStorage{},
-		GroupResource:  gr,
-		ResourcePrefix: "/" + gr.Resource + "/",
-		KeyFunc:        func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/"+gr.Resource+"/", obj) },
-		NewFunc:        func() runtime.Object { return &example.Pod{} },
-		NewListFunc:    func() runtime.Object { return &example.PodList{} },
-		GetAttrsFunc:   storage.DefaultNamespaceScopedAttr,
-	})
+	cfg := Schedule(options.NewWatchCacheOptions(), gr)
+	cfg.Storage = quietStorage{}
+	cfg.ResourcePrefix = "/" + gr.Resource + "/"
+	cfg.KeyFunc = func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/"+gr.Resource+"/", obj) }
+	cfg.NewFunc = func() runtime.Object { return &example.Pod{} }
+	cfg.NewListFunc = func() runtime.Object { return &example.PodList{} }
+	cfg.GetAttrsFunc = storage.DefaultNamespaceScopedAttr
+	c, err := cacher.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

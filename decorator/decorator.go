@@ -20,7 +20,6 @@ import (
 	"reflect"
 	"slices"
 	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -176,27 +175,13 @@ func watchkeeper(o *options.WatchCacheOptions) generic.StorageDecorator {
 		if err != nil {
 			return nil, nil, err
 		}
-		r := o.ForResource(config.GroupResource)
-		c, err := cacher.New(cacher.Config{
-			Storage:                   raw,
-			Versioner:                 storage.APIObjectVersioner{},
-			GroupResource:             config.GroupResource,
-			ResourcePrefix:            resourcePrefix,
-			KeyFunc:                   keyFunc,
-			NewFunc:                   newFunc,
-			NewListFunc:               newListFunc,
-			GetAttrsFunc:              getAttrsFunc,
-			IndexerFuncs:              triggerFuncs,
-			Indexers:                  indexers,
-			BookmarkFrequency:         r.BookmarkFrequency,
-			BookmarkPreDeadlineOffset: r.BookmarkPreDeadlineOffset,
-			EventsHistoryWindow:       r.EffectiveEventsHistoryWindow(),
-			BookmarkGranularity:       r.BookmarkGranularity,
-			BookmarkJitter:            r.BookmarkJitter,
-			BookmarkMaxStaleness:      r.BookmarkMaxStaleness,
-			HistoryCapacity:           r.EventsHistoryCapacity,
-			StorageSilenceTimeout:     silenceTimeout(r.StorageSilenceTimeout),
-		})
+		cfg := Schedule(o, config.GroupResource)
+		cfg.Storage = raw
+		cfg.Versioner = storage.APIObjectVersioner{}
+		cfg.ResourcePrefix = resourcePrefix
+		cfg.KeyFunc, cfg.NewFunc, cfg.NewListFunc, cfg.GetAttrsFunc = keyFunc, newFunc, newListFunc, getAttrsFunc
+		cfg.IndexerFuncs, cfg.Indexers = triggerFuncs, indexers
+		c, err := cacher.New(cfg)
 		if err != nil {
 			destroyRaw()
 			return nil, nil, err
@@ -239,11 +224,22 @@ func isUndecorated(d generic.StorageDecorator) bool {
 	return d != nil && reflect.ValueOf(d).Pointer() == reflect.ValueOf(generic.UndecoratedStorage).Pointer()
 }
 
-// silenceTimeout maps the flag's "0 turns it off" onto the cacher's "negative
-// never" (where 0 means its default).
-func silenceTimeout(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
+// Schedule is the cache configuration of gr's schedule under o, its
+// per-resource overrides applied: the one place where options, which hold
+// every default, become a cacher.Config, whose zero values are never
+// defaults. The caller adds the resource's storage and functions.
+func Schedule(o *options.WatchCacheOptions, gr schema.GroupResource) cacher.Config {
+	r := o.ForResource(gr)
+	return cacher.Config{
+		GroupResource:             gr,
+		BookmarkFrequency:         r.BookmarkFrequency,
+		BookmarkPreDeadlineOffset: r.BookmarkPreDeadlineOffset,
+		EventsHistoryWindow:       r.EffectiveEventsHistoryWindow(),
+		BookmarkGranularity:       r.BookmarkGranularity,
+		BookmarkJitter:            r.BookmarkJitter,
+		BookmarkMaxStaleness:      r.BookmarkMaxStaleness,
+		HistoryCapacity:           r.EventsHistoryCapacity,
+		StorageSilenceTimeout:     r.StorageSilenceTimeout,
+		WatcherBuffer:             cacher.DefaultWatcherBuffer,
 	}
-	return d
 }

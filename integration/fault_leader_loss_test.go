@@ -93,16 +93,7 @@ func llSetup(t *testing.T, endpoints []string, opts ...setupOption) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(raw.Close)
-	cfg := cacher.Config{
-		Storage:        raw,
-		Versioner:      versioner,
-		GroupResource:  schema.GroupResource{Resource: "pods"},
-		ResourcePrefix: "/pods/",
-		KeyFunc:        func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) },
-		NewFunc:        newPod,
-		NewListFunc:    newPodList,
-		GetAttrsFunc:   podAttrs,
-	}
+	cfg := podCacheConfig(raw)
 	for _, o := range opts {
 		o(&cfg)
 	}

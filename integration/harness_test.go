@@ -24,8 +24,10 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/watchkeeper/watchkeeper/cacher"
+	"github.com/watchkeeper/watchkeeper/decorator"
 	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 	"github.com/watchkeeper/watchkeeper/internal/fixtures"
+	"github.com/watchkeeper/watchkeeper/options"
 )
 
 var (
@@ -69,6 +71,19 @@ func withSchedule(frequency, offset, window time.Duration) setupOption {
 	}
 }
 
+// podCacheConfig is a pods cache over raw with the flags' defaults
+// (upstream's schedule, as the conformance expectations assume), made the
+// way the decorator makes it.
+func podCacheConfig(raw storage.Interface) cacher.Config {
+	cfg := decorator.Schedule(options.NewWatchCacheOptions(), schema.GroupResource{Resource: "pods"})
+	cfg.Storage = raw
+	cfg.Versioner = storage.APIObjectVersioner{}
+	cfg.ResourcePrefix = "/pods/"
+	cfg.KeyFunc = func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) }
+	cfg.NewFunc, cfg.NewListFunc, cfg.GetAttrsFunc = newPod, newPodList, podAttrs
+	return cfg
+}
+
 // setup starts etcd, the etcd3 store over it and our cache over that, and
 // waits for the cache to be ready.
 func setup(t *testing.T, opts ...setupOption) *env {
@@ -85,20 +100,7 @@ func setup(t *testing.T, opts ...setupOption) *env {
 	}
 	t.Cleanup(raw.Close)
 
-	cfg := cacher.Config{
-		Storage:        raw,
-		Versioner:      versioner,
-		GroupResource:  schema.GroupResource{Resource: "pods"},
-		ResourcePrefix: "/pods/",
-		KeyFunc:        func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) },
-		NewFunc:        newPod,
-		NewListFunc:    newPodList,
-		GetAttrsFunc:   podAttrs,
-		// Upstream's schedule, as its conformance expectations assume.
-		BookmarkFrequency:         time.Minute,
-		BookmarkPreDeadlineOffset: 2 * time.Second,
-		BookmarkJitter:            0.25,
-	}
+	cfg := podCacheConfig(raw)
 	for _, o := range opts {
 		o(&cfg)
 	}
