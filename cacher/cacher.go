@@ -80,6 +80,8 @@ type Cacher struct {
 	watcherEnv *watcherEnv
 	// verifying is whether a check of etcd's revision after a silence runs.
 	verifying atomic.Bool
+	// checkingConsistency is whether a consistency check runs.
+	checkingConsistency atomic.Bool
 	// lastTickNanos is how long the last bookmark tick took, for Inspect.
 	lastTickNanos atomic.Int64
 	// backfills runs one history backfill at a time (backfill.go).
@@ -110,8 +112,13 @@ type Cacher struct {
 	calendar     *bookmarks.Calendar[*watcher]
 	// compactedRV is the highest etcd compaction the history has honoured.
 	compactedRV uint64
-	// watchLost, closed by the liveness check, ends the storage watch.
-	watchLost chan struct{}
+	// watchLost, closed by the liveness or the consistency check, ends the
+	// storage watch; watchLostErr says why, and the cache relists.
+	watchLost    chan struct{}
+	watchLostErr error
+	// nextConsistencyCheck is when the tick next compares the cache with
+	// etcd (consistency.go); only the dispatcher goroutine uses it.
+	nextConsistencyCheck time.Time
 }
 
 var _ storage.Interface = (*Cacher)(nil)

@@ -107,6 +107,7 @@ func (d *dispatcher) dispatch(e *event) {
 func (c *Cacher) tick(rv uint64, due [][]*watcher) [][]*watcher {
 	start := c.clock.Now()
 	c.checkStorageLiveness(start)
+	c.maybeCheckConsistency(start)
 	c.mu.Lock()
 	c.trimHistoryLocked()
 	// Before the pop: the watchers due now are filed again after this

@@ -211,7 +211,10 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 		case <-ctx.Done():
 			return rv, delivered, ctx.Err()
 		case <-lost:
-			return rv, delivered, silentError(c.cfg.StorageSilenceTimeout)
+			c.mu.RLock()
+			why := c.watchLostErr
+			c.mu.RUnlock()
+			return rv, delivered, why
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				return rv, delivered, errWatchClosed

@@ -84,13 +84,23 @@ func (c *Cacher) verifySilence(silent time.Duration) {
 		c.heard(c.clock.Now())
 		return
 	}
-	lost := c.watchLost
-	c.watchLost = nil
-	if lost != nil {
+	if c.endWatchLocked(silentError(c.cfg.StorageSilenceTimeout)) {
 		c.logger.Info("Storage watch silent; ending it", "silentFor", silent,
 			"etcdRV", rv, "cacheRV", c.rv, "err", err)
-		close(lost)
 	}
+}
+
+// endWatchLocked ends the storage watch for why, so the reflector relists;
+// false when no watch was running.
+func (c *Cacher) endWatchLocked(why error) bool {
+	lost := c.watchLost
+	c.watchLost = nil
+	if lost == nil {
+		return false
+	}
+	c.watchLostErr = why
+	close(lost)
+	return true
 }
 
 func silentError(timeout time.Duration) error {

@@ -1,0 +1,115 @@
+package cacher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/features"
+	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+)
+
+// consistencyCheckPeriod is how often the cache compares itself with etcd
+// (upstream's DetectCacheInconsistency: every 5 minutes, jittered by up to
+// half); consistencyCheckTimeout bounds one check.
+const (
+	consistencyCheckPeriod  = 5 * time.Minute
+	consistencyCheckTimeout = time.Minute
+	// shownDifferences bounds the keys a failed check logs; it counts all.
+	shownDifferences = 20
+)
+
+var errInconsistent = errors.New("watch cache inconsistent with etcd")
+
+// maybeCheckConsistency runs on every tick: when a check is due (and the
+// DetectCacheInconsistency gate is on) it starts one, owned by the cache's
+// WaitGroup.
+func (c *Cacher) maybeCheckConsistency(now time.Time) {
+	if !utilfeature.DefaultFeatureGate.Enabled(features.DetectCacheInconsistency) {
+		return
+	}
+	if c.nextConsistencyCheck.IsZero() {
+		c.nextConsistencyCheck = now.Add(wait.Jitter(consistencyCheckPeriod, 0.5))
+		return
+	}
+	if now.Before(c.nextConsistencyCheck) || !c.checkingConsistency.CompareAndSwap(false, true) {
+		return
+	}
+	c.nextConsistencyCheck = now.Add(wait.Jitter(consistencyCheckPeriod, 0.5))
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer c.checkingConsistency.Store(false)
+		ctx, cancel := context.WithTimeout(c.ctx, consistencyCheckTimeout)
+		defer cancel()
+		_ = c.checkConsistency(ctx)
+	}()
+}
+
+// checkConsistency compares the cache's objects at its RV (key and
+// resourceVersion each) with etcd's list at that same RV. On a mismatch it
+// counts a failure (upstream's
+// apiserver_watch_cache_storage_consistency_checks_total{status}), logs the
+// keys that differ (upstream says only that something does), and ends the
+// storage watch so the cache relists, dropping its snapshots with the state
+// they were taken of.
+func (c *Cacher) checkConsistency(ctx context.Context) error {
+	count := func(status string) {
+		upstream.StorageConsistencyCheckTotal.WithLabelValues(c.groupResource.Group, c.groupResource.Resource, status).Inc()
+	}
+	c.mu.RLock()
+	if c.ready.state != stateReady {
+		c.mu.RUnlock()
+		return fmt.Errorf("watch cache of %v not ready", c.groupResource)
+	}
+	rv := c.rv
+	cached := map[string]uint64{}
+	var err error
+	for _, o := range c.ordered.under(c.resourcePrefix) {
+		if cached[o.key], err = c.versioner.ObjectResourceVersion(o.obj); err != nil {
+			break
+		}
+	}
+	c.mu.RUnlock()
+	var etcd map[string]*object
+	if err == nil {
+		etcd, err = c.stateAt(ctx, rv)
+	}
+	if err != nil {
+		count("error")
+		c.logger.Error(err, "Cache consistency check could not compare", "resourceVersion", rv)
+		return err
+	}
+	var differ []string
+	for key, o := range etcd {
+		etcdRV, err := c.versioner.ObjectResourceVersion(o.obj)
+		switch cacheRV, ok := cached[key]; {
+		case !ok:
+			differ = append(differ, fmt.Sprintf("%s (not in the cache, etcd rv %d)", key, etcdRV))
+		case err != nil || cacheRV != etcdRV:
+			differ = append(differ, fmt.Sprintf("%s (cache rv %d, etcd rv %d)", key, cacheRV, etcdRV))
+		}
+		delete(cached, key)
+	}
+	for key, cacheRV := range cached {
+		differ = append(differ, fmt.Sprintf("%s (cache rv %d, not in etcd)", key, cacheRV))
+	}
+	if len(differ) == 0 {
+		count("success")
+		c.logger.V(3).Info("Cache consistency check passed", "resourceVersion", rv, "objects", len(etcd))
+		return nil
+	}
+	count("failure")
+	slices.Sort(differ)
+	shown := differ[:min(len(differ), shownDifferences)]
+	c.logger.Error(errInconsistent, "Cache consistency check failed: relisting", "resourceVersion", rv,
+		"differing", len(differ), "keys", shown)
+	c.mu.Lock()
+	c.endWatchLocked(fmt.Errorf("%w at %d: %d keys differ", errInconsistent, rv, len(differ)))
+	c.mu.Unlock()
+	return errInconsistent
+}

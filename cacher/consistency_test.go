@@ -1,0 +1,90 @@
+package cacher
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
+	"k8s.io/component-base/metrics/testutil"
+)
+
+// A cache that diverged from etcd (here: etcd's state at the cache's RV
+// holds c where the cache holds b) is found out by the consistency check,
+// counted as upstream counts it, and healed by a relist; a cache that
+// agrees passes.
+func TestConsistencyCheckDetectsAndHeals(t *testing.T) {
+	gr := schema.GroupResource{Group: "consistency.test", Resource: "pods"}
+	fs := newFakeStorage(100, newTestPod("a", 90, nil, ""), newTestPod("b", 100, nil, ""))
+	c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = gr })
+	c.waitReady(t)
+	fs.waitWatch(t, 1)
+	metric := func(status string) float64 {
+		v, err := testutil.GetCounterMetricValue(upstream.StorageConsistencyCheckTotal.WithLabelValues(gr.Group, gr.Resource, status))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	ok0, failed0 := metric("success"), metric("failure")
+	if err := c.checkConsistency(context.Background()); err != nil {
+		t.Fatalf("check of a consistent cache: %v", err)
+	}
+	if got := metric("success") - ok0; got != 1 {
+		t.Errorf("success checks +%v, want +1", got)
+	}
+
+	// etcd's state at 100 differs from the cache's: b is not there, c is.
+	fs.setList(100, newTestPod("a", 90, nil, ""), newTestPod("c", 100, nil, ""))
+	if err := c.checkConsistency(context.Background()); !errors.Is(err, errInconsistent) {
+		t.Fatalf("check of a diverged cache: %v, want it inconsistent", err)
+	}
+	if got := metric("failure") - failed0; got != 1 {
+		t.Errorf("failed checks +%v, want +1", got)
+	}
+	// Healed: the reflector relists (after its backoff on the fake clock).
+	poll(t, "the reflector to back off before relisting", func() bool { return !c.Ready() && c.clk.Waiters() == 2 })
+	c.clk.Step(time.Second)
+	fs.waitWatch(t, 2)
+	c.waitReady(t)
+	w := c.startWatch(t, context.Background(), "0", everything(false))
+	var names []string
+	for range 2 {
+		ev := nextEvent(t, w)
+		m, _ := meta.Accessor(ev.Object)
+		names = append(names, m.GetName())
+		if ev.Type != watch.Added {
+			t.Fatalf("after the relist: got %s, want ADDED", describe(ev))
+		}
+	}
+	if names[0] != "a" || names[1] != "c" {
+		t.Errorf("after the relist the cache holds %v, want [a c]", names)
+	}
+	if err := c.checkConsistency(context.Background()); err != nil {
+		t.Errorf("check after the relist: %v", err)
+	}
+}
+
+// The tick starts a check once the period (5m, jittered up to half again)
+// has passed, and not before.
+func TestConsistencyCheckRunsOnTheTick(t *testing.T) {
+	gr := schema.GroupResource{Group: "consistency-tick.test", Resource: "pods"}
+	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = gr })
+	c.waitReady(t)
+	checks := func() float64 {
+		v, _ := testutil.GetCounterMetricValue(upstream.StorageConsistencyCheckTotal.WithLabelValues(gr.Group, gr.Resource, "success"))
+		return v
+	}
+	c.stepTicks(t, 2, nil) // the first tick schedules the first check
+	if n := checks(); n != 0 {
+		t.Fatalf("%v checks within 2s, want 0", n)
+	}
+	c.waitWaiters(t, 1)
+	c.clk.Step(consistencyCheckPeriod * 3 / 2)
+	poll(t, "a consistency check after the period", func() bool { return checks() == 1 })
+}
