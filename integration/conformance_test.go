@@ -2,11 +2,17 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/storage/etcd3"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
+	"k8s.io/apiserver/pkg/storage/value"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 )
@@ -244,12 +250,63 @@ func TestWatchListMatchSingle(t *testing.T) {
 //   - RunTestGetListWithErrorAggregation, RunTestGetListWithoutErrorAggregation,
 //     RunTestWatchWithUnsafeDelete: same (InterfaceWithTransformerOverride),
 //     and they test etcd3's handling of undecodable data.
-//   - RunTestDeleteWithConflictAndMissingExpectedTransformOrDecodeError,
-//     RunTestDeleteExpectedTransformOrDecodeError: they need setFailing, a
-//     fault switch inside the store's transformer or codec.
 //   - RunTestListInconsistentContinuation: it lists at RV "0" with a limit
 //     and expects a continue token. A watch cache serves RV "0" whole, as
 //     upstream's does (and upstream skips this test for it too), so that an
 //     informer's relist never pages through etcd.
 //   - RunOptionalTestProgressNotify: ProgressNotify is a request a watch
 //     cache makes of its storage, not a feature it serves.
+
+// failingTransformer and failingCodec fail on demand, as upstream's cacher
+// tests wrap the etcd3 store's: the delete-with-a-malformed-object tests
+// switch them on.
+type failingTransformer struct {
+	value.Transformer
+	fail atomic.Bool
+}
+
+func (f *failingTransformer) setFailing(fail bool) { f.fail.Store(fail) }
+
+func (f *failingTransformer) TransformFromStorage(ctx context.Context, data []byte, dataCtx value.Context) ([]byte, bool, error) {
+	if f.fail.Load() {
+		return nil, false, errors.New("synthetic transformer error")
+	}
+	return f.Transformer.TransformFromStorage(ctx, data, dataCtx)
+}
+
+type failingCodec struct {
+	runtime.Codec
+	fail atomic.Bool
+}
+
+func (f *failingCodec) setFailing(fail bool) { f.fail.Store(fail) }
+
+func (f *failingCodec) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	if f.fail.Load() {
+		return nil, nil, errors.New("synthetic decode error")
+	}
+	return f.Codec.Decode(data, defaults, into)
+}
+
+func TestDeleteWithConflictAndMissingExpectedTransformOrDecodeError(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.AllowUnsafeMalformedObjectDeletion, true)
+	tr := &failingTransformer{Transformer: transformer}
+	e := setupStore(t, protoCodec, tr)
+	storagetesting.RunTestDeleteWithConflictAndMissingExpectedTransformOrDecodeError(context.Background(), t, e.cacher, tr.setFailing)
+}
+
+func TestDeleteExpectedTransformOrDecodeError(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.AllowUnsafeMalformedObjectDeletion, true)
+	t.Run("transformer", func(t *testing.T) {
+		tr := &failingTransformer{Transformer: transformer}
+		e := setupStore(t, protoCodec, tr)
+		storagetesting.RunTestDeleteExpectedTransformOrDecodeError(context.Background(), t, e.cacher, tr.setFailing)
+	})
+	t.Run("codec", func(t *testing.T) {
+		// The bytes are deliberately undecodable: no fatal error on them.
+		etcd3.TestOnlySetFatalOnDecodeError(t, false)
+		codec := &failingCodec{Codec: protoCodec}
+		e := setupStore(t, codec, transformer)
+		storagetesting.RunTestDeleteExpectedTransformOrDecodeError(context.Background(), t, e.cacher, codec.setFailing)
+	})
+}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/etcd3"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
+	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/cache"
@@ -88,13 +89,20 @@ func podCacheConfig(raw storage.Interface) cacher.Config {
 // waits for the cache to be ready.
 func setup(t *testing.T, opts ...setupOption) *env {
 	t.Helper()
+	return setupStore(t, protoCodec, transformer, opts...)
+}
+
+// setupStore is setup with the etcd3 store's codec and transformer given:
+// the fault tests wrap them to fail on demand, as upstream's cacher tests do.
+func setupStore(t *testing.T, codec runtime.Codec, tr value.Transformer, opts ...setupOption) *env {
+	t.Helper()
 	client := etcdtest.Start(t).KubernetesClient()
 	versioner := storage.APIObjectVersioner{}
 	compactor := etcd3.NewCompactor(client.Client, 0, clock.RealClock{}, nil)
 	t.Cleanup(compactor.Stop)
-	raw, err := etcd3.New(client, compactor, protoCodec, newPod, newPodList, "/registry", "/pods/",
-		schema.GroupResource{Resource: "pods"}, transformer, etcd3.NewDefaultLeaseManagerConfig(),
-		etcd3.NewDefaultDecoder(protoCodec, versioner), versioner)
+	raw, err := etcd3.New(client, compactor, codec, newPod, newPodList, "/registry", "/pods/",
+		schema.GroupResource{Resource: "pods"}, tr, etcd3.NewDefaultLeaseManagerConfig(),
+		etcd3.NewDefaultDecoder(codec, versioner), versioner)
 	if err != nil {
 		t.Fatal(err)
 	}
