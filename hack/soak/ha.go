@@ -63,8 +63,15 @@ func haChaos(chaosCtx, runCtx context.Context, c config, set *replicaSet, cluste
 	}()
 	victim := 0
 	next := time.Now()
+	// No fault starts in the last half interval: a stop under way when the
+	// writers stop would outlast the run by as long as it takes.
+	last := next.Add(c.duration - c.faultEvery/2)
 	for n := 0; ; n++ {
 		next = next.Add(c.faultEvery)
+		if next.After(last) {
+			<-chaosCtx.Done()
+			return nil
+		}
 		pause(time.Until(next))
 		if chaosCtx.Err() != nil {
 			return nil

@@ -338,6 +338,11 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 		}
 	}
 	progress.Stop()
+	// The writers stop with the faults, so a fault's last steps (a
+	// replica that takes a minute to stop) write nothing more.
+	stopWriters()
+	writersWG.Wait()
+	writesStopped := time.Since(start)
 	stopChaos()
 	chaosWG.Wait()
 	if err, _ := chaosErr.Load().(error); err != nil {
@@ -353,8 +358,6 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 			}
 		}
 	}
-	stopWriters()
-	writersWG.Wait()
 
 	// The end: the checker catches up with etcd, then every watcher with
 	// the checker.
@@ -362,7 +365,8 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	logf("writes stopped after %v; etcd at revision %d; waiting for every watcher to reach it", time.Since(start).Round(time.Second), final)
+	logf("writes stopped after %v, faults after %v; etcd at revision %d; waiting for every watcher to reach it",
+		writesStopped.Round(time.Second), time.Since(start).Round(time.Second), final)
 	waitStart := time.Now()
 	behind := 0
 	for {
