@@ -97,8 +97,12 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 	}
 	if at, fromKey, ok := c.pastListPoint(opts, preparedKey); ok {
 		// An exact RV, or a later page at its first page's RV: from the
-		// snapshot of that state, or etcd when it is gone since the
-		// decision.
+		// snapshot of that state once the cache has it, or etcd when it is
+		// gone since the decision.
+		if err := c.waitFresh(ctx, at); err != nil {
+			c.metrics.freshnessTimedOut(requestList, err)
+			return err
+		}
 		if err := c.listFromSnapshot(preparedKey, fromKey, at, opts, listObj); !goerrors.Is(err, errNoSnapshot) {
 			return err
 		}

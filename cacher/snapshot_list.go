@@ -29,7 +29,18 @@ func (h snapshotHelper) ShouldDelegateExactRV(rv string, recursive bool) (delega
 	if err != nil {
 		return delegator.Result{}, err
 	}
-	return delegator.Result{ShouldDelegate: !h.c.hasStateAt(parsed)}, nil
+	return h.exactRV(parsed), nil
+}
+
+// exactRV: an RV the cache has not reached yet is waited for and then
+// served from its snapshot where etcd's consistent reads let the cache
+// catch up (upstream's rule); one it has reached, from a snapshot that
+// still holds it.
+func (h snapshotHelper) exactRV(rv uint64) delegator.Result {
+	if rv > h.c.currentRV() {
+		return delegator.Result{ShouldDelegate: !delegator.ConsistentReadSupported()}
+	}
+	return delegator.Result{ShouldDelegate: !h.c.hasStateAt(rv)}
 }
 
 func (h snapshotHelper) ShouldDelegateContinue(token string, recursive bool) (delegator.Result, error) {
@@ -44,7 +55,7 @@ func (h snapshotHelper) ShouldDelegateContinue(token string, recursive bool) (de
 		// A negative RV continues at the current state: a consistent read.
 		return h.ShouldDelegateConsistentRead()
 	}
-	return delegator.Result{ShouldDelegate: !h.c.hasStateAt(uint64(rv))}, nil
+	return h.exactRV(uint64(rv)), nil
 }
 
 func (h snapshotHelper) ShouldDelegateConsistentRead() (delegator.Result, error) {
