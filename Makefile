@@ -4,7 +4,7 @@ GO ?= go
 PKGS ?= ./...
 # Tests of the whole module with the race detector; integration tests start
 # their own embedded etcd, so nothing else has to be running.
-TEST_FLAGS ?= -race -count=1 -timeout 25m
+TEST_FLAGS ?= -race -count=1 -timeout 25m -parallel 8
 
 # Each fuzz target runs for FUZZTIME on top of its seed corpus (which
 # make test runs too). go test -fuzz takes one target in one package at a time.

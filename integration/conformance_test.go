@@ -22,59 +22,73 @@ import (
 // through storage.Interface is here; the few left out say why at the end.
 
 func TestCreate(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	e := setup(t)
 	storagetesting.RunTestCreate(context.Background(), t, e.cacher, func(context.Context, *testing.T, string) {})
 }
 
 func TestCreateWithTTL(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestCreateWithTTL(context.Background(), t, setup(t).cacher)
 }
 
 func TestCreateWithKeyExist(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestCreateWithKeyExist(context.Background(), t, setup(t).cacher)
 }
 
 func TestGet(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestGet(context.Background(), t, setup(t).cacher)
 }
 
 func TestUnconditionalDelete(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestUnconditionalDelete(context.Background(), t, setup(t).cacher)
 }
 
 func TestConditionalDelete(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestConditionalDelete(context.Background(), t, setup(t).cacher)
 }
 
 func TestDeleteWithSuggestion(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestDeleteWithSuggestion(context.Background(), t, setup(t).cacher)
 }
 
 func TestDeleteWithSuggestionAndConflict(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestDeleteWithSuggestionAndConflict(context.Background(), t, setup(t).cacher)
 }
 
 func TestDeleteWithConflict(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestDeleteWithConflict(context.Background(), t, setup(t).cacher)
 }
 
 func TestDeleteWithSuggestionOfDeletedObject(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestDeleteWithSuggestionOfDeletedObject(context.Background(), t, setup(t).cacher)
 }
 
 func TestValidateDeletionWithSuggestion(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestValidateDeletionWithSuggestion(context.Background(), t, setup(t).cacher)
 }
 
 func TestValidateDeletionWithOnlySuggestionValid(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestValidateDeletionWithOnlySuggestionValid(context.Background(), t, setup(t).cacher)
 }
 
 func TestPreconditionalDeleteWithSuggestion(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestPreconditionalDeleteWithSuggestion(context.Background(), t, setup(t).cacher)
 }
 
 func TestPreconditionalDeleteWithOnlySuggestionPass(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestPreconditionalDeleteWithOnlySuggestionPass(context.Background(), t, setup(t).cacher)
 }
 
@@ -107,43 +121,53 @@ func TestConsistentList(t *testing.T) {
 }
 
 func TestGetListNonRecursive(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	e := setup(t)
 	storagetesting.RunTestGetListNonRecursive(context.Background(), t, increaseRV(e.client.Client), e.cacher)
 }
 
 func TestGetListRecursivePrefix(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestGetListRecursivePrefix(context.Background(), t, setup(t).cacher)
 }
 
 func TestListContinuation(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestListContinuation(context.Background(), t, setup(t).cacher, func(*testing.T, uint64, uint64) {})
 }
 
 func TestListPaginationRareObject(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestListPaginationRareObject(context.Background(), t, setup(t).cacher, func(*testing.T, uint64, uint64) {})
 }
 
 func TestListContinuationWithFilter(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestListContinuationWithFilter(context.Background(), t, setup(t).cacher, func(*testing.T, uint64, uint64) {})
 }
 
 func TestListPaging(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestListPaging(context.Background(), t, setup(t).cacher)
 }
 
 func TestNamespaceScopedList(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestNamespaceScopedList(context.Background(), t, setup(t, nodeNameIndex).cacher)
 }
 
 func TestGuaranteedUpdateWithTTL(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestGuaranteedUpdateWithTTL(context.Background(), t, setup(t).cacher)
 }
 
 func TestGuaranteedUpdateWithConflict(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestGuaranteedUpdateWithConflict(context.Background(), t, setup(t).cacher)
 }
 
 func TestGuaranteedUpdateWithSuggestionAndConflict(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestGuaranteedUpdateWithSuggestionAndConflict(context.Background(), t, setup(t).cacher)
 }
 
@@ -164,77 +188,95 @@ func TestCompactRevision(t *testing.T) {
 }
 
 func TestKeySchema(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestKeySchema(context.Background(), t, setup(t).cacher)
 }
 
 func TestWatch(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestWatch(context.Background(), t, setup(t).cacher)
 }
 
 func TestWatchFromZero(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	e := setup(t)
 	storagetesting.RunTestWatchFromZero(context.Background(), t, e.cacher, compaction(e))
 }
 
 func TestDeleteTriggerWatch(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestDeleteTriggerWatch(context.Background(), t, setup(t).cacher)
 }
 
 func TestWatchFromNonZero(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestWatchFromNonZero(context.Background(), t, setup(t).cacher)
 }
 
 func TestDelayedWatchDelivery(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestDelayedWatchDelivery(context.Background(), t, setup(t).cacher)
 }
 
 func TestWatchContextCancel(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestWatchContextCancel(context.Background(), t, setup(t).cacher)
 }
 
 func TestWatcherTimeout(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestWatcherTimeout(context.Background(), t, setup(t).cacher)
 }
 
 func TestWatchDeleteEventObjectHaveLatestRV(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestWatchDeleteEventObjectHaveLatestRV(context.Background(), t, setup(t).cacher)
 }
 
 func TestWatchInitializationSignal(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestWatchInitializationSignal(context.Background(), t, setup(t).cacher)
 }
 
 func TestClusterScopedWatch(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestClusterScopedWatch(context.Background(), t, setup(t, clusterScoped, nodeNameIndex).cacher)
 }
 
 func TestNamespaceScopedWatch(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestNamespaceScopedWatch(context.Background(), t, setup(t, nodeNameIndex).cacher)
 }
 
 func TestWatchDispatchBookmarkEvents(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestWatchDispatchBookmarkEvents(context.Background(), t, setup(t).cacher, true)
 }
 
 func TestWatchBookmarksWithCorrectResourceVersion(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunTestOptionalWatchBookmarksWithCorrectResourceVersion(context.Background(), t, setup(t).cacher)
 }
 
 func TestSendInitialEventsBackwardCompatibility(t *testing.T) {
+	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	storagetesting.RunSendInitialEventsBackwardCompatibility(context.Background(), t, setup(t).cacher)
 }
 
 func TestWatchSemantics(t *testing.T) {
+	// Not parallel: the suite sets feature gates inside.
 	e := setup(t)
 	storagetesting.RunWatchSemantics(context.TODO(), t, createAndWait{e.cacher, e.cacher})
 }
 
 func TestWatchSemanticInitialEventsExtended(t *testing.T) {
+	// Not parallel: the suite sets feature gates inside.
 	e := setup(t)
 	storagetesting.RunWatchSemanticInitialEventsExtended(context.TODO(), t, createAndWait{e.cacher, e.cacher})
 }
 
 func TestWatchListMatchSingle(t *testing.T) {
+	// Not parallel: the suite sets feature gates inside.
 	e := setup(t)
 	storagetesting.RunWatchListMatchSingle(context.TODO(), t, createAndWait{e.cacher, e.cacher})
 }
