@@ -3,10 +3,13 @@ package storagebench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
 	"github.com/watchkeeper/watchkeeper/internal/histogram"
@@ -47,5 +50,96 @@ func List(ctx context.Context, env Env, decorator string, objects, repeats int) 
 		rec.Add(series.name+"_latency_p50_ms", ms(histogram.SampleQuantile(sample, 0.50)), "ms", result.Lower)
 		rec.Add(series.name+"_latency_p99_ms", ms(histogram.SampleQuantile(sample, 0.99)), "ms", result.Lower)
 	}
+	// The lists snapshots serve (ListFromCacheSnapshot): kubectl's pages of
+	// 500 followed to the end (timed whole), and a list at an exact RV
+	// written a few writes ago; with the etcd list requests each cost.
+	exactRV, _, err := currentRV(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if err := createPods(ctx, s, "list-later", 3); err != nil { // the exact RV is now behind
+		return nil, err
+	}
+	const later = 3
+	if err := waitForObjects(ctx, s, objects+later); err != nil {
+		return nil, err
+	}
+	for _, series := range []struct {
+		name string
+		want int
+		list func() (int, error)
+	}{
+		{"paginated", objects + later, func() (int, error) { return listPages(ctx, s, listPageSize) }},
+		{"exact", objects, func() (int, error) {
+			list := &example.PodList{}
+			err := s.GetList(ctx, resourcePrefix, storage.ListOptions{ResourceVersion: exactRV, ResourceVersionMatch: metav1.ResourceVersionMatchExact,
+				Predicate: storage.Everything, Recursive: true}, list)
+			return len(list.Items), err
+		}},
+	} {
+		sample := make([]time.Duration, 0, repeats)
+		etcdBefore := etcdListRequests()
+		for i := range listWarmups + repeats {
+			start := time.Now()
+			n, err := series.list()
+			took := time.Since(start)
+			if err != nil {
+				return nil, fmt.Errorf("list %s: %w", series.name, err)
+			}
+			if n != series.want {
+				return nil, fmt.Errorf("list %s returned %d objects, want %d", series.name, n, series.want)
+			}
+			if i >= listWarmups {
+				sample = append(sample, took)
+			}
+		}
+		rec.Add(series.name+"_latency_p50_ms", ms(histogram.SampleQuantile(sample, 0.50)), "ms", result.Lower)
+		rec.Add(series.name+"_latency_p99_ms", ms(histogram.SampleQuantile(sample, 0.99)), "ms", result.Lower)
+		rec.Add(series.name+"_etcd_lists_per_list", (etcdListRequests()-etcdBefore)/float64(listWarmups+repeats), "requests", result.Lower)
+	}
 	return rec.Results(), nil
+}
+
+// listPageSize is kubectl's default page.
+const listPageSize = 500
+
+// listPages lists everything in pages of limit, following the continue
+// token as a client does, and returns how many objects it got.
+func listPages(ctx context.Context, s storage.Interface, limit int64) (int, error) {
+	got, token := 0, ""
+	for {
+		list := &example.PodList{}
+		pred := storage.Everything
+		pred.Limit, pred.Continue = limit, token
+		if err := s.GetList(ctx, resourcePrefix, storage.ListOptions{Predicate: pred, Recursive: true}, list); err != nil {
+			return got, err
+		}
+		got += len(list.Items)
+		if token = list.Continue; token == "" {
+			return got, nil
+		}
+	}
+}
+
+// etcdListRequests is this process's etcd_requests_total for list
+// operations: the storage runs in the bench child.
+func etcdListRequests() float64 {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "etcd_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "operation" && strings.HasPrefix(l.GetValue(), "list") {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
 }
