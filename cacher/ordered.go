@@ -36,9 +36,13 @@ func (o *orderedObjects) reset(objs []any) {
 }
 
 // under returns the objects whose key starts with prefix, in key order.
-func (o orderedObjects) under(prefix string) []*object {
+func (o orderedObjects) under(prefix string) []*object { return o.from(prefix, prefix) }
+
+// from returns the objects whose key starts with prefix, from the key start
+// on (a continue token's), in key order.
+func (o orderedObjects) from(prefix, start string) []*object {
 	var out []*object
-	o.tree.AscendGreaterOrEqual(&object{key: prefix}, func(obj *object) bool {
+	o.tree.AscendGreaterOrEqual(&object{key: start}, func(obj *object) bool {
 		if !strings.HasPrefix(obj.key, prefix) {
 			return false
 		}

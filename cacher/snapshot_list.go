@@ -2,7 +2,6 @@ package cacher
 
 import (
 	"errors"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -116,13 +115,5 @@ func (c *Cacher) listFromSnapshot(key, fromKey string, rv uint64, opts storage.L
 		return errNoSnapshot
 	}
 	// A snapshot is never written: it is read without the lock.
-	var objs []*object
-	tree.tree.AscendGreaterOrEqual(&object{key: fromKey}, func(o *object) bool {
-		if !strings.HasPrefix(o.key, key) {
-			return false
-		}
-		objs = append(objs, o)
-		return true
-	})
-	return c.fillList(listObj, objs, "", key, rv, opts.Predicate.Limit, opts)
+	return c.fillList(listObj, tree.from(key, fromKey), "", key, rv, opts.Predicate.Limit, opts)
 }

@@ -19,6 +19,15 @@ const clockTicksPerSecond = 100
 // Metrics scrapes /metrics and returns the values of the named unlabelled
 // series (go_goroutines, ...), in the order asked.
 func (p *Process) Metrics(ctx context.Context, names ...string) ([]float64, error) {
+	body, err := p.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMetrics(body, names...)
+}
+
+// scrape is the server's /metrics exposition.
+func (p *Process) scrape(ctx context.Context) ([]byte, error) {
 	code, body, err := p.Get(ctx, "/metrics")
 	if err != nil {
 		return nil, fmt.Errorf("scraping /metrics: %w", err)
@@ -26,7 +35,7 @@ func (p *Process) Metrics(ctx context.Context, names ...string) ([]float64, erro
 	if code != http.StatusOK {
 		return nil, fmt.Errorf("scraping /metrics: status %d", code)
 	}
-	return ParseMetrics(body, names...)
+	return body, nil
 }
 
 // ParseMetrics returns the values of the named unlabelled series of a
@@ -73,12 +82,9 @@ func ParseMetrics(body []byte, names ...string) ([]float64, error) {
 // of all its series whatever their labels (0 when it has none yet): a
 // counter such as apiserver_terminated_watchers_total, over every resource.
 func (p *Process) MetricSums(ctx context.Context, names ...string) ([]float64, error) {
-	code, body, err := p.Get(ctx, "/metrics")
+	body, err := p.scrape(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("scraping /metrics: %w", err)
-	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("scraping /metrics: status %d", code)
+		return nil, err
 	}
 	return ParseMetricSums(body, names...)
 }
