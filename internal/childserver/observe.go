@@ -38,36 +38,16 @@ func (p *Process) scrape(ctx context.Context) ([]byte, error) {
 	return body, nil
 }
 
-// ParseMetrics returns the values of the named unlabelled series of a
-// Prometheus text exposition, in the order asked; a missing one is an error.
+// ParseMetrics returns the values of the named series (a name, or a name
+// with its labels as the exposition writes them) of a Prometheus text
+// exposition, in the order asked; a missing one is an error.
 func ParseMetrics(body []byte, names ...string) ([]float64, error) {
 	out := make([]float64, len(names))
 	found := make([]bool, len(names))
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, value, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		for i, n := range names {
-			if name != n {
-				continue
-			}
-			// A timestamp may follow the value.
-			value, _, _ = strings.Cut(strings.TrimSpace(value), " ")
-			v, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				return nil, fmt.Errorf("metric %s: %w", n, err)
-			}
-			out[i], found[i] = v, true
-		}
-	}
-	if err := sc.Err(); err != nil {
+	err := eachSample(body, names, false, func(i int, v float64) {
+		out[i], found[i] = v, true
+	})
+	if err != nil {
 		return nil, err
 	}
 	for i, ok := range found {
@@ -94,6 +74,17 @@ func (p *Process) MetricSums(ctx context.Context, names ...string) ([]float64, e
 // series sums to 0.
 func ParseMetricSums(body []byte, names ...string) ([]float64, error) {
 	out := make([]float64, len(names))
+	err := eachSample(body, names, true, func(i int, v float64) { out[i] += v })
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// eachSample calls f for every sample line of a text exposition whose
+// series, or only its name when byName (ParseMetricSums), is names[i]: the
+// one scanner both read with.
+func eachSample(body []byte, names []string, byName bool, f func(i int, v float64)) error {
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for sc.Scan() {
@@ -105,20 +96,23 @@ func ParseMetricSums(body []byte, names ...string) ([]float64, error) {
 		if !ok {
 			continue
 		}
-		name, _, _ := strings.Cut(series, "{")
+		if byName {
+			series, _, _ = strings.Cut(series, "{")
+		}
 		for i, n := range names {
-			if name != n {
+			if n != series {
 				continue
 			}
+			// A timestamp may follow the value.
 			value, _, _ = strings.Cut(strings.TrimSpace(value), " ")
 			v, err := strconv.ParseFloat(value, 64)
 			if err != nil {
-				return nil, fmt.Errorf("metric %s: %w", n, err)
+				return fmt.Errorf("metric %s: %w", n, err)
 			}
-			out[i] += v
+			f(i, v)
 		}
 	}
-	return out, sc.Err()
+	return sc.Err()
 }
 
 // cutSeries splits a sample line into its series (name and labels, whose
