@@ -15,14 +15,7 @@ import (
 // with the way out, never silently ignored.
 func TestShardedListAndWatchIsRefused(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ShardedListAndWatch, true)
-	_, err := New(Config{
-		Storage:        newFakeStorage(100),
-		ResourcePrefix: "/pods/",
-		KeyFunc:        testPodKey,
-		NewFunc:        func() kruntime.Object { return &example.Pod{} },
-		NewListFunc:    func() kruntime.Object { return &example.PodList{} },
-		GetAttrsFunc:   testPodAttrs,
-	})
+	_, err := New(resourceOnly())
 	if err == nil || !strings.Contains(err.Error(), "ShardedListAndWatch=false") {
 		t.Fatalf("New with ShardedListAndWatch on: %v, want an error naming the gate and the way out", err)
 	}
@@ -31,15 +24,9 @@ func TestShardedListAndWatchIsRefused(t *testing.T) {
 // Zero is never a default in Config: every schedule knob that cannot be
 // off must be set, and New names each one that is not.
 func TestNewNamesEveryMissingScheduleKnob(t *testing.T) {
-	_, err := New(Config{
-		Storage:        newFakeStorage(100),
-		ResourcePrefix: "/pods/",
-		KeyFunc:        testPodKey,
-		NewFunc:        func() kruntime.Object { return &example.Pod{} },
-		NewListFunc:    func() kruntime.Object { return &example.PodList{} },
-		GetAttrsFunc:   testPodAttrs,
-		BookmarkJitter: -1,
-	})
+	cfg := resourceOnly()
+	cfg.BookmarkJitter = -1
+	_, err := New(cfg)
 	if err == nil {
 		t.Fatal("New with no schedule succeeded")
 	}
@@ -51,5 +38,18 @@ func TestNewNamesEveryMissingScheduleKnob(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "StorageSilenceTimeout") || strings.Contains(err.Error(), "MaxStaleness") {
 		t.Errorf("error %q names a knob whose zero is off", err)
+	}
+}
+
+// resourceOnly is a Config with the resource's storage and functions and
+// no schedule at all.
+func resourceOnly() Config {
+	return Config{
+		Storage:        newFakeStorage(100),
+		ResourcePrefix: "/pods/",
+		KeyFunc:        testPodKey,
+		NewFunc:        func() kruntime.Object { return &example.Pod{} },
+		NewListFunc:    func() kruntime.Object { return &example.PodList{} },
+		GetAttrsFunc:   testPodAttrs,
 	}
 }
