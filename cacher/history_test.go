@@ -330,33 +330,37 @@ func TestHistoryGrowWrappedRing(t *testing.T) {
 	const window = 10 * time.Second
 	h := newHistory(window, 1000)
 	h.reset(0)
-	old := historyEpoch.Add(-time.Hour)
+	// A full ring whose ten oldest events are outside the window: the next
+	// ten adds each evict one of them, moving the head to 10. (Were all of
+	// them old, the head would come round to 0 again before the bound could
+	// grow, and the grow below would not see a wrapped ring.)
+	old, now := historyEpoch.Add(-time.Hour), historyEpoch
 	for rv := uint64(1); rv <= minHistory; rv++ {
-		h.add(historyEvent(rv, old), old)
+		at := now
+		if rv <= 10 {
+			at = old
+		}
+		h.add(historyEvent(rv, at), now)
 	}
-	now := historyEpoch
-	// Full of old events: each add evicts the oldest, moving the head.
 	for rv := uint64(minHistory + 1); rv <= minHistory+10; rv++ {
 		h.add(historyEvent(rv, now), now)
 	}
-	if h.head == 0 || h.limit != minHistory {
-		t.Fatalf("head %d, bound %d: want a moved head at the floor", h.head, h.limit)
+	if h.head != 10 || h.limit != minHistory || len(h.ring) != minHistory {
+		t.Fatalf("head %d, bound %d, %d slots: want a full ring of %d with its head at 10", h.head, h.limit, len(h.ring), minHistory)
 	}
 	if diff := cmp.Diff(seq(11, minHistory+10), historyRVs(t, h)); diff != "" {
 		t.Fatalf("after evictions (-want +got):\n%s", diff)
 	}
-	// Once everything held is inside the window, the bound grows over the
-	// wrapped ring.
+	// Everything held is inside the window: the next add grows the bound
+	// and the ring, from a head at 10, and later adds grow it again.
 	for rv := uint64(minHistory + 11); rv <= 400; rv++ {
 		h.add(historyEvent(rv, now), now)
-		if rv > 2*minHistory+10 {
-			if diff := cmp.Diff(seq(rv-uint64(h.len())+1, rv), historyRVs(t, h)); diff != "" {
-				t.Fatalf("after adding %d (-want +got):\n%s", rv, diff)
-			}
+		if diff := cmp.Diff(seq(11, rv), historyRVs(t, h)); diff != "" {
+			t.Fatalf("after adding %d (bound %d, %d slots) (-want +got):\n%s", rv, h.limit, len(h.ring), diff)
 		}
 	}
-	if got := historyRVs(t, h); got[0] != minHistory+1 || h.len() != 400-minHistory {
-		t.Errorf("retained %d..%d, want %d..400: the old events made room, then the bound grew", got[0], got[len(got)-1], minHistory+1)
+	if h.limit != 400 {
+		t.Errorf("bound %d after 390 events inside the window, want 400", h.limit)
 	}
 }
 
