@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/utils/ptr"
 
@@ -15,21 +16,31 @@ import (
 )
 
 func TestInspect(t *testing.T) {
-	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	// More pods than a client's channel holds: a WatchList client that
+	// reads nothing keeps its end bookmark queued, BookmarkReceived.
+	pods := []*example.Pod{newTestPod("a", 100, nil, "")}
+	for i := 1; i <= resultBuffer; i++ {
+		pods = append(pods, newTestPod(podName(i), 100, nil, ""))
+	}
+	fs := newFakeStorage(100, pods...)
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.BookmarkFrequency = 10 * time.Second })
 	c.waitReady(t)
 	sw, _ := fs.waitWatch(t, 1)
+	// Two events a second apart, so the history's oldest and newest differ.
 	sw.send(t, watch.Modified, newTestPod("a", 101, nil, ""))
 	c.waitRV(t, 101)
+	c.clk.Step(time.Second)
+	sw.send(t, watch.Modified, newTestPod("a", 102, nil, ""))
+	c.waitRV(t, 102)
 	fs.setCurrentRV(105)
 
 	// Three watchers with bookmarks filed 10s out, one without, and a
-	// WatchList watcher whose end bookmark goes out at once (the cache holds
-	// its floor), so it is BookmarkSent once its pump handed that over.
+	// WatchList watcher whose end bookmark is queued at once (the cache
+	// holds its floor) behind initial events its client does not read.
 	for range 3 {
-		c.startWatch(t, context.Background(), "101", everything(true))
+		c.startWatch(t, context.Background(), "102", everything(true))
 	}
-	c.startWatch(t, context.Background(), "101", everything(false))
+	c.startWatch(t, context.Background(), "102", everything(false))
 	wl, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{
 		ResourceVersion: "0", SendInitialEvents: ptr.To(true), Recursive: true, Predicate: everything(true),
 	})
@@ -37,28 +48,27 @@ func TestInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(wl.Stop)
-	c.clk.Step(2 * time.Second)
-	poll(t, "the WatchList watcher's end bookmark to be handed over", func() bool {
-		return c.Inspect(context.Background()).Watchers[watchlist.BookmarkSent] == 5
-	})
+	c.clk.Step(time.Second)
+	poll(t, "the WatchList watcher's channel to fill", func() bool { return len(wl.ResultChan()) == resultBuffer })
 
 	in := c.Inspect(context.Background())
-	if !in.Ready || in.GroupResource.Resource != "pods" || in.CacheRV != 101 || in.EtcdRV != 105 || in.EtcdErr != nil {
+	if !in.Ready || in.GroupResource.Resource != "pods" || in.CacheRV != 102 || in.EtcdRV != 105 || in.EtcdErr != nil {
 		t.Fatalf("inspection header: %+v", in)
 	}
 	if !in.Now.Equal(testEpoch.Add(2 * time.Second)) {
 		t.Errorf("taken at %v, want the cache's clock %v", in.Now, testEpoch.Add(2*time.Second))
 	}
-	if got := in.Watchers; got[watchlist.BookmarkSent] != 5 || got[watchlist.BookmarkReceived] != 0 || got[watchlist.WaitingForBookmark] != 0 {
-		t.Errorf("watchers by state: %v", got)
+	if got := in.Watchers; got[watchlist.BookmarkSent] != 4 || got[watchlist.BookmarkReceived] != 1 || got[watchlist.WaitingForBookmark] != 0 {
+		t.Errorf("watchers by state: %v, want 4 BookmarkSent and 1 BookmarkReceived", got)
 	}
-	// Filed at +0s for +10s: one slot of four watchers.
-	want := []bookmarks.SlotCount{{Start: testEpoch.Add(10 * time.Second), Watchers: 4}}
+	// Filed at +1s for +11s: one slot of four watchers.
+	want := []bookmarks.SlotCount{{Start: testEpoch.Add(11 * time.Second), Watchers: 4}}
 	if !slices.Equal(in.Calendar, want) {
 		t.Errorf("calendar: %+v, want %+v", in.Calendar, want)
 	}
 	h := in.History
-	if h.Events != 1 || h.OldestRV != 101 || h.NewestRV != 101 || h.StartRV != 100 || !h.OldestAt.Equal(testEpoch) || h.Bound != minHistory {
+	if h.Events != 2 || h.OldestRV != 101 || h.NewestRV != 102 || h.StartRV != 100 || h.Bound != minHistory ||
+		!h.OldestAt.Equal(testEpoch) || !h.NewestAt.Equal(testEpoch.Add(time.Second)) {
 		t.Errorf("history: %+v", h)
 	}
 	if in.Config.BookmarkFrequency != 10*time.Second || in.Config.BookmarkGranularity != time.Second || in.Config.Storage != nil {
