@@ -20,13 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/apiserver/pkg/storage/etcd3"
-	"k8s.io/utils/clock"
 
 	"github.com/watchkeeper/watchkeeper/cacher"
 	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
@@ -83,16 +80,7 @@ func llSetup(t *testing.T, endpoints []string, opts ...setupOption) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	versioner := storage.APIObjectVersioner{}
-	compactor := etcd3.NewCompactor(client.Client, 0, clock.RealClock{}, nil)
-	t.Cleanup(compactor.Stop)
-	raw, err := etcd3.New(client, compactor, protoCodec, newPod, newPodList, "/registry", "/pods/",
-		schema.GroupResource{Resource: "pods"}, transformer, etcd3.NewDefaultLeaseManagerConfig(),
-		etcd3.NewDefaultDecoder(protoCodec, versioner), versioner)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(raw.Close)
+	raw := newPodStore(t, client, protoCodec, transformer, "pods")
 	cfg := podCacheConfig(raw)
 	for _, o := range opts {
 		o(&cfg)

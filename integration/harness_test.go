@@ -75,12 +75,17 @@ func withSchedule(frequency, offset, window time.Duration) setupOption {
 // podCacheConfig is a pods cache over raw with the flags' defaults
 // (upstream's schedule, as the conformance expectations assume), made the
 // way the decorator makes it.
-func podCacheConfig(raw storage.Interface) cacher.Config {
-	cfg := decorator.Schedule(options.NewWatchCacheOptions(), schema.GroupResource{Resource: "pods"})
+func podCacheConfig(raw storage.Interface) cacher.Config { return podCacheConfigFor(raw, "pods") }
+
+// podCacheConfigFor is podCacheConfig for pods stored as another resource
+// (newPodStore's resource), with its own metrics and gRPC stream.
+func podCacheConfigFor(raw storage.Interface, resource string) cacher.Config {
+	prefix := "/" + resource + "/"
+	cfg := decorator.Schedule(options.NewWatchCacheOptions(), schema.GroupResource{Resource: resource})
 	cfg.Storage = raw
 	cfg.Versioner = storage.APIObjectVersioner{}
-	cfg.ResourcePrefix = "/pods/"
-	cfg.KeyFunc = func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) }
+	cfg.ResourcePrefix = prefix
+	cfg.KeyFunc = func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(prefix, obj) }
 	cfg.NewFunc, cfg.NewListFunc, cfg.GetAttrsFunc = newPod, newPodList, podAttrs
 	return cfg
 }
@@ -97,16 +102,7 @@ func setup(t *testing.T, opts ...setupOption) *env {
 func setupStore(t *testing.T, codec runtime.Codec, tr value.Transformer, opts ...setupOption) *env {
 	t.Helper()
 	client := etcdtest.Start(t).KubernetesClient()
-	versioner := storage.APIObjectVersioner{}
-	compactor := etcd3.NewCompactor(client.Client, 0, clock.RealClock{}, nil)
-	t.Cleanup(compactor.Stop)
-	raw, err := etcd3.New(client, compactor, codec, newPod, newPodList, "/registry", "/pods/",
-		schema.GroupResource{Resource: "pods"}, tr, etcd3.NewDefaultLeaseManagerConfig(),
-		etcd3.NewDefaultDecoder(codec, versioner), versioner)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(raw.Close)
+	raw := newPodStore(t, client, codec, tr, "pods")
 
 	cfg := podCacheConfig(raw)
 	for _, o := range opts {
@@ -124,6 +120,24 @@ func setupStore(t *testing.T, codec runtime.Codec, tr value.Transformer, opts ..
 	}
 	rec, _ := client.Kubernetes.(*storagetesting.KubernetesRecorder)
 	return &env{cacher: c, raw: raw, client: client, recorder: rec}
+}
+
+// newPodStore is the etcd3 store of pods under /registry/<resource>/, as
+// the resource <resource>, over client. Several stores may share one client,
+// as the caches of one server may.
+func newPodStore(t *testing.T, client *kubernetes.Client, codec runtime.Codec, tr value.Transformer, resource string) storage.Interface {
+	t.Helper()
+	versioner := storage.APIObjectVersioner{}
+	compactor := etcd3.NewCompactor(client.Client, 0, clock.RealClock{}, nil)
+	t.Cleanup(compactor.Stop)
+	raw, err := etcd3.New(client, compactor, codec, newPod, newPodList, "/registry", "/"+resource+"/",
+		schema.GroupResource{Resource: resource}, tr, etcd3.NewDefaultLeaseManagerConfig(),
+		etcd3.NewDefaultDecoder(codec, versioner), versioner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(raw.Close)
+	return raw
 }
 
 func increaseRV(client *clientv3.Client) storagetesting.IncreaseRVFunc {
