@@ -72,22 +72,59 @@ func (c *Cacher) checkStorageLiveness(now time.Time) {
 // notification, asked for or periodic, to a watch that starts above its
 // current revision, so on an etcd nobody writes to the cache's watch is
 // silent although all is well. If etcd answers and has nothing the cache
-// lacks, that answer is the word the cache waited for; if it does not
-// answer, or is ahead while the watch says nothing, the watch is lost.
+// lacks, that answer is the word the cache waited for. If etcd is ahead,
+// that proves nothing either way: every resource's writes move its revision,
+// and a busy etcd may be slow to answer a progress request. So the watch
+// gets as long again for a word on its own stream (the requester keeps
+// asking) before it is called lost; one that is dead stays silent. If etcd
+// does not answer at all, the watch is lost at once.
 func (c *Cacher) verifySilence(silent time.Duration) {
+	heardBefore := c.heardNanos.Load()
 	ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
 	defer cancel()
 	rv, err := c.storage.GetCurrentResourceVersion(ctx)
+	if err == nil {
+		c.mu.RLock()
+		ahead := rv > c.rv
+		c.mu.RUnlock()
+		if !ahead {
+			c.heard(c.clock.Now())
+			return
+		}
+		if c.awaitWord(heardBefore, c.cfg.StorageSilenceTimeout) {
+			c.logger.V(2).Info("Storage watch answered after a silence", "silentFor", silent, "etcdRV", rv)
+			return
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err == nil && rv <= c.rv {
-		c.heard(c.clock.Now())
-		return
-	}
 	if c.endWatchLocked(silentError(c.cfg.StorageSilenceTimeout)) {
 		c.logger.Info("Storage watch silent; ending it", "silentFor", silent,
 			"etcdRV", rv, "cacheRV", c.rv, "err", err)
 	}
+}
+
+// awaitWord asks etcd for progress on the cache's stream until the storage
+// watch says anything after heardBefore, for at most limit.
+func (c *Cacher) awaitWord(heardBefore int64, limit time.Duration) bool {
+	release := c.progress.wait()
+	defer release()
+	deadline := c.clock.NewTimer(limit)
+	defer deadline.Stop()
+	// A timer, not a ticker: a fake clock's ticker cannot be stopped.
+	poll := c.clock.NewTimer(progressRequestPeriod)
+	defer poll.Stop()
+	for c.heardNanos.Load() == heardBefore {
+		select {
+		case <-poll.C():
+			poll.Reset(progressRequestPeriod)
+		case <-deadline.C():
+			return c.heardNanos.Load() != heardBefore
+		case <-c.ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // endWatchLocked ends the storage watch for why, so the reflector relists;

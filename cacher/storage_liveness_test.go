@@ -104,6 +104,69 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	}
 }
 
+// etcd's revision moves with every resource's writes, and a busy etcd (or a
+// stream another watcher holds unsynced) may be slow to answer a progress
+// request: etcd being ahead of a silent watch proves nothing. The check then
+// keeps asking for as long as the timeout again, and only a watch that stays
+// silent through that is lost.
+func TestSilenceCheckWaitsForAnAnswerWhenEtcdIsAhead(t *testing.T) {
+	const timeout = 9 * time.Second
+	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	c := newTestCacher(t, fs, func(cfg *Config) { cfg.StorageSilenceTimeout = timeout })
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	w := c.startWatch(t, context.Background(), "100", everything(false))
+
+	// silentThrough steps the clock through a whole timeout of silence,
+	// to the tick that starts the check, and waits for its answer wait to
+	// be armed (the tick, its deadline and its poll: three timers at least).
+	silentThrough := func() {
+		t.Helper()
+		c.stepTicks(t, int(timeout/time.Second)-1, nil)
+		c.waitWaiters(t, 1)
+		c.clk.Step(time.Second)
+		poll(t, "the silence check to wait for an answer", func() bool {
+			return !c.Ready() || c.verifying.Load() && c.clk.Waiters() >= 3
+		})
+		if !c.Ready() {
+			t.Fatal("the check called the watch lost because etcd was ahead, without waiting for an answer")
+		}
+	}
+
+	// Other resources wrote; this one's progress requests go unanswered
+	// for a timeout and more, then one is answered.
+	fs.setCurrentRV(200)
+	silentThrough()
+	for range int(timeout/time.Second) - 1 {
+		c.clk.Step(time.Second)
+		if !c.Ready() {
+			t.Fatal("the cache went not ready while it still waited for an answer")
+		}
+	}
+	sw.sendBookmark(t, 200)
+	for c.verifying.Load() {
+		c.clk.Step(progressRequestPeriod)
+		time.Sleep(time.Millisecond)
+	}
+	if !c.Ready() {
+		t.Fatal("the cache went not ready although its watch answered within the wait")
+	}
+	expectQuiet(t, w, "after an answered silence")
+
+	// A watch that stays silent through the wait is lost.
+	fs.setCurrentRV(300)
+	silentThrough()
+	for range int(timeout/time.Second) - 1 {
+		c.clk.Step(time.Second)
+	}
+	if !c.Ready() {
+		t.Fatal("the cache went not ready before the answer wait ended")
+	}
+	c.clk.Step(2 * time.Second)
+	poll(t, "the cache to go not ready", func() bool { return !c.Ready() })
+	drainUntilClosed(t, w)
+}
+
 // With a staleness bound, the tick asks etcd for progress when bookmarks are
 // due within the next tick and the cache has been quiet for nearly the
 // bound, so the bookmark carries the RV etcd confirmed rather than the last
