@@ -136,7 +136,8 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 			"and watchkeeper_watch_cache_history_forced_evictions_total counts it. Must be > 0.")
 	fs.DurationVar(&o.StorageSilenceTimeout, FlagStorageSilenceTimeout, o.StorageSilenceTimeout,
 		"How long a resource's etcd watch may deliver nothing before its cache calls it lost: after a third of it the cache "+
-			"requests watch progress, after all of it unanswered the cache goes not ready (429, /readyz fails) and relists once etcd answers. "+
+			"requests watch progress; after all of it unanswered, unless etcd's revision shows nothing new or (etcd being ahead) the watch answers within "+
+			"as long again, the cache goes not ready (429, /readyz fails) and relists once etcd answers. "+
 			"It is checked on every bookmark tick, so it takes effect to within one tick (--"+FlagBookmarkGranularity+" * (1 + --"+FlagBookmarkJitter+")). 0 turns the check off. Upstream has no such check.")
 	fs.DurationVar(&o.BookmarkMaxStaleness, FlagBookmarkMaxStaleness, o.BookmarkMaxStaleness,
 		"Bound on how stale a bookmark's resourceVersion may be: when the cache has heard nothing from etcd for nearly this long "+
