@@ -3,6 +3,7 @@ package cacher
 import (
 	"strings"
 	"testing"
+	"time"
 
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/apis/example"
@@ -22,7 +23,8 @@ func TestShardedListAndWatchIsRefused(t *testing.T) {
 }
 
 // Zero is never a default in Config: every schedule knob that cannot be
-// off must be set, and New names each one that is not.
+// off must be set, and New names each one that is not. A knob whose zero is
+// off (the options allow it) is accepted at zero, and named when negative.
 func TestNewNamesEveryMissingScheduleKnob(t *testing.T) {
 	cfg := resourceOnly()
 	cfg.BookmarkJitter = -1
@@ -36,8 +38,24 @@ func TestNewNamesEveryMissingScheduleKnob(t *testing.T) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
-	if strings.Contains(err.Error(), "StorageSilenceTimeout") || strings.Contains(err.Error(), "MaxStaleness") {
-		t.Errorf("error %q names a knob whose zero is off", err)
+	for _, off := range []string{"BookmarkPreDeadlineOffset", "BookmarkMaxStaleness", "StorageSilenceTimeout"} {
+		if strings.Contains(err.Error(), off) {
+			t.Errorf("error %q names %s, whose zero is off", err, off)
+		}
+	}
+
+	cfg = resourceOnly()
+	cfg.BookmarkFrequency, cfg.BookmarkGranularity = time.Minute, time.Second
+	cfg.EventsHistoryWindow, cfg.HistoryCapacity, cfg.WatcherBuffer = 75*time.Second, 1000, DefaultWatcherBuffer
+	cfg.BookmarkPreDeadlineOffset, cfg.BookmarkMaxStaleness, cfg.StorageSilenceTimeout = -1, -1, -1
+	_, err = New(cfg)
+	if err == nil {
+		t.Fatal("New with negative BookmarkPreDeadlineOffset, BookmarkMaxStaleness and StorageSilenceTimeout succeeded")
+	}
+	for _, want := range []string{"BookmarkPreDeadlineOffset >= 0", "BookmarkMaxStaleness >= 0", "StorageSilenceTimeout >= 0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
 	}
 }
 
