@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	"k8s.io/component-base/metrics/testutil"
 )
@@ -76,15 +77,52 @@ func TestConsistencyCheckRunsOnTheTick(t *testing.T) {
 	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = gr })
 	c.waitReady(t)
-	checks := func() float64 {
+	// checks counts this test's checks: the counter is process-wide.
+	count := func() float64 {
 		v, _ := testutil.GetCounterMetricValue(upstream.StorageConsistencyCheckTotal.WithLabelValues(gr.Group, gr.Resource, "success"))
 		return v
 	}
+	before := count()
+	checks := func() float64 { return count() - before }
 	c.stepTicks(t, 2, nil) // the first tick schedules the first check
 	if n := checks(); n != 0 {
 		t.Fatalf("%v checks within 2s, want 0", n)
 	}
+	// A tick just short of the period (the first check is due 5m to 7m30s
+	// after the first tick, at 1s) starts none. The tick sets
+	// checkingConsistency before the timer is re-armed, and a check counts
+	// before it clears it: seeing neither, no check was started.
 	c.waitWaiters(t, 1)
-	c.clk.Step(consistencyCheckPeriod * 3 / 2)
+	c.clk.Step(consistencyCheckPeriod - 2*time.Second)
+	c.waitWaiters(t, 1)
+	if c.checkingConsistency.Load() || checks() != 0 {
+		t.Fatalf("a check started %v after the first tick, before the period of %v", consistencyCheckPeriod-time.Second, consistencyCheckPeriod)
+	}
+	c.clk.Step(consistencyCheckPeriod/2 + 2*time.Second) // 7m32s: past the latest due time
 	poll(t, "a consistency check after the period", func() bool { return checks() == 1 })
+}
+
+// Each way a cache can differ from etcd is found on its own: an object
+// etcd has and the cache lacks, one the cache has and etcd lacks, and one
+// both have at different resourceVersions.
+func TestConsistencyCheckFindsEachDivergence(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		etcd []*example.Pod
+	}{
+		{"etcd has an object the cache lacks", []*example.Pod{newTestPod("a", 90, nil, ""), newTestPod("b", 100, nil, ""), newTestPod("c", 100, nil, "")}},
+		{"the cache has an object etcd lacks", []*example.Pod{newTestPod("a", 90, nil, "")}},
+		{"an object at another resourceVersion", []*example.Pod{newTestPod("a", 95, nil, ""), newTestPod("b", 100, nil, "")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFakeStorage(100, newTestPod("a", 90, nil, ""), newTestPod("b", 100, nil, ""))
+			c := newTestCacher(t, fs, nil)
+			c.waitReady(t)
+			fs.waitWatch(t, 1)
+			fs.setList(100, tc.etcd...)
+			if err := c.checkConsistency(context.Background()); !errors.Is(err, errInconsistent) {
+				t.Errorf("check: %v, want it inconsistent", err)
+			}
+		})
+	}
 }
