@@ -219,6 +219,7 @@ func BenchmarkSnapshotMemory(b *testing.B) {
 				b.ReportMetric(float64(heap()-before)/(1<<20), "MiB-kept")
 				c.mu.RLock()
 				b.ReportMetric(float64(c.snapshots.len()), "snapshots")
+				b.ReportMetric(float64(len(c.snapshots.checkpoints)), "clones")
 				c.mu.RUnlock()
 			}
 		})

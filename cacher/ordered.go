@@ -1,6 +1,7 @@
 package cacher
 
 import (
+	"iter"
 	"strings"
 
 	"k8s.io/utils/third_party/forked/golang/btree"
@@ -32,6 +33,18 @@ func (o *orderedObjects) reset(objs []any) {
 	*o = newOrderedObjects()
 	for _, obj := range objs {
 		o.set(obj.(*object))
+	}
+}
+
+func (o orderedObjects) len() int { return o.tree.Len() }
+
+// ascend yields the objects whose key starts with prefix, from the key
+// start on, in key order, without collecting them.
+func (o orderedObjects) ascend(prefix, start string) iter.Seq[*object] {
+	return func(yield func(*object) bool) {
+		o.tree.AscendGreaterOrEqual(&object{key: start}, func(obj *object) bool {
+			return strings.HasPrefix(obj.key, prefix) && yield(obj)
+		})
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	goerrors "errors"
 	"fmt"
+	"iter"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -53,7 +55,8 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 
 // GetList implements storage.Interface. Lists the cache can serve exactly
 // (RV "0", not-older-than, consistent once the cache caught up) come from
-// memory; exact-RV and paginated lists go to etcd, which has the snapshots.
+// memory; exact-RV lists and later pages from its snapshots
+// (snapshot_list.go) while they hold that RV, else from etcd.
 func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
 	if _, _, err := storage.ValidateListOptions(c.resourcePrefix, c.versioner, opts); err != nil {
 		return err
@@ -135,13 +138,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 }
 
 func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
-	c.mu.RLock()
-	objs, index := c.indexedLocked(ctx, key, opts)
-	if index == "" {
-		objs = c.objectsLocked(key, opts.Recursive)
-	}
-	cacheRV := c.rv
-	c.mu.RUnlock()
+	start := key
 	if token := opts.Predicate.Continue; token != "" {
 		// A continuation at the current state (a negative RV in its token:
 		// past states are pastListPoint's): from its key on.
@@ -149,8 +146,34 @@ func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.Lis
 		if err != nil {
 			return err
 		}
-		i := sort.Search(len(objs), func(i int) bool { return objs[i].key >= from })
-		objs = objs[i:]
+		start = from
+	}
+	c.mu.RLock()
+	objs, index := c.indexedLocked(ctx, key, opts)
+	var walk iter.Seq[*object]
+	hint := 0
+	switch current, cloned := c.snapshots.current(); {
+	case index != "":
+	case !opts.Recursive:
+		objs = c.objectsLocked(key, false)
+	case cloned:
+		// The clone of the current state (snapshots.go) is never written:
+		// it is walked after the lock, and nothing is collected but what
+		// is listed.
+		walk, hint = current.ascend(key, start), c.sizeHint(key, current)
+	default:
+		// No snapshots (ListFromCacheSnapshot off): the objects are
+		// collected under the lock.
+		objs = slices.AppendSeq(make([]*object, 0, c.sizeHint(key, c.ordered)), c.ordered.ascend(key, start))
+		start = key
+	}
+	cacheRV := c.rv
+	c.mu.RUnlock()
+	if walk == nil {
+		if start != key {
+			objs = objs[sort.Search(len(objs), func(i int) bool { return objs[i].key >= start }):]
+		}
+		walk, hint = slices.Values(objs), len(objs)
 	}
 
 	// A limit on RV "0" is ignored, as upstream does: such a list accepts
@@ -161,14 +184,23 @@ func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.Lis
 	}
 	// Later pages carry the RV in their continue token: the snapshot of
 	// that state serves them (or etcd, which has its revisions).
-	return c.fillList(listObj, objs, index, key, cacheRV, limit, opts)
+	return c.fillList(listObj, walk, hint, index, key, cacheRV, limit, opts)
 }
 
-// fillList puts into listObj the objects of objs (in key order) that match
-// the predicate, at most limit of them (0: all), with the list's RV and,
-// when more match, the continue token that resumes after the last one at
-// the same RV.
-func (c *Cacher) fillList(listObj runtime.Object, objs []*object, index, key string, rv uint64, limit int64, opts storage.ListOptions) error {
+// sizeHint is how many objects a list of everything under key in tree may
+// hold: all of them for the whole resource, else unknown (0).
+func (c *Cacher) sizeHint(key string, tree orderedObjects) int {
+	if strings.TrimSuffix(key, "/") == strings.TrimSuffix(c.resourcePrefix, "/") {
+		return tree.len()
+	}
+	return 0
+}
+
+// fillList puts into listObj the objects of objs (in key order; about
+// sizeHint of them, 0 if unknown) that match the predicate, at most limit
+// of them (0: all), with the list's RV and, when more match, the continue
+// token that resumes after the last one at the same RV.
+func (c *Cacher) fillList(listObj runtime.Object, objs iter.Seq[*object], sizeHint int, index, key string, rv uint64, limit int64, opts storage.ListOptions) error {
 	listPtr, err := meta.GetItemsPtr(listObj)
 	if err != nil {
 		return err
@@ -181,18 +213,28 @@ func (c *Cacher) fillList(listObj runtime.Object, objs []*object, index, key str
 		return fmt.Errorf("need a pointer to slice, got %v", listVal.Kind())
 	}
 	pred := opts.Predicate
-	selected := make([]*object, 0, min(len(objs), 1024))
+	if limit > 0 {
+		sizeHint = min(sizeHint, int(min(limit, 1<<20)))
+	}
+	selected := make([]*object, 0, sizeHint)
 	hasMore := false
-	fetched := len(objs)
-	for i, o := range objs {
-		if !matches(pred, o) {
+	// fetched is how many objects were looked at to fill the list; total
+	// how many there are, which the continue token's remaining count
+	// needs only when the predicate selects everything.
+	fetched, total := 0, 0
+	countAll := pred.Empty()
+	for o := range objs {
+		total++
+		if limit > 0 && int64(len(selected)) >= limit {
+			hasMore = true
+			if !countAll {
+				break
+			}
 			continue
 		}
-		selected = append(selected, o)
-		if limit > 0 && int64(len(selected)) >= limit {
-			hasMore = i < len(objs)-1
-			fetched = i + 1
-			break
+		fetched++
+		if matches(pred, o) {
+			selected = append(selected, o)
 		}
 	}
 	upstream.RecordListCacheMetrics(c.groupResource, index, fetched, len(selected))
@@ -202,7 +244,7 @@ func (c *Cacher) fillList(listObj runtime.Object, objs []*object, index, key str
 		listVal.Index(i).Set(reflect.ValueOf(o.obj).Elem())
 		lastKey = o.key
 	}
-	next, remaining, err := storage.PrepareContinueToken(lastKey, key, int64(rv), int64(len(objs)), hasMore, opts)
+	next, remaining, err := storage.PrepareContinueToken(lastKey, key, int64(rv), int64(total), hasMore, opts)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"errors"
+	"sort"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -61,24 +62,57 @@ func (h snapshotHelper) ShouldDelegateConsistentRead() (delegator.Result, error)
 	return delegator.CacheWithoutSnapshots{}.ShouldDelegateConsistentRead()
 }
 
-// hasStateAt is whether a snapshot holds the state at rv, which the cache
-// has reached and etcd has not compacted (etcd's store answers those 410
-// without a request, as it would for the cache).
+// hasStateAt is whether the snapshots hold the state at rv, which the
+// cache has reached and etcd has not compacted (etcd's store answers those
+// 410 without a request, as it would for the cache).
 func (c *Cacher) hasStateAt(rv uint64) bool {
-	_, ok := c.snapshotAt(rv)
-	return ok
+	if rv == 0 || int64(rv) < c.storage.CompactRevision() {
+		return false
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return rv <= c.rv && c.ready.state == stateReady && c.snapshots.covers(rv)
 }
 
-func (c *Cacher) snapshotAt(rv uint64) (orderedObjects, bool) {
+// snapshotAt is the state at rv: the checkpoint at or after it, and the
+// history's events between them to undo.
+func (c *Cacher) snapshotAt(rv uint64) (pastState, bool) {
 	if rv == 0 || int64(rv) < c.storage.CompactRevision() {
-		return orderedObjects{}, false
+		return pastState{}, false
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if rv > c.rv || c.ready.state != stateReady {
-		return orderedObjects{}, false
+		return pastState{}, false
 	}
-	return c.snapshots.stateAt(rv)
+	at, from, ok := c.snapshots.checkpointFor(rv)
+	if !ok {
+		return pastState{}, false
+	}
+	events, ok := c.eventsBetweenLocked(at, from.rv)
+	if !ok {
+		return pastState{}, false
+	}
+	return pastState{tree: from.tree, undo: undoSince(events)}, true
+}
+
+// eventsBetweenLocked returns the history's events above after and at or
+// below upTo, oldest first; false if the history no longer holds them all.
+func (c *Cacher) eventsBetweenLocked(after, upTo uint64) ([]*event, bool) {
+	h := c.history
+	if after < h.startRV {
+		return nil, false
+	}
+	if after >= upTo {
+		return nil, true
+	}
+	first := sort.Search(h.count, func(i int) bool { return h.at(i).rv > after })
+	end := first + sort.Search(h.count-first, func(i int) bool { return h.at(first+i).rv > upTo })
+	out := make([]*event, end-first)
+	for i := range out {
+		out[i] = h.at(first + i)
+	}
+	return out, true
 }
 
 // pastListPoint is the RV and start key of a list the snapshots serve: an
@@ -110,10 +144,10 @@ func (c *Cacher) pastListPoint(opts storage.ListOptions, key string) (rv uint64,
 
 // listFromSnapshot serves a page of the state at rv, from fromKey on.
 func (c *Cacher) listFromSnapshot(key, fromKey string, rv uint64, opts storage.ListOptions, listObj runtime.Object) error {
-	tree, ok := c.snapshotAt(rv)
+	state, ok := c.snapshotAt(rv)
 	if !ok {
 		return errNoSnapshot
 	}
-	// A snapshot is never written: it is read without the lock.
-	return c.fillList(listObj, tree.from(key, fromKey), "", key, rv, opts.Predicate.Limit, opts)
+	// A checkpoint is never written: it is read without the lock.
+	return c.fillList(listObj, state.ascend(key, fromKey), c.sizeHint(key, state.tree), "", key, rv, opts.Predicate.Limit, opts)
 }

@@ -1,73 +1,237 @@
 package cacher
 
 import (
+	"iter"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
+// checkpointEvery is how many applied RVs apart the snapshots keep a clone
+// of the ordered objects. A list at an RV between two clones is served
+// from the later one with the changes after that RV undone (at most this
+// many, from the history), so the bound trades memory the collector scans
+// against work per past list.
+const checkpointEvery = 32
+
 // snapshots are the cache's past states, one per RV it applied an event
-// at: copy-on-write clones of the ordered objects, so one costs the nodes a
-// later write copies, not a copy of the store. They serve lists at an exact
-// RV and the later pages of a paginated list (whose continue token carries
-// the RV of its first page) from memory, as upstream's cache does since
-// ListFromCacheSnapshot. Cacher.mu guards them.
+// at, as upstream's cache keeps since ListFromCacheSnapshot: they serve
+// lists at an exact RV and the later pages of a paginated list (whose
+// continue token carries the RV of its first page) from memory.
+// Cacher.mu guards them.
 //
-// A snapshot is kept while the history covers its RV and it is younger
-// than the window; the newest is always kept.
+// Upstream keeps a copy-on-write clone of its store per event. Each clone
+// is O(1) to take, but the next write copies the B-tree nodes on its path
+// (about 2-3 KB at 10,000 objects), and as long as the clone is kept so
+// are they: 10,000 writes in the window kept some 17 MB of pointer-dense
+// nodes that every GC cycle scans, which slowed every list (RV "0"
+// included) by the collector's share. Here a clone is kept only every
+// checkpointEvery RVs (and the newest, which is the current state); the
+// state at any RV in between is the next kept clone with the history's
+// events after that RV undone: the same states, at 1/checkpointEvery of
+// the memory.
+//
+// A state is kept while the history covers its RV and it is younger than
+// the window; the newest is always kept.
 type snapshots struct {
 	window time.Duration
-	// In RV order; at[i] is when rvs[i] was applied.
-	rvs   []uint64
-	at    []time.Time
-	trees []orderedObjects
+	// In RV order, every RV whose state is kept; at[i] is when rvs[i] was
+	// applied, in Unix nanoseconds. Neither holds pointers: the collector
+	// does not scan them.
+	rvs []uint64
+	at  []int64
+	// checkpoints are clones at some of rvs, in RV order, none below
+	// rvs[0].
+	checkpoints []checkpoint
+	// latest is the clone at the newest RV applied: the current state.
+	latest checkpoint
+	// sinceCheckpoint counts the RVs applied since the last checkpoint.
+	sinceCheckpoint int
 }
 
-// add records the state at rv; rvs only grow.
+// checkpoint is a clone of the ordered objects at rv. It is never written.
+type checkpoint struct {
+	rv   uint64
+	tree orderedObjects
+}
+
+// add records the state at rv (tree, a clone the caller made); rvs only
+// grow.
 func (s *snapshots) add(rv uint64, tree orderedObjects, now time.Time) {
 	if n := len(s.rvs); n > 0 && s.rvs[n-1] >= rv {
-		s.trees[n-1], s.at[n-1] = tree, now // the same RV again: the newer state
+		// The same RV again (one etcd transaction changing several keys):
+		// the newer state.
+		s.at[n-1] = now.UnixNano()
+		s.latest.tree = tree
+		if m := len(s.checkpoints); m > 0 && s.checkpoints[m-1].rv == s.rvs[n-1] {
+			s.checkpoints[m-1].tree = tree
+		}
 		return
 	}
 	s.rvs = append(s.rvs, rv)
-	s.at = append(s.at, now)
-	s.trees = append(s.trees, tree)
+	s.at = append(s.at, now.UnixNano())
+	s.latest = checkpoint{rv: rv, tree: tree}
+	if s.sinceCheckpoint++; s.sinceCheckpoint >= checkpointEvery {
+		s.checkpoints = append(s.checkpoints, s.latest)
+		s.sinceCheckpoint = 0
+	}
 	// Age out: what the window no longer covers (the newest stays).
-	old := 0
-	for old < len(s.rvs)-1 && now.Sub(s.at[old]) > s.window {
+	old, nowNanos := 0, now.UnixNano()
+	for old < len(s.rvs)-1 && nowNanos-s.at[old] > int64(s.window) {
 		old++
 	}
 	s.drop(old)
 }
 
-// forgetBelow drops the snapshots of RVs below rv: the history no longer
+// forgetBelow drops the states of RVs below rv: the history no longer
 // covers them, so the cache could not say what followed them either.
 func (s *snapshots) forgetBelow(rv uint64) {
 	s.drop(sort.Search(len(s.rvs), func(i int) bool { return s.rvs[i] >= rv }))
 }
 
+// drop forgets the n oldest states, and the checkpoints below what is
+// left: a state is rebuilt from a checkpoint at or above its RV.
 func (s *snapshots) drop(n int) {
 	if n == 0 {
 		return
 	}
-	clear(s.trees[:n])
-	s.rvs, s.at, s.trees = s.rvs[n:], s.at[n:], s.trees[n:]
+	s.rvs, s.at = s.rvs[n:], s.at[n:]
+	keep := len(s.checkpoints)
+	if len(s.rvs) > 0 {
+		keep = sort.Search(len(s.checkpoints), func(i int) bool { return s.checkpoints[i].rv >= s.rvs[0] })
+	}
+	clear(s.checkpoints[:keep])
+	s.checkpoints = s.checkpoints[keep:]
 	if cap(s.rvs) > 64 && len(s.rvs) < cap(s.rvs)/4 {
-		s.rvs, s.at, s.trees = append([]uint64(nil), s.rvs...), append([]time.Time(nil), s.at...), append([]orderedObjects(nil), s.trees...)
+		s.rvs, s.at = slices.Clone(s.rvs), slices.Clone(s.at)
+	}
+	if cap(s.checkpoints) > 64 && len(s.checkpoints) < cap(s.checkpoints)/4 {
+		s.checkpoints = slices.Clone(s.checkpoints)
 	}
 }
 
-// reset forgets every snapshot, after a relist.
-func (s *snapshots) reset() { s.rvs, s.at, s.trees = nil, nil, nil }
+// reset forgets every state, after a relist.
+func (s *snapshots) reset() {
+	s.rvs, s.at, s.checkpoints, s.latest, s.sinceCheckpoint = nil, nil, nil, checkpoint{}, 0
+}
 
-// stateAt is the state at rv: the snapshot of the newest RV at or below it,
-// which nothing changed after up to rv. The caller checks rv is not ahead
-// of the cache. False when rv is older than every snapshot.
-func (s *snapshots) stateAt(rv uint64) (orderedObjects, bool) {
+// covers is whether the state at rv is kept: some RV at or below it is.
+// The caller checks rv is not ahead of the cache.
+func (s *snapshots) covers(rv uint64) bool {
+	return len(s.rvs) > 0 && s.rvs[0] <= rv
+}
+
+// checkpointFor finds what the state at rv is rebuilt from: at, the newest
+// RV applied at or below rv (nothing changed after it up to rv), and the
+// first checkpoint at or above at, whose changes after at are to be
+// undone. False when rv is older than every state kept.
+func (s *snapshots) checkpointFor(rv uint64) (at uint64, from checkpoint, ok bool) {
 	i := sort.Search(len(s.rvs), func(i int) bool { return s.rvs[i] > rv })
 	if i == 0 {
-		return orderedObjects{}, false
+		return 0, checkpoint{}, false
 	}
-	return s.trees[i-1], true
+	at = s.rvs[i-1]
+	j := sort.Search(len(s.checkpoints), func(j int) bool { return s.checkpoints[j].rv >= at })
+	if j < len(s.checkpoints) {
+		return at, s.checkpoints[j], true
+	}
+	return at, s.latest, true
+}
+
+// current is the clone of the current state, which lists of it walk
+// without the cache's lock; false before the first state.
+func (s *snapshots) current() (orderedObjects, bool) {
+	return s.latest.tree, s.latest.tree.tree != nil
 }
 
 func (s *snapshots) len() int { return len(s.rvs) }
+
+// pastState is the state at an RV: a checkpoint taken at or after it, with
+// what changed after the RV undone.
+type pastState struct {
+	tree orderedObjects
+	// undo is, in key order, each key the checkpoint has differently: obj
+	// is what the key held at the RV, nil where it did not exist.
+	undo []keyState
+}
+
+type keyState struct {
+	key string
+	obj *object
+}
+
+// undoSince lists what the events after rv changed, as it was at rv: events
+// holds them, oldest first. An event's prev is the object the cache held
+// before it (nil: none), except that a DELETED of a key the cache did not
+// hold has prev set to the deleted object itself (linkPrev).
+func undoSince(events []*event) []keyState {
+	if len(events) == 0 {
+		return nil
+	}
+	out := make([]keyState, 0, len(events))
+	index := make(map[string]int, len(events))
+	// Newest first: what a key held at rv is what its oldest change after
+	// rv found.
+	for i := len(events) - 1; i >= 0; i-- {
+		e := events[i]
+		before := e.prev
+		if before == e.cur {
+			before = nil
+		}
+		if j, ok := index[e.cur.key]; ok {
+			out[j].obj = before
+			continue
+		}
+		index[e.cur.key] = len(out)
+		out = append(out, keyState{key: e.cur.key, obj: before})
+	}
+	slices.SortFunc(out, func(a, b keyState) int { return strings.Compare(a.key, b.key) })
+	return out
+}
+
+// ascend yields the objects of the state whose key starts with prefix,
+// from the key start on, in key order.
+func (p pastState) ascend(prefix, start string) iter.Seq[*object] {
+	if len(p.undo) == 0 {
+		return p.tree.ascend(prefix, start)
+	}
+	return func(yield func(*object) bool) {
+		undo := p.undo[sort.Search(len(p.undo), func(i int) bool { return p.undo[i].key >= start }):]
+		// flush yields the undone keys below key (all of them when last),
+		// where the key existed at the RV; false once yield says stop.
+		flush := func(key string, last bool) bool {
+			for len(undo) > 0 && (last || undo[0].key < key) {
+				u := undo[0]
+				undo = undo[1:]
+				if u.obj != nil && strings.HasPrefix(u.key, prefix) && !yield(u.obj) {
+					return false
+				}
+			}
+			return true
+		}
+		stopped := false
+		for o := range p.tree.ascend(prefix, start) {
+			if !flush(o.key, false) {
+				stopped = true
+				break
+			}
+			if len(undo) > 0 && undo[0].key == o.key {
+				// The key changed after the RV: what it held then.
+				u := undo[0]
+				undo = undo[1:]
+				if u.obj == nil {
+					continue
+				}
+				o = u.obj
+			}
+			if !yield(o) {
+				stopped = true
+				break
+			}
+		}
+		if !stopped {
+			flush("", true)
+		}
+	}
+}

@@ -1,0 +1,200 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/storage"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
+)
+
+// TestSnapshotsServeEveryState lists at every RV the cache applied, whole,
+// in pages and with a selector, after a random run of additions, updates,
+// deletions (some of keys the cache never held) and transactions of
+// several events at one RV, and compares each with the state a model kept:
+// a state between two checkpoints is a checkpoint with later events
+// undone, and must be exactly what the cache held at that RV. None of
+// these lists may reach etcd.
+func TestSnapshotsServeEveryState(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, true)
+	const listRV = 100
+	model := map[string]string{} // name -> its labels v (the version) and app, "v/app"
+	var pods []*example.Pod
+	for i := range 20 {
+		name := fmt.Sprintf("pod-%03d", i)
+		model[name] = "0/" + webOrNot(i)
+		pods = append(pods, newTestPod(name, listRV, map[string]string{"v": "0", "app": webOrNot(i)}, ""))
+	}
+	fs := newFakeStorage(listRV, pods...)
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+
+	states := map[uint64]map[string]string{listRV: cloneState(model)}
+	rng := rand.New(rand.NewSource(1))
+	rv := uint64(listRV)
+	for step := range 5 * checkpointEvery * 3 {
+		// Now and then a transaction: several events at one RV.
+		if step == 0 || rng.Intn(5) != 0 {
+			rv++
+		}
+		name := fmt.Sprintf("pod-%03d", rng.Intn(40))
+		v := strconv.Itoa(step + 1)
+		app := webOrNot(rng.Intn(2))
+		pod := newTestPod(name, rv, map[string]string{"v": v, "app": app}, "")
+		_, exists := model[name]
+		switch {
+		case exists && rng.Intn(3) == 0, !exists && rng.Intn(6) == 0:
+			// A deletion; of a key the cache does not hold, too.
+			sw.send(t, watch.Deleted, pod)
+			delete(model, name)
+		case exists:
+			sw.send(t, watch.Modified, pod)
+			model[name] = v + "/" + app
+		default:
+			sw.send(t, watch.Added, pod)
+			model[name] = v + "/" + app
+		}
+		states[rv] = cloneState(model)
+	}
+	c.waitRV(t, rv)
+	listsBefore := fs.listCount()
+
+	for at := uint64(listRV); at <= rv; at++ {
+		want := states[at]
+		got := listedAt(t, c, at, 0, everything(false))
+		if !sameState(got, want) {
+			t.Fatalf("exact list at RV %d: got %v, want %v", at, got, want)
+		}
+		if got := listedAt(t, c, at, 7, everything(false)); !sameState(got, want) {
+			t.Fatalf("pages of 7 at RV %d: got %v, want %v", at, got, want)
+		}
+		web := map[string]string{}
+		for name, va := range want {
+			if strings.HasSuffix(va, "/web") {
+				web[name] = va
+			}
+		}
+		if got := listedAt(t, c, at, 3, webPods()); !sameState(got, web) {
+			t.Fatalf("pages of 3 of the web pods at RV %d: got %v, want %v", at, got, web)
+		}
+	}
+	if n := fs.listCount() - listsBefore; n != 0 {
+		t.Errorf("%d lists went to etcd; every state is in memory", n)
+	}
+}
+
+func webOrNot(i int) string {
+	if i%2 == 0 {
+		return "web"
+	}
+	return "db"
+}
+
+// listedAt lists the pods at exactly rv, following continue tokens when
+// limit is set, and returns name -> "v/app" labels; the RV of every page
+// must be rv.
+func listedAt(t *testing.T, c *testCacher, rv uint64, limit int64, pred storage.SelectionPredicate) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	var names []string
+	pred.Limit = limit
+	for {
+		list := &example.PodList{}
+		opts := storage.ListOptions{ResourceVersion: strconv.FormatUint(rv, 10), ResourceVersionMatch: metav1.ResourceVersionMatchExact, Recursive: true, Predicate: pred}
+		if pred.Continue != "" {
+			opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
+		}
+		if err := c.GetList(context.Background(), "/pods/", opts, list); err != nil {
+			t.Fatalf("list at RV %d: %v", rv, err)
+		}
+		if list.ResourceVersion != strconv.FormatUint(rv, 10) {
+			t.Fatalf("list at RV %d answered at RV %s", rv, list.ResourceVersion)
+		}
+		for _, p := range list.Items {
+			out[p.Name] = p.Labels["v"] + "/" + p.Labels["app"]
+			names = append(names, p.Name)
+		}
+		if pred.Continue = list.Continue; pred.Continue == "" {
+			break
+		}
+		if int64(len(list.Items)) != limit {
+			t.Fatalf("a page of %d at RV %d with more to come", len(list.Items), rv)
+		}
+	}
+	if !slices.IsSorted(names) || len(slices.Compact(slices.Clone(names))) != len(names) {
+		t.Fatalf("list at RV %d not in key order or repeats a key: %v", rv, names)
+	}
+	return out
+}
+
+func cloneState(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func sameState(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestSnapshotsKeepCheckpointsOnly: the states of many RVs cost a clone
+// every checkpointEvery of them, and the window and the history's start
+// age states and checkpoints out together.
+func TestSnapshotsKeepCheckpointsOnly(t *testing.T) {
+	s := snapshots{window: time.Minute}
+	tree := newOrderedObjects()
+	start := time.Unix(1000, 0)
+	for i := range 10 * checkpointEvery {
+		s.add(uint64(100+i), tree.clone(), start.Add(time.Duration(i)*time.Millisecond))
+	}
+	if got, want := len(s.checkpoints), 10; got != want {
+		t.Fatalf("%d checkpoints for %d states, want %d", got, s.len(), want)
+	}
+	at, from, ok := s.checkpointFor(100)
+	if !ok || at != 100 || from.rv != 100+checkpointEvery-1 {
+		t.Fatalf("state at 100 from checkpoint %d (at %d, %v), want from %d", from.rv, at, ok, 100+checkpointEvery-1)
+	}
+	newest := uint64(100 + 10*checkpointEvery - 1)
+	if _, from, _ := s.checkpointFor(newest); from.rv != newest {
+		t.Fatalf("newest state from checkpoint %d, want %d", from.rv, newest)
+	}
+	s.forgetBelow(100 + 3*checkpointEvery)
+	if !s.covers(100+3*checkpointEvery) || s.covers(100+3*checkpointEvery-1) {
+		t.Fatalf("after forgetBelow: covers from %d", s.rvs[0])
+	}
+	for _, cp := range s.checkpoints {
+		if cp.rv < s.rvs[0] {
+			t.Fatalf("checkpoint %d kept below the oldest state %d", cp.rv, s.rvs[0])
+		}
+	}
+	// Two minutes later: only the newest state is inside the window.
+	s.add(newest+1, tree.clone(), start.Add(2*time.Minute))
+	if s.len() != 1 || len(s.checkpoints) != 0 || !s.covers(newest+1) || s.covers(newest) {
+		t.Fatalf("after the window: %d states from %v, %d checkpoints", s.len(), s.rvs, len(s.checkpoints))
+	}
+	if _, from, ok := s.checkpointFor(newest + 5); !ok || from.rv != newest+1 {
+		t.Fatalf("state above the newest from %d (%v), want the latest clone", from.rv, ok)
+	}
+}
