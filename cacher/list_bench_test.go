@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/features"
@@ -252,4 +253,53 @@ func BenchmarkListAfterWrites(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkListPastRV lists 10,000 objects written by events at an RV three
+// writes back, the bench's exact-RV list, whole and in pages of 500
+// (kubectl's) followed to the end: the lists the snapshots serve.
+func BenchmarkListPastRV(b *testing.B) {
+	featuregatetesting.SetFeatureGateDuringTest(b, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, true)
+	fs := newFakeStorage(100)
+	c := newTestCacher(b, fs, nil)
+	c.WaitReady(context.Background())
+	sw, _ := fs.waitWatch(b, 1)
+	const n = 10_000
+	for i := range n + 3 {
+		sw.send(b, watch.Added, newTestPod(fmt.Sprintf("pod-%05d", i), uint64(101+i), map[string]string{"app": "web"}, "node1"))
+	}
+	poll(b, "applied", func() bool { return c.currentRV() >= 100+n+3 })
+	rv := fmt.Sprint(100 + n)
+	b.Run("exact", func(b *testing.B) {
+		opts := storage.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact, Recursive: true, Predicate: everything(false)}
+		b.ReportAllocs()
+		for b.Loop() {
+			list := &example.PodList{}
+			if err := c.GetList(context.Background(), "/pods/", opts, list); err != nil || len(list.Items) != n {
+				b.Fatal(err, len(list.Items))
+			}
+		}
+	})
+	b.Run("pages", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			got, token := 0, ""
+			for first := true; first || token != ""; first = false {
+				pred := everything(false)
+				pred.Limit, pred.Continue = 500, token
+				opts := storage.ListOptions{Recursive: true, Predicate: pred}
+				if first {
+					opts.ResourceVersion, opts.ResourceVersionMatch = rv, metav1.ResourceVersionMatchExact
+				}
+				list := &example.PodList{}
+				if err := c.GetList(context.Background(), "/pods/", opts, list); err != nil {
+					b.Fatal(err)
+				}
+				got, token = got+len(list.Items), list.Continue
+			}
+			if got != n {
+				b.Fatalf("listed %d", got)
+			}
+		}
+	})
 }

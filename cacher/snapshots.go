@@ -198,9 +198,9 @@ func (p pastState) ascend(prefix, start string) iter.Seq[*object] {
 	}
 	return func(yield func(*object) bool) {
 		undo := p.undo[sort.Search(len(p.undo), func(i int) bool { return p.undo[i].key >= start }):]
-		// flush yields the undone keys below key (all of them when last),
+		// next yields the undone keys below key (all of them when last),
 		// where the key existed at the RV; false once yield says stop.
-		flush := func(key string, last bool) bool {
+		next := func(key string, last bool) bool {
 			for len(undo) > 0 && (last || undo[0].key < key) {
 				u := undo[0]
 				undo = undo[1:]
@@ -211,27 +211,33 @@ func (p pastState) ascend(prefix, start string) iter.Seq[*object] {
 			return true
 		}
 		stopped := false
-		for o := range p.tree.ascend(prefix, start) {
-			if !flush(o.key, false) {
-				stopped = true
-				break
+		p.tree.tree.AscendGreaterOrEqual(&object{key: start}, func(o *object) bool {
+			if !strings.HasPrefix(o.key, prefix) {
+				return false
 			}
-			if len(undo) > 0 && undo[0].key == o.key {
-				// The key changed after the RV: what it held then.
-				u := undo[0]
-				undo = undo[1:]
-				if u.obj == nil {
-					continue
+			if len(undo) > 0 && undo[0].key <= o.key {
+				if !next(o.key, false) {
+					stopped = true
+					return false
 				}
-				o = u.obj
+				if len(undo) > 0 && undo[0].key == o.key {
+					// The key changed after the RV: what it held then.
+					u := undo[0]
+					undo = undo[1:]
+					if u.obj == nil {
+						return true
+					}
+					o = u.obj
+				}
 			}
 			if !yield(o) {
 				stopped = true
-				break
+				return false
 			}
-		}
+			return true
+		})
 		if !stopped {
-			flush("", true)
+			next("", true)
 		}
 	}
 }
