@@ -94,8 +94,15 @@ func fleetOptions(ctx context.Context, s storage.Interface) (storage.ListOptions
 // open starts n watches with opts, one after another as many clients
 // arriving would, each with its consumer.
 func (f *fleet) open(ctx context.Context, s storage.Interface, n int, opts storage.ListOptions, newHandler func() eventHandler) error {
+	return f.openEach(ctx, s, n, func(int) (string, storage.ListOptions) { return resourcePrefix, opts }, newHandler)
+}
+
+// openEach is open with a key and options of each watch's own: watch i
+// watches args(i).
+func (f *fleet) openEach(ctx context.Context, s storage.Interface, n int, args func(i int) (string, storage.ListOptions), newHandler func() eventHandler) error {
 	for i := range n {
-		w, err := s.Watch(ctx, resourcePrefix, opts)
+		key, opts := args(i)
+		w, err := s.Watch(ctx, key, opts)
 		if err != nil {
 			return fmt.Errorf("watch %d of %d: %w", i+1, n, err)
 		}

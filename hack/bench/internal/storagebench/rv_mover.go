@@ -23,13 +23,9 @@ type rvMover struct {
 }
 
 func startRVMover(env Env, interval time.Duration) (*rvMover, error) {
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{env.EtcdEndpoint},
-		DialTimeout: 10 * time.Second,
-		Logger:      zap.NewNop(),
-	})
+	client, err := newEtcdClient(env)
 	if err != nil {
-		return nil, fmt.Errorf("etcd client: %w", err)
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &rvMover{cancel: cancel, client: client}
@@ -56,4 +52,18 @@ func (m *rvMover) stop() {
 	m.cancel()
 	m.wg.Wait()
 	_ = m.client.Close()
+}
+
+// newEtcdClient is a plain etcd client of env's etcd, for writes that
+// bypass the storage under test.
+func newEtcdClient(env Env) (*clientv3.Client, error) {
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{env.EtcdEndpoint},
+		DialTimeout: 10 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	return client, nil
 }

@@ -60,9 +60,7 @@ func openStorage(ctx context.Context, env Env, name string) (storage.Interface, 
 	default:
 		return nil, nil, fmt.Errorf("unknown decorator %q", name)
 	}
-	cfg := storagebackend.NewDefaultConfig(env.Prefix, codec)
-	cfg.Transport.ServerList = []string{env.EtcdEndpoint}
-	s, destroy, err := d(cfg.ForResource(schema.GroupResource{Resource: "pods"}), resourcePrefix,
+	s, destroy, err := d(storageConfig(env), resourcePrefix,
 		podKey, fixtures.NewPod, fixtures.NewPodList, fixtures.PodAttrs, fixtures.PodTriggers(), podIndexers())
 	if err != nil {
 		return nil, nil, fmt.Errorf("building %s storage: %w", name, err)
@@ -72,6 +70,14 @@ func openStorage(ctx context.Context, env Env, name string) (storage.Interface, 
 		return nil, nil, fmt.Errorf("%s cache: %w", name, err)
 	}
 	return s, destroy, nil
+}
+
+// storageConfig is the pods' storage config both decorators (and the
+// writers' raw storage) are built from.
+func storageConfig(env Env) *storagebackend.ConfigForResource {
+	cfg := storagebackend.NewDefaultConfig(env.Prefix, codec)
+	cfg.Transport.ServerList = []string{env.EtcdEndpoint}
+	return cfg.ForResource(schema.GroupResource{Resource: "pods"})
 }
 
 // waitReady returns once the storage reports ready and a list from the cache

@@ -1,0 +1,120 @@
+package storagebench
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/watchkeeper/watchkeeper/internal/fixtures"
+)
+
+// setupWriters create a scenario's objects concurrently: the load is not
+// measured, only its duration is reported.
+const setupWriters = 32
+
+// openRawStorage is the pods' etcd3 storage with no cache, built from the
+// same config as the cache under test: the exactkey and storm scenarios
+// create their objects through it before the cache starts, so the cache
+// loads them with its first list.
+func openRawStorage(env Env) (storage.Interface, func(), error) {
+	s, destroy, err := generic.UndecoratedStorage(storageConfig(env), resourcePrefix, podKey,
+		fixtures.NewPod, fixtures.NewPodList, fixtures.PodAttrs, fixtures.PodTriggers(), podIndexers())
+	if err != nil {
+		return nil, nil, fmt.Errorf("raw etcd3 storage: %w", err)
+	}
+	return s, destroy, nil
+}
+
+// podWriter writes pods straight to etcd, one Put of the encoded object
+// each, as the etcd3 storage stores them: the least CPU a write can cost
+// this process, so the CPU of a window of writes is the cache's but for
+// that small, equal share.
+type podWriter struct {
+	client *clientv3.Client
+	// keyPrefix is what the etcd3 storage puts before a key under the
+	// resource: the run's prefix, then "/".
+	keyPrefix string
+}
+
+func newPodWriter(env Env) (*podWriter, error) {
+	c, err := newEtcdClient(env)
+	if err != nil {
+		return nil, err
+	}
+	return &podWriter{client: c, keyPrefix: path.Join("/", env.Prefix) + "/"}, nil
+}
+
+// put stores pod, stamped with the write's time, over the object of its
+// name (an update when it exists) and returns the resourceVersion etcd gave
+// the write, once etcd answered.
+func (w *podWriter) put(ctx context.Context, pod *example.Pod) (uint64, error) {
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[writtenAtAnnotation] = strconv.FormatInt(time.Now().UnixNano(), 10)
+	data, err := runtime.Encode(codec, pod)
+	if err != nil {
+		return 0, err
+	}
+	key, err := podKey(pod)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := w.client.Put(ctx, w.keyPrefix+strings.TrimPrefix(key, "/"), string(data))
+	if err != nil {
+		return 0, fmt.Errorf("writing %s: %w", pod.Name, err)
+	}
+	return uint64(resp.Header.Revision), nil
+}
+
+func (w *podWriter) close() { _ = w.client.Close() }
+
+// runWriters runs write in n goroutines and returns the first error.
+func runWriters(n int, write func() error) error {
+	errs := make(chan error, n)
+	for range n {
+		go func() { errs <- write() }()
+	}
+	var first error
+	for range n {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// waitClosed waits until every one of done is closed, and reports true;
+// or false once progress has not moved for stall, or ctx ends.
+func waitClosed(ctx context.Context, progress *atomic.Int64, stall time.Duration, done ...<-chan struct{}) bool {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	last, since := progress.Load(), time.Now()
+	for _, d := range done {
+		for waiting := true; waiting; {
+			select {
+			case <-d:
+				waiting = false
+			case <-ctx.Done():
+				return false
+			case <-t.C:
+				if n := progress.Load(); n != last {
+					last, since = n, time.Now()
+				} else if time.Since(since) > stall {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
