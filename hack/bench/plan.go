@@ -9,7 +9,7 @@ import (
 
 // Scenario and level names, as in result.Result.
 var (
-	allScenarios = []string{"idle", "bookmarks", "fanout", "list", "watchlist"}
+	allScenarios = []string{"idle", "bookmarks", "fanout", "list", "watchlist", "exactkey", "storm"}
 	allLevels    = []string{"storage", "http"}
 	// httpScenarios are the ones package httpbench provides.
 	httpScenarios = []string{"idle", "bookmarks", "fanout"}
@@ -27,7 +27,9 @@ type runSpec struct {
 	Scenario, Level, Decorator string
 	Watchers, Events           int
 	Objects, Repeats           int
-	Period                     time.Duration
+	// Rate is writes per second (storm).
+	Rate   int
+	Period time.Duration
 	// Timeout is the child's own deadline; the parent allows a margin more.
 	Timeout time.Duration
 }
@@ -37,7 +39,7 @@ func (r runSpec) String() string {
 	for _, p := range []struct {
 		name string
 		v    int
-	}{{"w", r.Watchers}, {"e", r.Events}, {"o", r.Objects}} {
+	}{{"w", r.Watchers}, {"e", r.Events}, {"o", r.Objects}, {"r", r.Rate}} {
 		if p.v > 0 {
 			s += "-" + p.name + strconv.Itoa(p.v)
 		}
@@ -47,17 +49,25 @@ func (r runSpec) String() string {
 
 // sizes are the scenario sizes of one mode.
 type sizes struct {
-	idleWatchers      []int
-	bookmarkWatchers  []int
-	bookmarkPeriod    time.Duration
-	fanOutWatchers    []int
-	fanOutEvents      int
-	listObjects       int
-	listRepeats       int
-	watchListObjects  int
-	watchListRepeats  int
-	httpIdleWatchers  []int
-	httpBookmarkWatch []int
+	idleWatchers     []int
+	bookmarkWatchers []int
+	bookmarkPeriod   time.Duration
+	fanOutWatchers   []int
+	fanOutEvents     int
+	listObjects      int
+	listRepeats      int
+	watchListObjects int
+	watchListRepeats int
+	// exactkey (issue 13.1): exact-key watchers over exactKeyObjects,
+	// exactKeyWrites writes to random ones.
+	exactKeyWatchers []int
+	exactKeyObjects  int
+	exactKeyWrites   int
+	// storm (issue 13.2): stormPods over stormNodes nodes, one WatchList
+	// per node, writes at stormRate per second.
+	stormPods, stormNodes, stormRate int
+	httpIdleWatchers                 []int
+	httpBookmarkWatch                []int
 	// httpBookmarkPeriod is the HTTP level's own: each run there also
 	// starts and stops a server.
 	httpBookmarkPeriod time.Duration
@@ -75,6 +85,12 @@ var (
 		listRepeats:      100,
 		watchListObjects: 1_000,
 		watchListRepeats: 5,
+		exactKeyWatchers: []int{1_000, 10_000, 100_000},
+		exactKeyObjects:  10_000,
+		exactKeyWrites:   1_000,
+		stormPods:        50_000,
+		stormNodes:       500,
+		stormRate:        200,
 		// HTTP watches each hold a stream in the server and in the client
 		// process, so the HTTP level stops an order of magnitude lower.
 		httpIdleWatchers:   []int{1_000, 10_000},
@@ -92,6 +108,12 @@ var (
 		listRepeats:      30,
 		watchListObjects: 1_000,
 		watchListRepeats: 5,
+		exactKeyWatchers: []int{1_000, 10_000},
+		exactKeyObjects:  10_000,
+		exactKeyWrites:   1_000,
+		stormPods:        5_000,
+		stormNodes:       50,
+		stormRate:        50,
 		httpIdleWatchers: []int{1_000},
 		// Each watch's deadline makes it due one bookmark a period after it
 		// opened, as at the storage level (see httpbench.Bookmarks); the
@@ -160,6 +182,14 @@ func scenarioRuns(sz sizes, sc, level string) []runSpec {
 		runs = append(runs, runSpec{Scenario: sc, Level: level, Objects: sz.listObjects, Repeats: sz.listRepeats, Timeout: 5 * time.Minute})
 	case "watchlist":
 		runs = append(runs, runSpec{Scenario: sc, Level: level, Objects: sz.watchListObjects, Repeats: sz.watchListRepeats, Timeout: 3 * time.Minute})
+	case "exactkey":
+		for _, n := range sz.exactKeyWatchers {
+			runs = append(runs, runSpec{Scenario: sc, Level: level, Watchers: n, Objects: sz.exactKeyObjects,
+				Events: sz.exactKeyWrites, Timeout: scaled(time.Minute, n)})
+		}
+	case "storm":
+		runs = append(runs, runSpec{Scenario: sc, Level: level, Watchers: sz.stormNodes, Objects: sz.stormPods,
+			Rate: sz.stormRate, Timeout: 5 * time.Minute})
 	}
 	return runs
 }

@@ -33,7 +33,7 @@ func (c childFlags) args() []string {
 		"--scenario", r.Scenario, "--level", r.Level, "--decorator", r.Decorator,
 		"--watchers", fmt.Sprint(r.Watchers), "--events", fmt.Sprint(r.Events),
 		"--objects", fmt.Sprint(r.Objects), "--repeats", fmt.Sprint(r.Repeats),
-		"--period", r.Period.String(), "--timeout", r.Timeout.String(),
+		"--rate", fmt.Sprint(r.Rate), "--period", r.Period.String(), "--timeout", r.Timeout.String(),
 		"--etcd", c.etcd, "--prefix", c.prefix,
 		"--exit-on-stdin-eof",
 	}
@@ -52,13 +52,14 @@ func runMain(args []string) error {
 	var c childFlags
 	var watchParent bool
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	fs.StringVar(&c.spec.Scenario, "scenario", "", "idle, bookmarks, fanout, list or watchlist")
+	fs.StringVar(&c.spec.Scenario, "scenario", "", "idle, bookmarks, fanout, list, watchlist, exactkey or storm")
 	fs.StringVar(&c.spec.Level, "level", "storage", "storage or http")
 	fs.StringVar(&c.spec.Decorator, "decorator", "", "upstream, watchkeeper, or none (idle baseline)")
-	fs.IntVar(&c.spec.Watchers, "watchers", 0, "watches to open")
-	fs.IntVar(&c.spec.Events, "events", 0, "events to write (fanout)")
-	fs.IntVar(&c.spec.Objects, "objects", 0, "objects in the resource (list, watchlist)")
+	fs.IntVar(&c.spec.Watchers, "watchers", 0, "watches to open (storm: nodes, one WatchList each)")
+	fs.IntVar(&c.spec.Events, "events", 0, "events to write (fanout, exactkey)")
+	fs.IntVar(&c.spec.Objects, "objects", 0, "objects in the resource (list, watchlist, exactkey, storm)")
 	fs.IntVar(&c.spec.Repeats, "repeats", 0, "timed repetitions (list, watchlist)")
+	fs.IntVar(&c.spec.Rate, "rate", 0, "writes per second (storm)")
 	fs.DurationVar(&c.spec.Period, "period", time.Minute, "bookmark period (bookmarks)")
 	fs.DurationVar(&c.spec.Timeout, "timeout", 5*time.Minute, "deadline of the run")
 	fs.StringVar(&c.etcd, "etcd", "", "etcd client URL")
@@ -102,6 +103,8 @@ var storageScenarios = scenarioFuncs[storagebench.Env]{
 	fanout:    storagebench.FanOut,
 	list:      storagebench.List,
 	watchlist: storagebench.WatchList,
+	exactkey:  storagebench.ExactKey,
+	storm:     storagebench.Storm,
 }
 
 func runScenario(ctx context.Context, c childFlags) ([]result.Result, error) {

@@ -15,6 +15,9 @@ type scenarioFuncs[E any] struct {
 	fanout    func(ctx context.Context, env E, decorator string, watchers, events int) ([]result.Result, error)
 	list      func(ctx context.Context, env E, decorator string, objects, repeats int) ([]result.Result, error)
 	watchlist func(ctx context.Context, env E, decorator string, objects, repeats int) ([]result.Result, error)
+	exactkey  func(ctx context.Context, env E, decorator string, watchers, objects, events int) ([]result.Result, error)
+	// storm's nodes are also its WatchLists, one per node.
+	storm func(ctx context.Context, env E, decorator string, objects, nodes, rate int) ([]result.Result, error)
 }
 
 // run runs r's scenario with env, at r's sizes; ok is false when the level
@@ -31,6 +34,10 @@ func (l scenarioFuncs[E]) run(ctx context.Context, env E, r runSpec) (rs []resul
 		rs, err = l.list(ctx, env, r.Decorator, r.Objects, r.Repeats)
 	case r.Scenario == "watchlist" && l.watchlist != nil:
 		rs, err = l.watchlist(ctx, env, r.Decorator, r.Objects, r.Repeats)
+	case r.Scenario == "exactkey" && l.exactkey != nil:
+		rs, err = l.exactkey(ctx, env, r.Decorator, r.Watchers, r.Objects, r.Events)
+	case r.Scenario == "storm" && l.storm != nil:
+		rs, err = l.storm(ctx, env, r.Decorator, r.Objects, r.Watchers, r.Rate)
 	default:
 		return nil, false, nil
 	}

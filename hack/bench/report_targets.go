@@ -1,0 +1,188 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
+)
+
+// targetRow is one target a scenario is held to, with the figures it is
+// judged on and the verdict.
+type targetRow struct {
+	scenario, target      string
+	upstream, watchkeeper string
+	ratio, verdict        string
+}
+
+// Targets of issue 13's scenarios.
+const (
+	exactKeyMaxRatio    = 0.5 // watchkeeper's CPU per write at the largest N over upstream's
+	exactKeyMaxFlatness = 1.2 // watchkeeper's CPU per write at the largest N over the smallest
+	stormMaxLagMs       = 100.0
+)
+
+// figures indexes one level's results by scenario, decorator and metric,
+// each with its values by params.
+type figures map[string][]result.Result
+
+func indexFigures(results []result.Result) figures {
+	f := figures{}
+	for _, r := range results {
+		if r.Level != "storage" {
+			continue
+		}
+		k := r.Scenario + "|" + r.Decorator + "|" + r.Metric
+		f[k] = append(f[k], r)
+	}
+	return f
+}
+
+// at is the figure of scenario, decorator and metric at watchers (0: any
+// size; the last one).
+func (f figures) at(scenario, decorator, metric string, watchers int) (float64, bool) {
+	rs := f[scenario+"|"+decorator+"|"+metric]
+	for i := len(rs) - 1; i >= 0; i-- {
+		if watchers == 0 || rs[i].Params["watchers"] == watchers {
+			return rs[i].Value, true
+		}
+	}
+	return 0, false
+}
+
+// targetRows judges the targets whose figures are in results.
+func targetRows(results []result.Result) []targetRow {
+	f := indexFigures(results)
+	var rows []targetRow
+	rows = append(rows, exactKeyTargets(f)...)
+	rows = append(rows, stormTargets(f)...)
+	return rows
+}
+
+func exactKeyTargets(f figures) []targetRow {
+	const metric = "cpu_ms_per_write"
+	var sizes []int
+	for _, r := range f["exactkey|"+decWatchkeeper+"|"+metric] {
+		if _, ok := f.at("exactkey", decUpstream, metric, r.Params["watchers"]); ok {
+			sizes = append(sizes, r.Params["watchers"])
+		}
+	}
+	if len(sizes) == 0 {
+		return nil
+	}
+	slices.Sort(sizes)
+	lo, hi := sizes[0], sizes[len(sizes)-1]
+	var rows []targetRow
+	upHi, _ := f.at("exactkey", decUpstream, metric, hi)
+	wkHi, _ := f.at("exactkey", decWatchkeeper, metric, hi)
+	rows = append(rows, targetRow{scenario: "exactkey",
+		target:   fmt.Sprintf("CPU per write at %s watchers <= %.1fx upstream's", count(hi), exactKeyMaxRatio),
+		upstream: formatValue(upHi) + " ms", watchkeeper: formatValue(wkHi) + " ms",
+		ratio: ratioOf(wkHi, upHi), verdict: verdict(upHi > 0 && wkHi/upHi <= exactKeyMaxRatio)})
+	if lo != hi {
+		upLo, _ := f.at("exactkey", decUpstream, metric, lo)
+		wkLo, _ := f.at("exactkey", decWatchkeeper, metric, lo)
+		rows = append(rows, targetRow{scenario: "exactkey",
+			target:      fmt.Sprintf("CPU per write flat from %s to %s watchers: %s/%s <= %.1fx", count(lo), count(hi), count(hi), count(lo), exactKeyMaxFlatness),
+			upstream:    fmt.Sprintf("%s -> %s ms (%s)", formatValue(upLo), formatValue(upHi), ratioOf(upHi, upLo)+"x"),
+			watchkeeper: fmt.Sprintf("%s -> %s ms (%s)", formatValue(wkLo), formatValue(wkHi), ratioOf(wkHi, wkLo)+"x"),
+			ratio:       "-", verdict: verdict(wkLo > 0 && wkHi/wkLo <= exactKeyMaxFlatness)})
+	}
+	for _, n := range sizes {
+		var ups, wks []string
+		zero := true
+		for _, m := range []string{"events_missing", "events_extra"} {
+			up, okU := f.at("exactkey", decUpstream, m, n)
+			wk, okW := f.at("exactkey", decWatchkeeper, m, n)
+			ups, wks = append(ups, valueOrDash(up, okU)), append(wks, valueOrDash(wk, okW))
+			zero = zero && okW && wk == 0
+		}
+		rows = append(rows, targetRow{scenario: "exactkey",
+			target:   fmt.Sprintf("each of %s watchers gets exactly its object's events: missing / extra = 0", count(n)),
+			upstream: strings.Join(ups, " / "), watchkeeper: strings.Join(wks, " / "), ratio: "-", verdict: verdict(zero)})
+	}
+	return rows
+}
+
+func stormTargets(f figures) []targetRow {
+	var rows []targetRow
+	for _, t := range []struct{ metric, what string }{
+		{"lag_p99_ms", "reflector lag p99 in the storm window"},
+		{"initial_events_end_p99_ms", "WatchList time to initial-events-end p99"},
+	} {
+		up, okU := f.at("storm", decUpstream, t.metric, 0)
+		wk, okW := f.at("storm", decWatchkeeper, t.metric, 0)
+		if !okU && !okW {
+			continue
+		}
+		rows = append(rows, targetRow{scenario: "storm", target: t.what + " <= upstream's",
+			upstream: msOrDash(up, okU), watchkeeper: msOrDash(wk, okW),
+			ratio: ratioOrDash(wk, okW, up, okU), verdict: verdict(okU && okW && wk <= up)})
+		if t.metric == "lag_p99_ms" {
+			rows = append(rows, targetRow{scenario: "storm", target: fmt.Sprintf("%s < %.0f ms", t.what, stormMaxLagMs),
+				upstream: msOrDash(up, okU), watchkeeper: msOrDash(wk, okW), ratio: "-", verdict: verdict(okW && wk < stormMaxLagMs)})
+		}
+	}
+	if len(rows) > 0 {
+		var ups, wks []string
+		zero := true
+		for _, m := range []string{"watchlists_failed", "writes_missing_from_cache"} {
+			up, okU := f.at("storm", decUpstream, m, 0)
+			wk, okW := f.at("storm", decWatchkeeper, m, 0)
+			ups, wks = append(ups, valueOrDash(up, okU)), append(wks, valueOrDash(wk, okW))
+			zero = zero && okW && wk == 0
+		}
+		rows = append(rows, targetRow{scenario: "storm", target: "WatchLists failed / writes never seen by the cache = 0",
+			upstream: strings.Join(ups, " / "), watchkeeper: strings.Join(wks, " / "), ratio: "-", verdict: verdict(zero)})
+	}
+	return rows
+}
+
+// targetsTable renders the rows as the report's targets table, or "".
+func targetsTable(rows []targetRow) string {
+	if len(rows) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\nTargets (issue 13), judged on the figures above:\n\n")
+	b.WriteString("| scenario | target | upstream | watchkeeper | ratio watchkeeper/upstream | verdict |\n")
+	b.WriteString("|---|---|---:|---:|---:|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.scenario, r.target, r.upstream, r.watchkeeper, r.ratio, r.verdict)
+	}
+	return b.String()
+}
+
+func verdict(met bool) string {
+	if met {
+		return "met"
+	}
+	return "missed"
+}
+
+func ratioOf(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3g", a/b)
+}
+
+func ratioOrDash(wk float64, okW bool, up float64, okU bool) string {
+	return ratio(up, okU, wk, okW)
+}
+
+func msOrDash(v float64, ok bool) string {
+	if !ok {
+		return "not measured"
+	}
+	return formatValue(v) + " ms"
+}
+
+// count writes a watcher count as people say it: 1k, 100k.
+func count(n int) string {
+	if n >= 1000 && n%1000 == 0 {
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return fmt.Sprint(n)
+}
