@@ -198,3 +198,60 @@ func TestSnapshotsKeepCheckpointsOnly(t *testing.T) {
 		t.Fatalf("state above the newest from %d (%v), want the latest clone", from.rv, ok)
 	}
 }
+
+// TestSnapshotListsDuringWrites lists the current state and past states
+// while events are applied: the clones are walked without the lock, which
+// the race detector checks, and every list is one state, in key order.
+func TestSnapshotListsDuringWrites(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, true)
+	fs := newFakeStorage(100)
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	const writes = 20 * checkpointEvery
+	done := make(chan struct{})
+	errs := make(chan error, 2)
+	for _, exact := range []bool{false, true} {
+		go func() {
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}
+				if rv := c.currentRV(); exact && rv > 105 {
+					opts.ResourceVersion, opts.ResourceVersionMatch = strconv.FormatUint(rv-5, 10), metav1.ResourceVersionMatchExact
+				}
+				list := &example.PodList{}
+				if err := c.GetList(context.Background(), "/pods/", opts, list); err != nil {
+					errs <- err
+					return
+				}
+				// Pod i is added at RV 101+i: a list at RV r holds pods 0..r-101.
+				rv, _ := strconv.ParseUint(list.ResourceVersion, 10, 64)
+				if want := int(rv) - 100; len(list.Items) != want {
+					errs <- fmt.Errorf("list at RV %d (exact %v) holds %d pods, want %d", rv, exact, len(list.Items), want)
+					return
+				}
+				for i, p := range list.Items {
+					if p.Name != fmt.Sprintf("pod-%05d", i) {
+						errs <- fmt.Errorf("list at RV %d: item %d is %s", rv, i, p.Name)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for i := range writes {
+		sw.send(t, watch.Added, newTestPod(fmt.Sprintf("pod-%05d", i), uint64(101+i), nil, ""))
+	}
+	c.waitRV(t, 100+writes)
+	close(done)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
