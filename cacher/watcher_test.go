@@ -60,7 +60,12 @@ func TestWatcherAloneDeliversInOrderWithinItsBuffer(t *testing.T) {
 	}
 	wg.Wait() // the pump ended with its queue
 	w.Stop()
-	if _, ok := <-w.ResultChan(); ok {
+	select {
+	case ev, ok := <-w.ResultChan():
+		if ok {
+			t.Fatalf("got %s after Stop, want the channel closed", describe(ev))
+		}
+	case <-time.After(waitFor):
 		t.Fatal("the channel is open after Stop")
 	}
 }
@@ -82,6 +87,24 @@ func TestWatcherAloneSlowClientTimeout(t *testing.T) {
 	}
 	close(stop) // the cache stopping ends the pump blocked on the client
 	wg.Wait()
+
+	// A client that takes an event while its queue waits starts the timeout
+	// again: long after the queue filled, it is still given more.
+	w, wg, stop = newLoneWatcher(100)
+	for i := range resultBuffer + 2 { // two queued behind a full channel
+		w.deliver(podEvent(i), now)
+	}
+	<-w.ResultChan()
+	poll(t, "the pump to hand the client a queued event", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.taken == 1
+	})
+	if !w.deliver(podEvent(52), later+int64(5*time.Second)) {
+		t.Errorf("refused an event %v after the queue filled, although the client has taken one since", slowClientTimeout+5*time.Second)
+	}
+	close(stop)
+	wg.Wait()
 }
 
 // The dispatcher alone: it hands an event to the candidates that want it
@@ -93,7 +116,8 @@ func TestDispatcherAlone(t *testing.T) {
 	other, _, _ := newLoneWatcher(100)
 	other.key, other.pred, other.startRV = "/pods/ns/other", everything(false), 100
 	late, _, _ := newLoneWatcher(100)
-	late.key, late.recursive, late.pred, late.startRV = "/pods/", true, everything(false), 200
+	// Started from a state at the event's RV: it has the event already.
+	late.key, late.recursive, late.pred, late.startRV = "/pods/", true, everything(false), 150
 	full, _, _ := newLoneWatcher(0)
 	full.key, full.recursive, full.pred, full.startRV = "/pods/", true, everything(false), 100
 	for i := range resultBuffer { // its channel is full, and it may queue nothing
@@ -120,7 +144,7 @@ func TestDispatcherAlone(t *testing.T) {
 	if ev := <-all.ResultChan(); ev.Type != watch.Added || eventRV(t, ev) != 150 {
 		t.Fatalf("got %s, want ADDED a@150", describe(ev))
 	}
-	for name, w := range map[string]*watcher{"another key": other, "started after the event": late} {
+	for name, w := range map[string]*watcher{"another key": other, "started at the event's RV": late} {
 		select {
 		case ev := <-w.ResultChan():
 			t.Errorf("%s: got %s, want nothing", name, describe(ev))
