@@ -127,13 +127,13 @@ func stormTargets(f figures) []targetRow {
 	if len(rows) > 0 {
 		var ups, wks []string
 		zero := true
-		for _, m := range []string{"watchlists_failed", "writes_missing_from_cache"} {
+		for _, m := range []string{"watchlists_failed", "writes_missing_from_lag_watch"} {
 			up, okU := f.at("storm", decUpstream, m, 0)
 			wk, okW := f.at("storm", decWatchkeeper, m, 0)
 			ups, wks = append(ups, valueOrDash(up, okU)), append(wks, valueOrDash(wk, okW))
 			zero = zero && okW && wk == 0
 		}
-		rows = append(rows, targetRow{scenario: "storm", target: "WatchLists failed / writes never seen by the cache = 0",
+		rows = append(rows, targetRow{scenario: "storm", target: "WatchLists failed / writes the lag watch never got = 0",
 			upstream: strings.Join(ups, " / "), watchkeeper: strings.Join(wks, " / "), ratio: "-", verdict: verdict(zero)})
 	}
 	return rows

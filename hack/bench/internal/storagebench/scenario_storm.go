@@ -37,6 +37,10 @@ const (
 	// the reflector's catch-up and enough writes for a p99.
 	stormTail      = 2 * time.Second
 	stormMinWindow = 5 * time.Second
+	// stormCatchUp bounds the wait, after the writes stop, for the lag
+	// watch to get the last write: a cache stalled by the storm may be far
+	// behind.
+	stormCatchUp = 30 * time.Second
 	// stormWatchListTimeout bounds one WatchList of the storm.
 	stormWatchListTimeout = 90 * time.Second
 )
@@ -52,9 +56,10 @@ const (
 // It reports (a) the reflector lag: for each write, from the moment etcd's
 // answer reached the writer to the moment an always-open plain watch of the
 // whole resource (opened on the cache before the writes start, read by its
-// own goroutine) received that write's event. It is the same watch in both
-// caches, so it measures the cache's intake and dispatch of one event; the
-// p99 is over the writes answered in the storm window. (b) the WatchLists'
+// own goroutine, resumed from its last resourceVersion if the cache closes
+// it) received that write's event. It is the same watch in both caches, so
+// it measures the cache's intake and dispatch of one event; the p99 is over
+// the writes answered in the storm window. (b) the WatchLists'
 // time from the Watch call to the initial-events-end bookmark.
 func Storm(ctx context.Context, env Env, decorator string, objects, nodes, rate int) ([]result.Result, error) {
 	rec := result.NewRecorder("storm", Level, decorator, map[string]int{
@@ -89,31 +94,9 @@ func Storm(ctx context.Context, env Env, decorator string, objects, nodes, rate 
 		return nil, err
 	}
 
-	// The lag watch: receipt time by resourceVersion.
-	var receipts sync.Map // uint64 -> time.Time
-	var received atomic.Int64
-	lagOpts, err := fleetOptions(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	lagOpts.ResourceVersion = rv
-	lag, _, err := openFleet(ctx, s, 1, lagOpts, func() eventHandler {
-		return func(ev watch.Event) {
-			now := time.Now()
-			m, err := meta.Accessor(ev.Object)
-			if err != nil {
-				return
-			}
-			if v, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64); err == nil {
-				receipts.Store(v, now)
-				received.Add(1)
-			}
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
+	lag := startLagWatch(ctx, s, rv)
 	defer lag.stop()
+	receipts := &lag.receipts
 
 	pw, err := newPodWriter(env)
 	if err != nil {
@@ -195,10 +178,10 @@ func Storm(ctx context.Context, env Env, decorator string, objects, nodes, rate 
 	for _, wr := range writes {
 		last = max(last, wr.rv)
 	}
-	waitUntil(ctx, stallTimeout, func() bool { _, ok := receipts.Load(last); return ok })
+	waitUntil(ctx, stormCatchUp, func() bool { _, ok := receipts.Load(last); return ok })
 	close(stopLists)
 	wg.Wait()
-	lag.report()
+	lag.stop()
 	if p := firstErr.Load(); p != nil {
 		klog.InfoS("WatchLists failed", "count", failed.Load(), "first", *p)
 	}
@@ -256,8 +239,8 @@ func Storm(ctx context.Context, env Env, decorator string, objects, nodes, rate 
 	}
 	rec.Add("lag_samples", float64(storm.Count()), "writes", "")
 	rec.Add("watchlists_failed", float64(failed.Load()), "watchlists", result.Lower)
-	rec.Add("writes_missing_from_cache", float64(missing), "writes", result.Lower)
-	rec.Add("lag_watch_closed", float64(lag.closed.Load()), "watches", result.Lower)
+	rec.Add("writes_missing_from_lag_watch", float64(missing), "writes", result.Lower)
+	rec.Add("lag_watch_closed", float64(lag.closed.Load()), "times", result.Lower)
 	rec.Add("storm_writes_per_second", float64(stormWrites)/windowEnd.Sub(stormStart).Seconds(), "writes/s", result.Higher)
 	rec.Add("storm_seconds", stormEnd.Sub(stormStart).Seconds(), "s", result.Lower)
 	rec.Add("window_seconds", windowEnd.Sub(stormStart).Seconds(), "s", "")
@@ -439,4 +422,73 @@ func waitUntil(ctx context.Context, atMost time.Duration, cond func() bool) bool
 		time.Sleep(20 * time.Millisecond)
 	}
 	return true
+}
+
+// lagWatch is the storm's always-open plain watch of the whole resource: it
+// records when each resourceVersion's event arrived. Should the cache close
+// it, it resumes from the last resourceVersion it saw, as a reflector
+// would, so the events in between arrive late rather than never, and
+// counts the close.
+type lagWatch struct {
+	receipts sync.Map // uint64 -> time.Time
+	closed   atomic.Int64
+	cancel   context.CancelFunc
+	done     chan struct{}
+	once     sync.Once
+}
+
+func startLagWatch(ctx context.Context, s storage.Interface, rv string) *lagWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	l := &lagWatch{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		pred := storage.Everything
+		pred.AllowWatchBookmarks = true
+		for ctx.Err() == nil {
+			w, err := s.Watch(ctx, resourcePrefix, storage.ListOptions{ResourceVersion: rv, Recursive: true, Predicate: pred})
+			if err != nil {
+				klog.InfoS("Lag watch could not resume", "resourceVersion", rv, "err", err)
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			rv = l.read(w, rv)
+			w.Stop()
+			if ctx.Err() == nil {
+				l.closed.Add(1)
+				klog.InfoS("The cache closed the lag watch; resuming", "resourceVersion", rv)
+			}
+		}
+	}()
+	return l
+}
+
+// read records w's events until w ends and returns the last
+// resourceVersion seen.
+func (l *lagWatch) read(w watch.Interface, rv string) string {
+	for ev := range w.ResultChan() {
+		now := time.Now()
+		if ev.Type == watch.Error {
+			klog.InfoS("Lag watch error", "err", apierrors.FromObject(ev.Object))
+			return rv
+		}
+		m, err := meta.Accessor(ev.Object)
+		if err != nil {
+			continue
+		}
+		rv = m.GetResourceVersion()
+		if ev.Type == watch.Bookmark {
+			continue
+		}
+		if v, err := strconv.ParseUint(rv, 10, 64); err == nil {
+			l.receipts.Store(v, now)
+		}
+	}
+	return rv
+}
+
+func (l *lagWatch) stop() {
+	l.once.Do(func() {
+		l.cancel()
+		<-l.done
+	})
 }
