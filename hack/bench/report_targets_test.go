@@ -1,0 +1,132 @@
+package main
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
+)
+
+func TestPlanSizesOfExactKeyAndStorm(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		sz            sizes
+		exactWatchers []int
+		stormPods     int
+		stormNodes    int
+		stormRate     int
+	}{
+		{"full", fullSizes, []int{1_000, 10_000, 100_000}, 50_000, 500, 200},
+		{"quick", quickSizes, []int{1_000, 10_000}, 5_000, 50, 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runs, skipped := plan(tc.sz, []string{"exactkey", "storm"}, []string{"storage", "http"})
+			if want := []string(nil); !slices.Equal(skipped, want) {
+				t.Errorf("skipped = %v, want none (the http level has neither scenario)", skipped)
+			}
+			var exact []int
+			storms := 0
+			for _, r := range runs {
+				if r.Level != "storage" {
+					t.Errorf("%s: runs at level %s", r, r.Level)
+				}
+				switch r.Scenario {
+				case "exactkey":
+					if r.Decorator == decWatchkeeper {
+						exact = append(exact, r.Watchers)
+					}
+					if r.Objects != 10_000 || r.Events != 1_000 {
+						t.Errorf("%s: objects %d events %d, want 10000 and 1000", r, r.Objects, r.Events)
+					}
+				case "storm":
+					storms++
+					if r.Objects != tc.stormPods || r.Watchers != tc.stormNodes || r.Rate != tc.stormRate {
+						t.Errorf("%s: pods %d nodes %d rate %d, want %d %d %d", r, r.Objects, r.Watchers, r.Rate,
+							tc.stormPods, tc.stormNodes, tc.stormRate)
+					}
+					args := strings.Join(childFlags{spec: r}.args(), " ")
+					if want := "--rate " + strconv.Itoa(tc.stormRate); !strings.Contains(args, want) {
+						t.Errorf("child args %q lack %q", args, want)
+					}
+				}
+				if r.Timeout <= 0 {
+					t.Errorf("%s has no timeout", r)
+				}
+			}
+			if !slices.Equal(exact, tc.exactWatchers) {
+				t.Errorf("exactkey watchkeeper sizes = %v, want %v", exact, tc.exactWatchers)
+			}
+			if storms != 2 {
+				t.Errorf("storm runs = %d, want one per decorator", storms)
+			}
+		})
+	}
+}
+
+func TestTargetRowsJudgeExactKeyAndStorm(t *testing.T) {
+	var rs []result.Result
+	add := func(sc, dec, metric string, params map[string]int, v float64) {
+		rs = append(rs, result.Result{Scenario: sc, Level: "storage", Decorator: dec, Params: params, Metric: metric, Value: v})
+	}
+	for _, x := range []struct {
+		n      int
+		up, wk float64
+	}{{1_000, 0.20, 0.10}, {10_000, 0.25, 0.11}, {100_000, 0.40, 0.115}} {
+		p := map[string]int{"watchers": x.n, "objects": 10_000, "events": 1_000}
+		add("exactkey", decUpstream, "cpu_ms_per_write", p, x.up)
+		add("exactkey", decWatchkeeper, "cpu_ms_per_write", p, x.wk)
+		for _, m := range []string{"events_missing", "events_extra"} {
+			add("exactkey", decUpstream, m, p, 0)
+			add("exactkey", decWatchkeeper, m, p, 0)
+		}
+	}
+	// One event missing at 10k: that size's row is missed.
+	add("exactkey", decWatchkeeper, "events_missing", map[string]int{"watchers": 10_000, "objects": 10_000, "events": 1_000}, 1)
+	sp := map[string]int{"objects": 50_000, "nodes": 500, "watchlists": 500, "writes_per_second": 200}
+	add("storm", decUpstream, "lag_p99_ms", sp, 80)
+	add("storm", decWatchkeeper, "lag_p99_ms", sp, 120) // worse than upstream, over 100 ms
+	add("storm", decUpstream, "initial_events_end_p99_ms", sp, 900)
+	add("storm", decWatchkeeper, "initial_events_end_p99_ms", sp, 50)
+	add("storm", decUpstream, "watchlists_failed", sp, 3)
+	add("storm", decWatchkeeper, "watchlists_failed", sp, 0)
+	add("storm", decWatchkeeper, "writes_missing_from_lag_watch", sp, 0)
+
+	got := map[string]string{}
+	for _, r := range targetRows(rs) {
+		got[r.scenario+": "+r.target] = r.verdict
+	}
+	want := map[string]string{
+		"exactkey: CPU per write at 100k watchers <= 0.5x upstream's":                           "met", // 0.115/0.40
+		"exactkey: CPU per write flat from 1k to 100k watchers: 100k/1k <= 1.2x":                "met", // 1.15x
+		"exactkey: each of 1k watchers gets exactly its object's events: missing / extra = 0":   "met",
+		"exactkey: each of 10k watchers gets exactly its object's events: missing / extra = 0":  "missed",
+		"exactkey: each of 100k watchers gets exactly its object's events: missing / extra = 0": "met",
+		"storm: reflector lag p99 in the storm window <= upstream's":                            "missed",
+		"storm: reflector lag p99 in the storm window < 100 ms":                                 "missed",
+		"storm: WatchList time to initial-events-end p99 <= upstream's":                         "met",
+		"storm: WatchLists failed / writes the lag watch never got = 0":                         "met",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: verdict %q, want %q", k, got[k], v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("targets = %v, want exactly %d", got, len(want))
+	}
+	if table := targetsTable(targetRows(rs)); !strings.Contains(table, "| exactkey | CPU per write at 100k watchers <= 0.5x upstream's | 0.4 ms | 0.115 ms | 0.287 | met |") {
+		t.Errorf("table lacks the 100k row:\n%s", table)
+	}
+}
+
+func TestNoTargetsWithoutTheirFigures(t *testing.T) {
+	rs := []result.Result{{Scenario: "list", Level: "storage", Decorator: decUpstream, Metric: "rv0_latency_p99_ms", Value: 3}}
+	if rows := targetRows(rs); len(rows) != 0 {
+		t.Errorf("targets %+v from a run without exactkey or storm", rows)
+	}
+	if s := targetsTable(nil); s != "" {
+		t.Errorf("targetsTable(nil) = %q, want empty", s)
+	}
+}
