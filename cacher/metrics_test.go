@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
@@ -61,16 +62,30 @@ func TestUpstreamMetricsMeanWhatUpstreamsMean(t *testing.T) {
 		t.Errorf("events_dispatched_total +%v for one event to 3 watchers, want +1", got)
 	}
 
-	lists0 := gathered(t, "apiserver_cache_list_total", map[string]string{"group": g, "resource": r})
+	// A list served from the cache, with a selector that keeps one of the
+	// two objects: upstream's fetched counts what the list looked at,
+	// returned what it answered.
+	series := map[string]string{"group": g, "resource": r}
+	lists0 := gathered(t, "apiserver_cache_list_total", series)
+	fetched0 := gathered(t, "apiserver_cache_list_fetched_objects_total", series)
+	returned0 := gathered(t, "apiserver_cache_list_returned_objects_total", series)
+	pred := everything(false)
+	pred.Label = labels.SelectorFromSet(mustParseSet("v=2"))
 	list := &example.PodList{}
-	if err := c.GetList(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}, list); err != nil {
+	if err := c.GetList(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: pred}, list); err != nil {
 		t.Fatal(err)
 	}
-	if got := gathered(t, "apiserver_cache_list_total", map[string]string{"group": g, "resource": r}) - lists0; got != 1 {
+	if len(list.Items) != 1 {
+		t.Fatalf("list of v=2 returned %d objects, want 1", len(list.Items))
+	}
+	if got := gathered(t, "apiserver_cache_list_total", series) - lists0; got != 1 {
 		t.Errorf("apiserver_cache_list_total +%v for a list served from the cache, want +1", got)
 	}
-	if got := gathered(t, "apiserver_cache_list_returned_objects_total", map[string]string{"group": g, "resource": r}); got < 2 {
-		t.Errorf("apiserver_cache_list_returned_objects_total %v after a list of 2, want at least 2", got)
+	if got := gathered(t, "apiserver_cache_list_fetched_objects_total", series) - fetched0; got != 2 {
+		t.Errorf("apiserver_cache_list_fetched_objects_total +%v for a list that looked at 2 objects, want +2", got)
+	}
+	if got := gathered(t, "apiserver_cache_list_returned_objects_total", series) - returned0; got != 1 {
+		t.Errorf("apiserver_cache_list_returned_objects_total +%v for a list that returned 1 of 2, want +1", got)
 	}
 }
 
