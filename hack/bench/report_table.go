@@ -87,7 +87,7 @@ bookmark at the end of the period (upstream's periodic bookmark is a fixed 1m), 
 key outside the resource is written every second. exactkey and storm (issue 13) write
 through a raw etcd3 storage, so each cache learns of a write only from its own watch:
 exactkey's CPU per write is the child's CPU from the first write until every exact-key
-watcher has its events; storm's lag is, per write, etcd's answer to the writer until an
+watcher has its events; storm's lag is, per write, its scheduled time (open-loop pacing) until an
 always-open plain watch of the cache has the event. Rows of level http come from
 package httpbench: the sample apiserver over HTTP/2, measured as its doc describes.
 `
