@@ -25,15 +25,20 @@ func TestNewSnapshot(t *testing.T) {
 			{Start: now.Add(8 * time.Second), Watchers: 4},
 			{Start: now.Add(time.Hour), Watchers: 1}, // beyond the period
 		},
-		History: cacher.HistoryInspection{Events: 1, Capacity: 1000, Bound: 100, Window: 25 * time.Second,
-			OldestRV: 101, NewestRV: 101, OldestAt: now.Add(-2 * time.Second), NewestAt: now.Add(-2 * time.Second), StartRV: 100},
-		CacheRV:   101,
-		EtcdRV:    105,
-		LastHeard: now.Add(-500 * time.Millisecond),
-		Config:    cacher.Config{BookmarkFrequency: 10 * time.Second, BookmarkGranularity: time.Second, BookmarkJitter: 0.25},
+		// Every value distinct, so a field shown as another is caught.
+		History: cacher.HistoryInspection{Events: 2, Capacity: 1000, Bound: 100, Window: 25 * time.Second,
+			OldestRV: 101, NewestRV: 102, OldestAt: now.Add(-2 * time.Second), NewestAt: now.Add(-1500 * time.Millisecond),
+			StartRV: 100, Snapshots: 3},
+		CacheRV:          102,
+		EtcdRV:           105,
+		LastHeard:        now.Add(-500 * time.Millisecond),
+		LastTickDuration: 250 * time.Millisecond,
+		Config: cacher.Config{BookmarkFrequency: 10 * time.Second, BookmarkPreDeadlineOffset: 2 * time.Second,
+			EventsHistoryWindow: 25 * time.Second, BookmarkGranularity: time.Second, BookmarkJitter: 0.25,
+			BookmarkMaxStaleness: 3 * time.Second},
 	}
 	s := newSnapshot(in)
-	if s.Group != "demo.watchkeeper.io" || s.Resource != "widgets" || !s.Ready || s.CacheRV != 101 || s.EtcdRV != 105 || s.EtcdError != "" {
+	if s.Group != "demo.watchkeeper.io" || s.Resource != "widgets" || !s.Ready || s.CacheRV != 102 || s.EtcdRV != 105 || s.EtcdError != "" {
 		t.Fatalf("header: %+v", s)
 	}
 	if s.Watchers["BookmarkSent"] != 5 || s.Watchers["WaitingForBookmark"] != 1 || s.Watchers["BookmarkReceived"] != 0 || len(s.Watchers) != 3 {
@@ -44,11 +49,18 @@ func TestNewSnapshot(t *testing.T) {
 	if c := s.Calendar; !slices.Equal(c.Slots, want) || c.Filed != 7 || c.Overdue != 2 || c.Later != 1 || c.Granularity != 1 {
 		t.Errorf("calendar: %+v, want slots %v, filed 7, overdue 2, later 1", c, want)
 	}
-	if h := s.History; h.OldestAge != 2 || h.NewestAge != 2 || h.Bound != 100 || h.Window != 25 || h.StartRV != 100 {
-		t.Errorf("history: %+v", h)
+	wantHistory := HistoryView{Events: 2, Capacity: 1000, Bound: 100, Window: 25, OldestRV: 101, NewestRV: 102,
+		OldestAge: 2, NewestAge: 1.5, StartRV: 100, Snapshots: 3}
+	if s.History != wantHistory {
+		t.Errorf("history: %+v, want %+v", s.History, wantHistory)
 	}
-	if s.LastHeardAge != 0.5 || s.Schedule.BookmarkFrequency != 10 || s.Schedule.BookmarkJitter != 0.25 {
-		t.Errorf("last heard %v, schedule %+v", s.LastHeardAge, s.Schedule)
+	wantSchedule := ScheduleView{BookmarkFrequency: 10, BookmarkPreDeadlineOffset: 2, EventsHistoryWindow: 25,
+		BookmarkGranularity: 1, BookmarkJitter: 0.25, BookmarkMaxStaleness: 3}
+	if s.Schedule != wantSchedule {
+		t.Errorf("schedule: %+v, want %+v", s.Schedule, wantSchedule)
+	}
+	if s.LastHeardAge != 0.5 || s.LastTickDuration != 0.25 {
+		t.Errorf("last heard %vs ago, last tick %vs; want 0.5, 0.25", s.LastHeardAge, s.LastTickDuration)
 	}
 
 	in.EtcdErr = errors.New("etcd down")
