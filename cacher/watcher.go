@@ -53,6 +53,9 @@ type watcher struct {
 	triggered    bool
 	// bookmarks is whether the client asked for bookmarks at all.
 	bookmarks bool
+	// batchSlot belongs to the dispatcher goroutine: the watcher's place
+	// in the batch being dispatched, if it is in it.
+	batchSlot int32
 
 	// startRV is the RV of the state the client starts from: live events at
 	// or below it are already covered by the initial events and are dropped.
@@ -169,6 +172,27 @@ func (w *watcher) deliver(ev watch.Event, nowNanos int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.deliverLocked(ev, nowNanos)
+}
+
+// deliverBatch delivers the events of a dispatch batch whose bits are set
+// in mask, in order, under one hold of the lock; false when the client is
+// too slow for them.
+func (w *watcher) deliverBatch(mask uint8, objs *[dispatchBatch]eventObjects, nowNanos int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for j := range objs {
+		if mask&(1<<j) == 0 {
+			continue
+		}
+		ev, ok := objs[j].forWatcher(w)
+		if !ok {
+			continue
+		}
+		if !w.deliverLocked(ev, nowNanos) {
+			return false
+		}
+	}
+	return true
 }
 
 func (w *watcher) deliverLocked(ev watch.Event, now int64) bool {

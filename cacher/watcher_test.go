@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -153,5 +154,97 @@ func TestDispatcherAlone(t *testing.T) {
 	}
 	if d.rv != 150 {
 		t.Errorf("dispatcher RV %d, want 150", d.rv)
+	}
+}
+
+// Events waiting together are dispatched as a batch: each watcher gets its
+// share at once, in RV order, only the events it wants, and one that
+// cannot take them is reported too slow once; a later batch does not
+// mistake a watcher for one met before.
+func TestDispatcherBatch(t *testing.T) {
+	newWatcher := func(key string, recursive bool, startRV uint64, buffer int) *watcher {
+		w, _, _ := newLoneWatcher(buffer)
+		w.key, w.recursive, w.pred, w.startRV = key, recursive, everything(false), startRV
+		return w
+	}
+	all := newWatcher("/pods/", true, 100, 100)
+	onlyB := newWatcher("/pods/ns/b", false, 100, 100)
+	late := newWatcher("/pods/", true, 151, 100) // has the state at 151
+	full := newWatcher("/pods/", true, 100, 0)
+	for i := range resultBuffer - 1 { // room for one more event, and no queue
+		full.deliver(podEvent(i), testEpoch.UnixNano())
+	}
+	watchers := []*watcher{all, onlyB, late, full}
+	var slow []*watcher
+	dispatched := 0
+	d := &dispatcher{env: dispatchEnv{
+		clock:      testingclock.NewFakeClock(testEpoch),
+		candidates: func(dst []*watcher, _ *event) []*watcher { return append(dst, watchers...) },
+		objects: func(e *event) eventObjects {
+			return eventObjects{e: e, versioner: storage.APIObjectVersioner{}, dropped: func(string, uint64, error, ...any) {}}
+		},
+		tooSlow:    func(w *watcher) { slow = append(slow, w) },
+		dispatched: func() { dispatched++ },
+	}}
+	obj := func(name string, rv uint64) *object {
+		pod := newTestPod(name, rv, nil, "")
+		key, _ := testPodKey(pod)
+		return &object{key: key, obj: pod, labels: labels.Set{}, fields: fields.Set{}}
+	}
+	d.dispatch(
+		&event{typ: watch.Added, rv: 150, cur: obj("a", 150)},
+		&event{typ: watch.Added, rv: 151, cur: obj("b", 151)},
+		&event{typ: watch.Modified, rv: 152, cur: obj("a", 152), prev: obj("a", 150)},
+		&event{typ: watch.Bookmark, rv: 153},
+		&event{typ: watch.Deleted, rv: 154, prev: obj("b", 151), cur: obj("b", 154)},
+	)
+	if dispatched != 5 || d.rv != 154 {
+		t.Errorf("counted %d events dispatched, dispatcher RV %d; want 5 and 154", dispatched, d.rv)
+	}
+	if len(slow) != 1 || slow[0] != full {
+		t.Errorf("too slow: %d watchers, want the full one once", len(slow))
+	}
+	received := func(w *watcher) []string {
+		var got []string
+		for {
+			select {
+			case ev := <-w.ResultChan():
+				got = append(got, strings.TrimSuffix(describe(ev), " labels=map[]"))
+			default:
+				return got
+			}
+		}
+	}
+	for name, c := range map[string]struct {
+		w    *watcher
+		want []string
+	}{
+		"all":         {all, []string{"ADDED a@150", "ADDED b@151", "MODIFIED a@152", "DELETED b@154"}},
+		"only b":      {onlyB, []string{"ADDED b@151", "DELETED b@154"}},
+		"from 151 on": {late, []string{"MODIFIED a@152", "DELETED b@154"}},
+	} {
+		if got := received(c.w); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%s got %v, want %v", name, got, c.want)
+		}
+	}
+
+	// The next batch, the candidates in another order: onlyB's slot from
+	// the first batch is where late now stands.
+	watchers = []*watcher{all, late, onlyB}
+	d.dispatch(
+		&event{typ: watch.Modified, rv: 155, cur: obj("a", 155), prev: obj("a", 152)},
+		&event{typ: watch.Added, rv: 156, cur: obj("b", 156)},
+	)
+	for name, c := range map[string]struct {
+		w    *watcher
+		want []string
+	}{
+		"all":         {all, []string{"MODIFIED a@155", "ADDED b@156"}},
+		"only b":      {onlyB, []string{"ADDED b@156"}},
+		"from 151 on": {late, []string{"MODIFIED a@155", "ADDED b@156"}},
+	} {
+		if got := received(c.w); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("second batch: %s got %v, want %v", name, got, c.want)
+		}
 	}
 }
