@@ -32,6 +32,7 @@ func parentMain(args []string) error {
 	levelList := fs.String("levels", strings.Join(allLevels, ","), "comma-separated levels: "+strings.Join(allLevels, ","))
 	outDir := fs.String("out", "docs/bench", "where results.jsonl, results.md and the charts go")
 	workDir := fs.String("workdir", "_output/bench", "scratch: etcd data, run logs, the sample apiserver binary")
+	profDir := fs.String("cpuprofiles", "", "if set, each run writes a CPU profile of its process here (<run>.pprof), for go tool pprof with the bench binary")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -97,6 +98,14 @@ func parentMain(args []string) error {
 			etcd:   etcd.clientURL,
 			prefix: fmt.Sprintf("/bench/%d-%s", started.Unix(), strings.NewReplacer("/", "-").Replace(r.String())),
 			quick:  *quick,
+		}
+		if *profDir != "" {
+			if err := os.MkdirAll(*profDir, 0o755); err != nil {
+				return err
+			}
+			if c.cpuProfile, err = filepath.Abs(filepath.Join(*profDir, strings.NewReplacer("/", "_").Replace(r.String())+".pprof")); err != nil {
+				return err
+			}
 		}
 		if r.Level == "http" {
 			c.serverBinary = serverBinary

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -25,6 +26,9 @@ type childFlags struct {
 	serverBinary string
 	workDir      string
 	quick        bool
+	// cpuProfile, when set, is where the child writes a CPU profile of
+	// its whole run (the parent's -cpuprofiles names one per run).
+	cpuProfile string
 }
 
 func (c childFlags) args() []string {
@@ -42,6 +46,9 @@ func (c childFlags) args() []string {
 	}
 	if c.quick {
 		a = append(a, "--quick")
+	}
+	if c.cpuProfile != "" {
+		a = append(a, "--cpuprofile", c.cpuProfile)
 	}
 	return a
 }
@@ -68,9 +75,20 @@ func runMain(args []string) error {
 	fs.StringVar(&c.workDir, "workdir", "", "scratch directory (http level)")
 	fs.BoolVar(&c.quick, "quick", false, "quick mode (http level)")
 	fs.BoolVar(&watchParent, "exit-on-stdin-eof", false, "exit when stdin closes (set by the parent)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the run here")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if watchParent {
 		exitWhenParentGone()
