@@ -1,14 +1,25 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/component-base/cli"
 
+	"github.com/watchkeeper/watchkeeper/internal/childserver"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
+	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/server"
 )
 
 // A replica told to stop ends its watches after the grace period, each
@@ -63,5 +74,84 @@ func TestSampleServerStopEndsWatchesPromptly(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Errorf("watch %d still open after the server stopped", i)
 		}
+	}
+}
+
+// sampleMainEnv makes this test binary the sample apiserver's main (the
+// same command and signal handling as sample-apiserver/main.go) for
+// TestSampleServerCtrlCSaysOneLine, so that no other binary is built.
+const sampleMainEnv = "WATCHKEEPER_TEST_SAMPLE_APISERVER_MAIN"
+
+// Ctrl-C on the standalone sample apiserver, as make run starts it, stops it
+// with one line on its output: "Embedded etcd stopped". Not etcd's errors
+// about its own listeners closing (etcdlaunch's quiet stop), nor the
+// generic server's info lines about each controller and listener stopping
+// (shown from -v=1). A clean shutdown says one line.
+func TestSampleServerCtrlCSaysOneLine(t *testing.T) {
+	if os.Getenv(sampleMainEnv) == "1" {
+		cmd := server.NewCommand(genericapiserver.SetupSignalContext(), os.Stdout)
+		cmd.SetArgs(flag.Args())
+		os.Exit(cli.Run(cmd))
+	}
+	t.Setenv(sampleMainEnv, "1") // the child inherits it
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var p *childserver.Process
+	var logPath string
+	for attempt := 1; ; attempt++ {
+		dir := t.TempDir()
+		logPath = filepath.Join(dir, "server.log")
+		var err error
+		p, err = childserver.Start(ctx, childserver.Options{
+			// The server's flags follow "--", past the test binary's own.
+			Command: []string{os.Args[0], "-test.run=^TestSampleServerCtrlCSaysOneLine$", "--"},
+			DataDir: filepath.Join(dir, "data"),
+			LogPath: logPath,
+		})
+		if errors.Is(err, childserver.ErrAddrInUse) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	defer p.Stop()
+	// What the server says once ready (a controller starting late) is not
+	// the stop's: wait for the log to settle.
+	logSize := func() int64 {
+		fi, err := os.Stat(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	before := logSize()
+	for settled := time.Now(); time.Since(settled) < time.Second; time.Sleep(100 * time.Millisecond) {
+		if n := logSize(); n != before {
+			before, settled = n, time.Now()
+		}
+	}
+
+	if err := syscall.Kill(p.PID, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Exited():
+	case <-time.After(time.Minute):
+		t.Fatalf("the server still runs a minute after SIGINT; log %s", logPath)
+	}
+	all, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(bytes.TrimSpace(all[before:])), "\n") {
+		if strings.TrimSpace(l) != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], `"Embedded etcd stopped"`) {
+		t.Errorf("after Ctrl-C the server said %d lines, want one, \"Embedded etcd stopped\":\n%s", len(lines), strings.Join(lines, "\n"))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -34,7 +35,18 @@ authorization against the cluster, registered through an APIService.`,
 			if errs := o.Validate(); len(errs) > 0 {
 				return invalidOptions(errs)
 			}
-			if err := logsapi.ValidateAndApply(o.Logs, utilfeature.DefaultFeatureGate); err != nil {
+			// At -v=0 the output drops the generic server's info lines
+			// about its own orderly shutdown (logging.go): Ctrl-C says one
+			// line. Warnings and errors, and everything at -v=1, show.
+			var logOut *logsapi.LoggingOptions
+			if o.Logs.Verbosity == 0 {
+				stopping := cmd.Context().Done()
+				logOut = &logsapi.LoggingOptions{
+					ErrorStream: shutdownQuiet{out: os.Stderr, stopping: stopping},
+					InfoStream:  shutdownQuiet{out: os.Stdout, stopping: stopping},
+				}
+			}
+			if err := logsapi.ValidateAndApplyWithOptions(o.Logs, logOut, utilfeature.DefaultFeatureGate); err != nil {
 				return err
 			}
 			return Run(cmd.Context(), o, out)
