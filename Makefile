@@ -11,7 +11,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 25m -parallel 8
 FUZZTIME ?= 15s
 FUZZ_FLAGS ?= -run XXX -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 
-.PHONY: all build test fuzz verify lint run bench-bookmarks bench bench-quick update-codegen soak
+.PHONY: all build test fuzz verify lint run bench-bookmarks bench bench-quick update-codegen soak e2e image
 
 all: build
 
@@ -64,3 +64,28 @@ bench-quick:
 SOAK_DURATION ?= 10m
 soak:
 	$(GO) run ./hack/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)
+
+# The sample apiserver aggregated behind a real kube-apiserver, on loopback,
+# checked through kube-apiserver with kubectl and client-go (README:
+# "Aggregated, behind a real kube-apiserver"). kube-apiserver and kubectl
+# v1.37.2 are built from k8s.io/kubernetes in the e2e/ module (its own
+# go.mod): the first build takes long, later ones reuse the Go build cache.
+# make e2e E2E_FLAGS=-hold sets up and waits for Ctrl-C, to use kubectl by hand.
+KUBE_VERSION_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.2 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
+e2e:
+	$(GO) -C e2e build -ldflags '$(KUBE_VERSION_LDFLAGS)' -o ../bin/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+	$(GO) -C e2e build -ldflags '$(KUBE_VERSION_LDFLAGS)' -o ../bin/kubectl k8s.io/kubernetes/cmd/kubectl
+	$(GO) build -o bin/sample-apiserver ./sample-apiserver
+	$(GO) -C e2e build -o ../bin/e2e ./cmd/e2e
+	bin/e2e $(E2E_FLAGS)
+
+# The sample apiserver's OCI image, without Docker: a static binary
+# (CGO_ENABLED=0) FROM scratch, user 65532, tagged
+# watchkeeper/sample-apiserver:dev (deployment.yaml's image), written as
+# bin/sample-apiserver-image.tar for docker load or ctr images import; then
+# a test opens the tarball and checks its config and layers.
+# sample-apiserver/Dockerfile builds the same with Docker.
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/image/sample-apiserver ./sample-apiserver
+	$(GO) -C e2e run ./cmd/image -binary ../bin/image/sample-apiserver -o ../bin/sample-apiserver-image.tar
+	$(GO) -C e2e test -count=1 ./image/ -args -tarball=$(CURDIR)/bin/sample-apiserver-image.tar

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// pki is every certificate and key of the e2e cluster, as files in dir:
+//
+//	ca.crt/.key                   the cluster CA: kube-apiserver's serving cert and client certs
+//	apiserver.crt/.key            kube-apiserver's serving cert (127.0.0.1, localhost, kubernetes.default.svc)
+//	front-proxy-ca.crt/.key       the front-proxy CA (--requestheader-client-ca-file)
+//	front-proxy-client.crt/.key   the aggregator's client cert (--proxy-client-*), CN front-proxy-client
+//	sa.key/sa.pub                 the service-account signing key pair
+//	admin.crt/.key                the e2e admin, CN e2e-admin, O system:masters
+//	getter.crt/.key               a user with no groups, CN e2e-getter (RBAC: get widgets only)
+type pki struct {
+	dir string
+
+	ca, frontProxyCA *keyPair
+}
+
+type keyPair struct {
+	cert *x509.Certificate
+	key  crypto.Signer
+}
+
+// Names of the client identities.
+const (
+	frontProxyClientName = "front-proxy-client"
+	adminUser            = "e2e-admin"
+	getterUser           = "e2e-getter"
+)
+
+func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
+
+// newPKI generates the lot; ECDSA P-256 keys, valid for a day.
+func newPKI(dir string) (*pki, error) {
+	p := &pki{dir: dir}
+	var err error
+	if p.ca, err = p.newCA("e2e-cluster-ca", "ca"); err != nil {
+		return nil, err
+	}
+	if p.frontProxyCA, err = p.newCA("e2e-front-proxy-ca", "front-proxy-ca"); err != nil {
+		return nil, err
+	}
+	serving := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver"},
+		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(serviceClusterIP)},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if _, err := p.issue(p.ca, serving, "apiserver"); err != nil {
+		return nil, err
+	}
+	clients := []struct {
+		ca     *keyPair
+		cn     string
+		groups []string
+		file   string
+	}{
+		{p.frontProxyCA, frontProxyClientName, nil, "front-proxy-client"},
+		{p.ca, adminUser, []string{"system:masters"}, "admin"},
+		{p.ca, getterUser, nil, "getter"},
+	}
+	for _, c := range clients {
+		tmpl := &x509.Certificate{
+			Subject:     pkix.Name{CommonName: c.cn, Organization: c.groups},
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}
+		if _, err := p.issue(c.ca, tmpl, c.file); err != nil {
+			return nil, err
+		}
+	}
+	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeKey(p.path("sa.key"), saKey); err != nil {
+		return nil, err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(saKey.Public())
+	if err != nil {
+		return nil, err
+	}
+	return p, writePEM(p.path("sa.pub"), "PUBLIC KEY", pub, 0o644)
+}
+
+func (p *pki) newCA(cn, file string) (*keyPair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	if err := writePEM(p.path(file+".crt"), "CERTIFICATE", der, 0o644); err != nil {
+		return nil, err
+	}
+	return &keyPair{cert, key}, writeKey(p.path(file+".key"), key)
+}
+
+// issue signs tmpl with ca and writes file.crt and file.key.
+func (p *pki) issue(ca *keyPair, tmpl *x509.Certificate, file string) (*keyPair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl.SerialNumber = serial()
+	tmpl.NotBefore = time.Now().Add(-time.Hour)
+	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
+	tmpl.BasicConstraintsValid = true
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("signing %s: %w", file, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	if err := writePEM(p.path(file+".crt"), "CERTIFICATE", der, 0o644); err != nil {
+		return nil, err
+	}
+	return &keyPair{cert, key}, writeKey(p.path(file+".key"), key)
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return n.Add(n, big.NewInt(1))
+}
+
+func writeKey(path string, key *ecdsa.PrivateKey) error {
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return writePEM(path, "EC PRIVATE KEY", der, 0o600)
+}
+
+func writePEM(path, typ string, der []byte, mode os.FileMode) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode)
+}
