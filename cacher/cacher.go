@@ -299,7 +299,7 @@ func (c *Cacher) EndWatches() int {
 		w.drain()
 	}
 	if len(ending) > 0 {
-		c.logger.Info("Ended every watch: the server is shutting down", "watches", len(ending))
+		c.logger.V(2).Info("Ended every watch: the server is shutting down", "watches", len(ending))
 	}
 	return len(ending)
 }
