@@ -56,6 +56,8 @@ type sizes struct {
 	fanOutEvents     int
 	listObjects      int
 	listRepeats      int
+	// listExactAge is how old the exact-RV list's RV is (a write a second).
+	listExactAge     time.Duration
 	watchListObjects int
 	watchListRepeats int
 	// exactkey (issue 13.1): exact-key watchers over exactKeyObjects,
@@ -85,6 +87,7 @@ var (
 		// A p99 of 100 lists is the second slowest, which one scheduling
 		// hiccup of the shared machine decides; of 500, the fifth.
 		listRepeats:      500,
+		listExactAge:     30 * time.Second,
 		watchListObjects: 1_000,
 		watchListRepeats: 5,
 		exactKeyWatchers: []int{1_000, 10_000, 100_000},
@@ -108,6 +111,7 @@ var (
 		fanOutEvents:     500,
 		listObjects:      2_000,
 		listRepeats:      30,
+		listExactAge:     5 * time.Second,
 		watchListObjects: 1_000,
 		watchListRepeats: 5,
 		exactKeyWatchers: []int{1_000, 10_000},
@@ -181,7 +185,7 @@ func scenarioRuns(sz sizes, sc, level string) []runSpec {
 				Timeout: scaled(2*time.Minute, n)})
 		}
 	case "list":
-		runs = append(runs, runSpec{Scenario: sc, Level: level, Objects: sz.listObjects, Repeats: sz.listRepeats, Timeout: 5 * time.Minute})
+		runs = append(runs, runSpec{Scenario: sc, Level: level, Objects: sz.listObjects, Repeats: sz.listRepeats, Period: sz.listExactAge, Timeout: 5 * time.Minute})
 	case "watchlist":
 		runs = append(runs, runSpec{Scenario: sc, Level: level, Objects: sz.watchListObjects, Repeats: sz.watchListRepeats, Timeout: 3 * time.Minute})
 	case "exactkey":

@@ -67,7 +67,7 @@ func runMain(args []string) error {
 	fs.IntVar(&c.spec.Objects, "objects", 0, "objects in the resource (list, watchlist, exactkey, storm)")
 	fs.IntVar(&c.spec.Repeats, "repeats", 0, "timed repetitions (list, watchlist)")
 	fs.IntVar(&c.spec.Rate, "rate", 0, "writes per second (storm)")
-	fs.DurationVar(&c.spec.Period, "period", time.Minute, "bookmark period (bookmarks)")
+	fs.DurationVar(&c.spec.Period, "period", time.Minute, "bookmark period (bookmarks); how old the exact-RV list's RV is (list)")
 	fs.DurationVar(&c.spec.Timeout, "timeout", 5*time.Minute, "deadline of the run")
 	fs.StringVar(&c.etcd, "etcd", "", "etcd client URL")
 	fs.StringVar(&c.prefix, "prefix", "", "etcd key prefix of this run")

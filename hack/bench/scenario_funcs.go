@@ -13,7 +13,7 @@ type scenarioFuncs[E any] struct {
 	idle      func(ctx context.Context, env E, decorator string, watchers int) ([]result.Result, error)
 	bookmarks func(ctx context.Context, env E, decorator string, watchers int, period time.Duration) ([]result.Result, error)
 	fanout    func(ctx context.Context, env E, decorator string, watchers, events int) ([]result.Result, error)
-	list      func(ctx context.Context, env E, decorator string, objects, repeats int) ([]result.Result, error)
+	list      func(ctx context.Context, env E, decorator string, objects, repeats int, exactAge time.Duration) ([]result.Result, error)
 	watchlist func(ctx context.Context, env E, decorator string, objects, repeats int) ([]result.Result, error)
 	exactkey  func(ctx context.Context, env E, decorator string, watchers, objects, events int) ([]result.Result, error)
 	// storm's nodes are also its WatchLists, one per node.
@@ -31,7 +31,7 @@ func (l scenarioFuncs[E]) run(ctx context.Context, env E, r runSpec) (rs []resul
 	case r.Scenario == "fanout" && l.fanout != nil:
 		rs, err = l.fanout(ctx, env, r.Decorator, r.Watchers, r.Events)
 	case r.Scenario == "list" && l.list != nil:
-		rs, err = l.list(ctx, env, r.Decorator, r.Objects, r.Repeats)
+		rs, err = l.list(ctx, env, r.Decorator, r.Objects, r.Repeats, r.Period)
 	case r.Scenario == "watchlist" && l.watchlist != nil:
 		rs, err = l.watchlist(ctx, env, r.Decorator, r.Objects, r.Repeats)
 	case r.Scenario == "exactkey" && l.exactkey != nil:
