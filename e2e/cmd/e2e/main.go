@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -69,7 +70,7 @@ func run(ctx context.Context, cfg config) int {
 	r := &report{}
 	defer func() {
 		c.stop()
-		if r.failed > 0 || ctx.Err() != nil {
+		if r.failed > 0 {
 			for _, ch := range []*child{c.kas, c.sample} {
 				if ch != nil {
 					fmt.Printf("--- end of %s\n%s\n", ch.logPath, ch.logTail())
@@ -90,7 +91,9 @@ func run(ctx context.Context, cfg config) int {
 	if cfg.hold {
 		fmt.Printf("\nready; the sample apiserver serves https://127.0.0.1:%d behind kube-apiserver %s\n", c.samplePort, c.kasURL)
 		fmt.Printf("  export KUBECONFIG=%s\n  kubectl api-resources --api-group=demo.watchkeeper.io\n", c.adminKubeconfig)
-		fmt.Printf("as a user with get-only on widgets: kubectl --kubeconfig=%s ...\n", c.getterKubeconfig)
+		fmt.Printf("a user with no rights yet (make e2e binds it get-only on widgets): kubectl --kubeconfig=%s ...\n", c.getterKubeconfig)
+		fmt.Printf("the sample apiserver (pid %d) was started as (to restart it by hand after a kill):\n  %s %s\n",
+			c.sample.pid(), c.cfg.sample, strings.Join(c.sampleArgs(), " "))
 		fmt.Println("Ctrl-C stops everything and removes", dir)
 		<-ctx.Done()
 		fmt.Println()
