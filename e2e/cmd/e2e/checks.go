@@ -125,7 +125,7 @@ func (c *cluster) checks(ctx context.Context, r *report) {
 	})
 	c.crudChecks(ctx, r, widgets)
 	c.watchChecks(ctx, r, cs, widgets)
-	c.authChecks(ctx, r, widgets)
+	c.authChecks(ctx, r)
 	c.killRestartChecks(ctx, r, widgets)
 }
 
@@ -488,7 +488,7 @@ func (c *cluster) sampleMetrics(ctx context.Context) (metrics, error) {
 
 // authChecks: RBAC get-only, unauthenticated, a request that bypasses the
 // aggregator.
-func (c *cluster) authChecks(ctx context.Context, r *report, widgets demov1alpha1.WidgetInterface) {
+func (c *cluster) authChecks(ctx context.Context, r *report) {
 	r.step("RBAC get-only user: get 200, list 403, watch 403", func() (string, error) {
 		kc := c.adminKubeconfig
 		if _, err := c.kubectl(ctx, kc, "-n", ns, "create", "role", "widget-getter", "--verb=get", "--resource=widgets.demo.watchkeeper.io"); err != nil {
@@ -617,7 +617,7 @@ func (c *cluster) waitAvailable(ctx context.Context, want bool, timeout time.Dur
 			}
 		}
 		if time.Since(start) > timeout {
-			return time.Since(start), "", fmt.Errorf("Available not %s after %v: %s", wantStatus, timeout, last)
+			return time.Since(start), "", fmt.Errorf("condition Available not %s after %v: %s", wantStatus, timeout, last)
 		}
 		select {
 		case <-ctx.Done():

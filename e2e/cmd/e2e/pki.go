@@ -61,7 +61,7 @@ func newPKI(dir string) (*pki, error) {
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(serviceClusterIP)},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	if _, err := p.issue(p.ca, serving, "apiserver"); err != nil {
+	if err := p.issue(p.ca, serving, "apiserver"); err != nil {
 		return nil, err
 	}
 	clients := []struct {
@@ -79,7 +79,7 @@ func newPKI(dir string) (*pki, error) {
 			Subject:     pkix.Name{CommonName: c.cn, Organization: c.groups},
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		}
-		if _, err := p.issue(c.ca, tmpl, c.file); err != nil {
+		if err := p.issue(c.ca, tmpl, c.file); err != nil {
 			return nil, err
 		}
 	}
@@ -126,10 +126,10 @@ func (p *pki) newCA(cn, file string) (*keyPair, error) {
 }
 
 // issue signs tmpl with ca and writes file.crt and file.key.
-func (p *pki) issue(ca *keyPair, tmpl *x509.Certificate, file string) (*keyPair, error) {
+func (p *pki) issue(ca *keyPair, tmpl *x509.Certificate, file string) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	tmpl.SerialNumber = serial()
 	tmpl.NotBefore = time.Now().Add(-time.Hour)
@@ -138,16 +138,12 @@ func (p *pki) issue(ca *keyPair, tmpl *x509.Certificate, file string) (*keyPair,
 	tmpl.BasicConstraintsValid = true
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
 	if err != nil {
-		return nil, fmt.Errorf("signing %s: %w", file, err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
+		return fmt.Errorf("signing %s: %w", file, err)
 	}
 	if err := writePEM(p.path(file+".crt"), "CERTIFICATE", der, 0o644); err != nil {
-		return nil, err
+		return err
 	}
-	return &keyPair{cert, key}, writeKey(p.path(file+".key"), key)
+	return writeKey(p.path(file+".key"), key)
 }
 
 func serial() *big.Int {
