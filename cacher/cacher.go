@@ -80,6 +80,9 @@ type Cacher struct {
 	watcherEnv *watcherEnv
 	// verifying is whether a check of etcd's revision after a silence runs.
 	verifying atomic.Bool
+	// silenced is set while the cache is not ready because its storage
+	// watch was called silent and re-opened, until that watch answers.
+	silenced atomic.Bool
 	// checkingConsistency is whether a consistency check runs.
 	checkingConsistency atomic.Bool
 	// lastTickNanos is how long the last bookmark tick took, for Inspect.

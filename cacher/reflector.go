@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -107,6 +108,15 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 			return true, fmt.Errorf("storage watch failing for %v: %w", storageWatchRetryWindow, err)
 		}
 		c.metrics.storageWatchRetries.Inc()
+		if errors.Is(err, errStorageSilent) {
+			// Not ready until the watch answers: reads get 429, not a
+			// state nobody can vouch for. Watchers stay open; they hear
+			// nothing they should not.
+			c.mu.Lock()
+			c.silenced.Store(true)
+			c.ready.set(statePending, c.clock.Now())
+			c.mu.Unlock()
+		}
 		c.logger.Info("Storage watch failed; re-opening it from the cache's resourceVersion, watchers kept",
 			"resourceVersion", rv, "after", wait, "err", err)
 		if wait > 0 {
@@ -235,6 +245,9 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 				c.mu.Unlock()
 				c.push(progress(next))
 				rv = max(rv, next)
+				if !delivered {
+					c.answered()
+				}
 				delivered = true
 			default:
 				next, err := c.apply(ev)
@@ -242,9 +255,25 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 					return rv, delivered, err
 				}
 				rv = next
+				if !delivered {
+					c.answered()
+				}
 				delivered = true
 			}
 		}
+	}
+}
+
+// answered marks the cache ready again when its storage watch, re-opened
+// after a silence, says anything: the state it holds is etcd's again.
+func (c *Cacher) answered() {
+	if !c.silenced.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.silenced.CompareAndSwap(true, false) && c.ready.state == statePending {
+		c.ready.set(stateReady, c.clock.Now())
 	}
 }
 

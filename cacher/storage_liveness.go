@@ -63,6 +63,17 @@ func (c *Cacher) checkStorageLiveness(now time.Time) {
 			defer c.verifying.Store(false)
 			c.verifySilence(silent)
 		}()
+	case c.silenced.Load() && c.verifying.CompareAndSwap(false, true):
+		// Not ready since a silence: on an etcd back but idle the
+		// re-opened watch says nothing (it starts above etcd's revision),
+		// so look at etcd's revision on every tick rather than after a
+		// whole timeout.
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			defer c.verifying.Store(false)
+			c.probeIdle()
+		}()
 	case silent >= timeout/3:
 		c.progress.request()
 	}
@@ -89,6 +100,7 @@ func (c *Cacher) verifySilence(silent time.Duration) {
 		c.mu.RUnlock()
 		if !ahead {
 			c.heard(c.clock.Now())
+			c.answered()
 			return
 		}
 		if c.awaitWord(heardBefore, c.cfg.StorageSilenceTimeout) {
@@ -125,6 +137,25 @@ func (c *Cacher) awaitWord(heardBefore int64, limit time.Duration) bool {
 		}
 	}
 	return true
+}
+
+// probeIdle ends a silence's not-ready spell when etcd answers a read of
+// its revision and has nothing the cache lacks: the watch is then silent
+// only because etcd is idle.
+func (c *Cacher) probeIdle() {
+	ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
+	defer cancel()
+	rv, err := c.storage.GetCurrentResourceVersion(ctx)
+	if err != nil {
+		return
+	}
+	c.mu.RLock()
+	idle := rv <= c.rv
+	c.mu.RUnlock()
+	if idle {
+		c.heard(c.clock.Now())
+		c.answered()
+	}
 }
 
 // endWatchLocked ends the storage watch for why, so the reflector relists;

@@ -59,9 +59,11 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	})
 
 	// Now storage is gone: progress requests go out one at a time, the
-	// revision cannot be read, and at the timeout the watch is given up.
+	// revision cannot be read, and at the timeout the watch is given up:
+	// the cache goes not ready and re-opens it from its RV, keeping its
+	// state, its history and its watchers (no relist: etcd's client would
+	// resume the watch where it was, and every client's resume stays good).
 	fs.setUnreachable(true)
-	fs.failLists(1 << 20)
 	c.stepTicks(t, int(timeout/time.Second)-1, nil)
 	if !c.Ready() {
 		t.Fatal("the cache went not ready before the timeout")
@@ -70,9 +72,6 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	poll(t, "the cache to go not ready", func() bool { return !c.Ready() })
 	if got := fs.progressCount(); got < 3+2 {
 		t.Errorf("progress requests: %d, want at least one per quiet third after the first three", got)
-	}
-	if rest := drainUntilClosed(t, w); len(rest) != 0 {
-		t.Errorf("events after the cache lost its watch: %d", len(rest))
 	}
 	err := c.GetList(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}, &example.PodList{})
 	if !apierrors.IsTooManyRequests(err) {
@@ -84,23 +83,26 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	if c.ReadinessCheck() == nil {
 		t.Fatal("ReadinessCheck passes while storage is silent")
 	}
-
-	// Storage comes back: the reflector's backoff expires, it lists and
-	// watches again and the cache serves.
-	fs.setUnreachable(false)
-	fs.failLists(0)
-	for !c.Ready() {
-		c.clk.Step(time.Second)
-		time.Sleep(time.Millisecond)
-		if c.clk.Since(testEpoch) > 10*time.Minute {
-			t.Fatal("the cache did not recover within 10 fake minutes")
-		}
+	sw2, opts := fs.waitWatch(t, 2)
+	if opts.ResourceVersion != "100" {
+		t.Errorf("the watch was re-opened from %q, want the cache's RV 100", opts.ResourceVersion)
 	}
-	sw2, _ := fs.waitWatch(t, 2)
-	w2 := c.startWatch(t, context.Background(), "100", everything(false))
+	expectQuiet(t, w, "while storage is silent")
+
+	// Storage comes back, idle: the re-opened watch starts above etcd's
+	// revision and says nothing, but the next tick reads the revision,
+	// finds nothing new and the cache is ready again.
+	fs.setUnreachable(false)
+	c.clk.Step(time.Second)
+	poll(t, "the cache to be ready again on an idle etcd", c.Ready)
+	// The re-opened watch carries on from the cache's RV, and so does the
+	// client's watch.
 	sw2.send(t, watch.Modified, newTestPod("a", 101, nil, ""))
-	if ev := nextEvent(t, w2); ev.Type != watch.Modified || eventRV(t, ev) != 101 {
+	if ev := nextEvent(t, w); ev.Type != watch.Modified || eventRV(t, ev) != 101 {
 		t.Fatalf("after recovery got %s, want MODIFIED a@101", describe(ev))
+	}
+	if n := fs.listCount(); n != 1 {
+		t.Errorf("the cache listed %d times, want once: a silence is mended by a re-watch", n)
 	}
 }
 
@@ -164,7 +166,8 @@ func TestSilenceCheckWaitsForAnAnswerWhenEtcdIsAhead(t *testing.T) {
 	}
 	c.clk.Step(2 * time.Second)
 	poll(t, "the cache to go not ready", func() bool { return !c.Ready() })
-	drainUntilClosed(t, w)
+	fs.waitWatch(t, 2) // re-opened from its RV
+	expectQuiet(t, w, "while the watch is re-opened")
 }
 
 // With a staleness bound, the tick asks etcd for progress when bookmarks are

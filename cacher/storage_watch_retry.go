@@ -34,14 +34,19 @@ func (e transientError) Unwrap() []error {
 
 // classifyWatchError sorts an error the storage watch reported: a
 // compaction past the cache's RV (410) needs a relist, as does anything the
-// cache's own code failed at; etcd's troubles (no leader, unavailable,
-// timeouts, a broken stream: InternalError and friends) are transient.
+// cache's own code failed at (an inconsistency the checker found among
+// them); etcd's troubles (no leader, unavailable, timeouts, a broken
+// stream: InternalError and friends) are transient, and so is a watch the
+// silence check ended: etcd's client resumes a watch from where it was once
+// etcd is back, as upstream's cache relies on, and the cache's history
+// stays good for its clients' resumes, where a relist would restart it and
+// turn every resume from before it into a backfill from etcd, or a 410.
 func classifyWatchError(err error) error {
 	if err == nil || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 		return err
 	}
 	var status apierrors.APIStatus
-	if errors.As(err, &status) || errors.Is(err, errWatchClosed) {
+	if errors.As(err, &status) || errors.Is(err, errWatchClosed) || errors.Is(err, errStorageSilent) {
 		return transientError{err}
 	}
 	return err

@@ -55,7 +55,8 @@ func TestClassifyWatchError(t *testing.T) {
 		{errWatchClosed, true},
 		{apierrors.NewResourceExpired("compacted"), false},
 		{fmt.Errorf("watching pods from 5: %w", apierrors.NewResourceExpired("x")), false},
-		{silentError(time.Second), false},
+		{silentError(time.Second), true},
+		{fmt.Errorf("%w: 2 keys differ", errInconsistent), false},
 		{fmt.Errorf("computing the key: boom"), false},
 	} {
 		if got := isTransient(classifyWatchError(tc.err)); got != tc.transient {

@@ -66,7 +66,8 @@ func (s *gatedWatchStorage) Watch(ctx context.Context, key string, opts storage.
 // unanswered while etcd's revision moves on, and relist it. Two caches
 // share one client here; one is flooded and its watch starts 30,000
 // revisions behind, the other stays idle through several silence timeouts
-// and must not relist, go not ready, refuse a read or end a watcher.
+// and must not relist, have its watch called silent, go not ready, refuse
+// a read or end a watcher.
 func TestFloodedResourceDoesNotStarveIdleOnes(t *testing.T) {
 	t.Parallel()
 	client := etcdtest.Start(t).KubernetesClient()
@@ -91,6 +92,7 @@ func TestFloodedResourceDoesNotStarveIdleOnes(t *testing.T) {
 	}
 	idleGR := map[string]string{"group": "", "resource": "idlepods"}
 	initsBefore, _ := metricValue(t, "apiserver_watch_cache_initializations_total", idleGR)
+	retriesBefore, _ := metricValue(t, "watchkeeper_watch_cache_storage_watch_retries_total", idleGR)
 	seed := &example.Pod{}
 	if err := idle.Create(ctx, "/idlepods/ns/seed", &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "seed", Namespace: "ns"}}, seed, 0); err != nil {
 		t.Fatal(err)
@@ -216,10 +218,14 @@ func TestFloodedResourceDoesNotStarveIdleOnes(t *testing.T) {
 	watching.Wait()
 
 	inits, _ := metricValue(t, "apiserver_watch_cache_initializations_total", idleGR)
-	t.Logf("idle cache over %v: %d samples, %d not ready, %d reads refused, %v relists",
-		time.Since(start).Round(time.Millisecond), samples.Load(), notReady.Load(), refused.Load(), inits-initsBefore)
+	retries, _ := metricValue(t, "watchkeeper_watch_cache_storage_watch_retries_total", idleGR)
+	t.Logf("idle cache over %v: %d samples, %d not ready, %d reads refused, %v relists, %v watches re-opened",
+		time.Since(start).Round(time.Millisecond), samples.Load(), notReady.Load(), refused.Load(), inits-initsBefore, retries-retriesBefore)
 	if inits != initsBefore {
 		t.Errorf("the idle cache relisted %v times, want 0", inits-initsBefore)
+	}
+	if retries != retriesBefore {
+		t.Errorf("the idle cache's storage watch was called silent and re-opened %v times, want 0", retries-retriesBefore)
 	}
 	if notReady.Load() != 0 {
 		t.Errorf("the idle cache was not ready in %d of %d samples, want 0", notReady.Load(), samples.Load())
