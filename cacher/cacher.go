@@ -116,7 +116,8 @@ type Cacher struct {
 	// compactedRV is the highest etcd compaction the history has honoured.
 	compactedRV uint64
 	// watchLost, closed by the liveness or the consistency check, ends the
-	// storage watch; watchLostErr says why, and the cache relists.
+	// storage watch; watchLostErr says why: a silence re-opens it, an
+	// inconsistency relists.
 	watchLost    chan struct{}
 	watchLostErr error
 	// nextConsistencyCheck is when the tick next compares the cache with

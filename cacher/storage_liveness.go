@@ -47,8 +47,9 @@ func (c *Cacher) silence(now time.Time, limit time.Duration) (time.Duration, boo
 // checkStorageLiveness runs on every tick: after a third of the silence
 // timeout without a word from the storage watch it asks etcd for progress
 // (through the shared requester: one at a time per resource), and after the
-// whole timeout it ends the watch, so the cache goes not ready and relists
-// once etcd is back.
+// whole timeout it ends the watch, so the cache goes not ready and re-opens
+// it from its RV (a relist only after the retry window); while not ready it
+// reads etcd's revision on every tick to tell an idle etcd that is back.
 func (c *Cacher) checkStorageLiveness(now time.Time) {
 	timeout := c.cfg.StorageSilenceTimeout
 	silent, ok := c.silence(now, timeout)
@@ -158,7 +159,8 @@ func (c *Cacher) probeIdle() {
 	}
 }
 
-// endWatchLocked ends the storage watch for why, so the reflector relists;
+// endWatchLocked ends the storage watch for why: the reflector re-opens it
+// after a silence and relists after anything else;
 // false when no watch was running.
 func (c *Cacher) endWatchLocked(why error) bool {
 	lost := c.watchLost

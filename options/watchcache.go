@@ -137,7 +137,8 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.StorageSilenceTimeout, FlagStorageSilenceTimeout, o.StorageSilenceTimeout,
 		"How long a resource's etcd watch may deliver nothing before its cache calls it lost: after a third of it the cache "+
 			"requests watch progress; after all of it unanswered, unless etcd's revision shows nothing new or (etcd being ahead) the watch answers within "+
-			"as long again, the cache goes not ready (429, /readyz fails) and relists once etcd answers. "+
+			"as long again, the cache goes not ready (429, /readyz fails; watches stay open) and re-opens its etcd watch from its resourceVersion, "+
+			"ready again once etcd answers; it relists only on a 410 or after 30s of failing re-opens. "+
 			"It is checked on every bookmark tick, so it takes effect to within one tick (--"+FlagBookmarkGranularity+" * (1 + --"+FlagBookmarkJitter+")). 0 turns the check off. Upstream has no such check.")
 	fs.DurationVar(&o.BookmarkMaxStaleness, FlagBookmarkMaxStaleness, o.BookmarkMaxStaleness,
 		"Bound on how stale a bookmark's resourceVersion may be: when the cache has heard nothing from etcd for nearly this long "+
