@@ -285,6 +285,20 @@ func collect(w watch.Interface, n int, timeout time.Duration) []seen {
 // writes does a fixed series of writes of widgets named prefix-*: it
 // returns each event a watch must see, with the RV the server answered
 // (for a delete, the RV of the deleted object as the DELETED event carries it).
+// listThenWatch lists the widgets and watches them from the list's RV, as
+// a reflector does, with bookmarks if asked.
+func listThenWatch(ctx context.Context, widgets demov1alpha1.WidgetInterface, bookmarks bool) (*v1alpha1.WidgetList, watch.Interface, error) {
+	l, err := widgets.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := widgets.Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion, AllowWatchBookmarks: bookmarks})
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, w, nil
+}
+
 func writes(ctx context.Context, widgets demov1alpha1.WidgetInterface, prefix string, n int) ([]seen, error) {
 	var want []seen
 	for i := range n {
@@ -335,11 +349,7 @@ func sameEvents(got, want []seen) error {
 // WatchList informer.
 func (c *cluster) watchChecks(ctx context.Context, r *report, cs *clientset.Clientset, widgets demov1alpha1.WidgetInterface) {
 	r.step("watch from an RV receives every change", func() (string, error) {
-		l, err := widgets.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return "", err
-		}
-		w, err := widgets.Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
+		l, w, err := listThenWatch(ctx, widgets, false)
 		if err != nil {
 			return "", err
 		}
@@ -356,11 +366,7 @@ func (c *cluster) watchChecks(ctx context.Context, r *report, cs *clientset.Clie
 	})
 	r.step("bookmarks through the proxy at the configured frequency", func() (string, error) {
 		freq := c.cfg.bookmarkFrequency
-		l, err := widgets.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return "", err
-		}
-		w, err := widgets.Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion, AllowWatchBookmarks: true})
+		_, w, err := listThenWatch(ctx, widgets, true)
 		if err != nil {
 			return "", err
 		}
@@ -657,11 +663,7 @@ func (c *cluster) killRestartChecks(ctx context.Context, r *report, widgets demo
 		want       []seen
 	)
 	ok := r.step("before the kill: a watch's bookmark after writes", func() (string, error) {
-		l, err := widgets.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return "", err
-		}
-		w, err := widgets.Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion, AllowWatchBookmarks: true})
+		_, w, err := listThenWatch(ctx, widgets, true)
 		if err != nil {
 			return "", err
 		}
