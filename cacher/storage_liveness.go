@@ -73,7 +73,7 @@ func (c *Cacher) checkStorageLiveness(now time.Time) {
 		go func() {
 			defer c.wg.Done()
 			defer c.verifying.Store(false)
-			c.probeIdle()
+			_, _, _ = c.probeIdle()
 		}()
 	case silent >= timeout/3:
 		c.progress.request()
@@ -92,22 +92,13 @@ func (c *Cacher) checkStorageLiveness(now time.Time) {
 // does not answer at all, the watch is lost at once.
 func (c *Cacher) verifySilence(silent time.Duration) {
 	heardBefore := c.heardNanos.Load()
-	ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
-	defer cancel()
-	rv, err := c.storage.GetCurrentResourceVersion(ctx)
-	if err == nil {
-		c.mu.RLock()
-		ahead := rv > c.rv
-		c.mu.RUnlock()
-		if !ahead {
-			c.heard(c.clock.Now())
-			c.answered()
-			return
-		}
-		if c.awaitWord(heardBefore, c.cfg.StorageSilenceTimeout) {
-			c.logger.V(2).Info("Storage watch answered after a silence", "silentFor", silent, "etcdRV", rv)
-			return
-		}
+	rv, idle, err := c.probeIdle()
+	if idle {
+		return
+	}
+	if err == nil && c.awaitWord(heardBefore, c.cfg.StorageSilenceTimeout) {
+		c.logger.V(2).Info("Storage watch answered after a silence", "silentFor", silent, "etcdRV", rv)
+		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -140,23 +131,23 @@ func (c *Cacher) awaitWord(heardBefore int64, limit time.Duration) bool {
 	return true
 }
 
-// probeIdle ends a silence's not-ready spell when etcd answers a read of
-// its revision and has nothing the cache lacks: the watch is then silent
-// only because etcd is idle.
-func (c *Cacher) probeIdle() {
+// probeIdle reads etcd's revision; when etcd has nothing the cache lacks,
+// the watch is silent only because etcd is idle: that is word from etcd,
+// and it ends a silence's not-ready spell. It returns what it read.
+func (c *Cacher) probeIdle() (rv uint64, idle bool, err error) {
 	ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
 	defer cancel()
-	rv, err := c.storage.GetCurrentResourceVersion(ctx)
-	if err != nil {
-		return
+	if rv, err = c.storage.GetCurrentResourceVersion(ctx); err != nil {
+		return rv, false, err
 	}
 	c.mu.RLock()
-	idle := rv <= c.rv
+	idle = rv <= c.rv
 	c.mu.RUnlock()
 	if idle {
 		c.heard(c.clock.Now())
 		c.answered()
 	}
+	return rv, idle, nil
 }
 
 // endWatchLocked ends the storage watch for why: the reflector re-opens it
