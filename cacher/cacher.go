@@ -113,8 +113,6 @@ type Cacher struct {
 	snapshotting bool
 	watchers     watcherSet
 	calendar     *bookmarks.Calendar[*watcher]
-	// compactedRV is the highest etcd compaction the history has honoured.
-	compactedRV uint64
 	// watchLost, closed by the liveness or the consistency check, ends the
 	// storage watch; watchLostErr says why: a silence re-opens it, an
 	// inconsistency relists.
@@ -334,20 +332,23 @@ func (c *Cacher) snapshotLocked(rv uint64, now time.Time) {
 	c.snapshots.forgetBelow(c.history.startRV)
 }
 
-// trimHistoryLocked drops the events etcd has compacted away. Age alone
+// trimHistoryLocked forgets the past states etcd has compacted. Age alone
 // evicts nothing: the history makes room only when an event comes in.
 func (c *Cacher) trimHistoryLocked() {
-	c.forgetCompactedLocked()
+	c.forgetCompactedStatesLocked()
 	c.metrics.historyEvents.Set(float64(c.history.len()))
 }
 
-// forgetCompactedLocked drops the history etcd has compacted: a client
-// resuming from there must relist, as it would against etcd itself.
-func (c *Cacher) forgetCompactedLocked() {
-	if rev := c.storage.CompactRevision(); rev > 0 && uint64(rev) > c.compactedRV {
-		c.compactedRV = uint64(rev)
-		c.history.forget(c.compactedRV)
-		c.snapshots.forgetBelow(c.history.startRV)
+// forgetCompactedStatesLocked drops the snapshots etcd has compacted: a list
+// at such an RV goes to etcd, which answers 410. The watch history stays:
+// its events are the ones etcd sent before the compaction, so a client
+// resuming from them gets the stream etcd would have given it then, and
+// upstream's cache serves it too (its compactor prunes only the list
+// snapshots). Cutting the history here answered 410 to clients that
+// upstream resumes (issue 11).
+func (c *Cacher) forgetCompactedStatesLocked() {
+	if rev := c.storage.CompactRevision(); rev > 0 {
+		c.snapshots.forgetCompacted(uint64(rev))
 	}
 }
 

@@ -397,13 +397,22 @@ func TestWatchTooOldResourceVersion(t *testing.T) {
 			rv:       "102", wantRVs: []uint64{103, 104, 105},
 		},
 		{
+			// Upstream's cache serves a resume from its buffer whatever
+			// etcd compacted (its compactor prunes only list snapshots);
+			// the events are the ones etcd sent before it compacted.
 			name:    "compacted by etcd",
-			prepare: func(t *testing.T, c *testCacher, sw *fakeWatch) { c.fs.setCompactRevision(103) },
-			rv:      "102", want410: true,
+			prepare: compactAt(103),
+			rv:      "101", wantRVs: []uint64{102, 103, 104, 105},
+		},
+		{
+			name:     "compacted by etcd and evicted for room",
+			capacity: 3,
+			prepare:  compactAt(103),
+			rv:       "101", want410: true,
 		},
 		{
 			name:    "compacted by etcd, from the compaction",
-			prepare: func(t *testing.T, c *testCacher, sw *fakeWatch) { c.fs.setCompactRevision(103) },
+			prepare: compactAt(103),
 			rv:      "103", wantRVs: []uint64{104, 105},
 		},
 	}
@@ -454,6 +463,14 @@ func TestWatchTooOldResourceVersion(t *testing.T) {
 // tick, so every event is older than the window.
 func expireAll(t *testing.T, c *testCacher, _ *fakeWatch) {
 	c.stepTicks(t, 11, nil)
+}
+
+// compactAt has etcd compact at rev, and ticks so the cache hears of it.
+func compactAt(rev int64) func(t *testing.T, c *testCacher, _ *fakeWatch) {
+	return func(t *testing.T, c *testCacher, _ *fakeWatch) {
+		c.fs.setCompactRevision(rev)
+		c.stepTicks(t, 2, nil)
+	}
 }
 
 func TestWatchTooLargeResourceVersion(t *testing.T) {

@@ -136,17 +136,6 @@ func (h *history) resize(n int) {
 	h.ring, h.head = out, 0
 }
 
-// forget evicts every event at or below rv: etcd compacted past it, so a
-// client resuming there must relist rather than be served from memory what
-// etcd itself no longer has.
-func (h *history) forget(rv uint64) {
-	// Only what was evicted moves the start: a compaction that took no
-	// event of this resource leaves every resume it served servable.
-	for h.count > 0 && h.oldest().rv <= rv {
-		h.evictOldest()
-	}
-}
-
 func (h *history) oldest() *event { return h.ring[h.head] }
 
 func (h *history) evictOldest() {

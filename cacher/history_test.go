@@ -2,7 +2,6 @@ package cacher
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -211,47 +210,6 @@ func TestHistorySince(t *testing.T) {
 	}
 }
 
-func TestHistoryForget(t *testing.T) {
-	tests := []struct {
-		name        string
-		compactRV   uint64
-		wantRVs     []uint64
-		wantStartRV uint64
-	}{
-		{name: "below the start changes nothing", compactRV: 99, wantRVs: []uint64{101, 102, 105, 110}, wantStartRV: 100},
-		{name: "at the start changes nothing", compactRV: 100, wantRVs: []uint64{101, 102, 105, 110}, wantStartRV: 100},
-		{name: "at an event drops it and everything older", compactRV: 102, wantRVs: []uint64{105, 110}, wantStartRV: 102},
-		{name: "between events", compactRV: 107, wantRVs: []uint64{110}, wantStartRV: 105},
-		{name: "at the newest", compactRV: 110, wantRVs: nil, wantStartRV: 110},
-		{name: "past the newest moves the start only to the last evicted event", compactRV: 200, wantRVs: nil, wantStartRV: 110},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHistory(time.Hour, 100)
-			h.reset(100)
-			for _, rv := range []uint64{101, 102, 105, 110} {
-				h.add(historyEvent(rv, historyEpoch), historyEpoch)
-			}
-			h.forget(tc.compactRV)
-			if diff := cmp.Diff(tc.wantRVs, historyRVs(t, h)); diff != "" {
-				t.Errorf("retained RVs (-want +got):\n%s", diff)
-			}
-			if h.startRV != tc.wantStartRV {
-				t.Errorf("startRV = %d, want %d", h.startRV, tc.wantStartRV)
-			}
-			// Whatever etcd compacted must not be served from memory.
-			for _, e := range mustSince(t, h, h.startRV) {
-				if e.rv <= tc.compactRV {
-					t.Errorf("event %d at or below the compaction %d is still served", e.rv, tc.compactRV)
-				}
-			}
-			if _, ok := h.since(99); ok {
-				t.Errorf("since(99) = true: forget moved the start backwards")
-			}
-		})
-	}
-}
-
 func mustSince(t *testing.T, h *history, rv uint64) []*event {
 	t.Helper()
 	events, ok := h.since(rv)
@@ -396,37 +354,5 @@ func TestHistoryShrinkKeepsOrder(t *testing.T) {
 	}
 	if diff := cmp.Diff(seq(rv-uint64(h.len())+1, rv), historyRVs(t, h)); diff != "" {
 		t.Fatalf("after refilling past the shrunk ring (-want +got):\n%s", diff)
-	}
-	// Evict from the middle of a wrapped ring by compaction.
-	cut := rv - 500
-	h.forget(cut)
-	got := historyRVs(t, h)
-	if !slices.Equal(got, seq(cut+1, rv)) {
-		t.Errorf("after forget(%d) retained %d..%d (%d events), want %d..%d", cut, got[0], got[len(got)-1], len(got), cut+1, rv)
-	}
-	if h.startRV != cut {
-		t.Errorf("startRV %d after forget(%d), want %d", h.startRV, cut, cut)
-	}
-}
-
-// A compaction that evicted nothing leaves the start where it was: a
-// resume from after the last evicted event stays servable (issue 11).
-func TestHistoryCompactionEvictingNothingKeepsStart(t *testing.T) {
-	h := newHistory(time.Minute, 1000)
-	h.reset(100)
-	h.forget(150) // nothing of this resource in (100, 150]
-	if h.startRV != 100 || !h.fromList {
-		t.Errorf("startRV %d fromList %v after a compaction that evicted nothing, want 100 true", h.startRV, h.fromList)
-	}
-	if _, ok := h.since(120); !ok {
-		t.Errorf("since(120) = false: a compaction that evicted nothing made a resume expire")
-	}
-	h.add(historyEvent(160, historyEpoch), historyEpoch)
-	h.forget(170)
-	if h.startRV != 160 || h.len() != 0 {
-		t.Errorf("startRV %d with %d events after compacting past the only event, want 160 and 0", h.startRV, h.len())
-	}
-	if _, ok := h.since(165); !ok {
-		t.Errorf("since(165) = false after a compaction at 170 that evicted only 160")
 	}
 }

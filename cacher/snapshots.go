@@ -90,6 +90,13 @@ func (s *snapshots) forgetBelow(rv uint64) {
 	s.drop(sort.Search(len(s.rvs), func(i int) bool { return s.rvs[i] >= rv }))
 }
 
+// forgetCompacted drops the states etcd's compaction at rev made older than
+// anything it still serves. The newest state at or below rev is the state
+// at rev itself, which etcd still reads, so it stays.
+func (s *snapshots) forgetCompacted(rev uint64) {
+	s.drop(max(0, sort.Search(len(s.rvs), func(i int) bool { return s.rvs[i] > rev })-1))
+}
+
 // drop forgets the n oldest states, and the checkpoints below what is
 // left: a state is rebuilt from a checkpoint at or above its RV.
 func (s *snapshots) drop(n int) {

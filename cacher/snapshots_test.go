@@ -255,3 +255,30 @@ func TestSnapshotListsDuringWrites(t *testing.T) {
 		}
 	}
 }
+
+// A compaction drops the states etcd no longer reads, but not the one that
+// is the state at the compaction itself (nothing changed between them).
+func TestSnapshotsForgetCompacted(t *testing.T) {
+	s := snapshots{window: time.Minute}
+	tree := newOrderedObjects()
+	at := time.Unix(1000, 0)
+	for _, rv := range []uint64{90, 110, 120} {
+		s.add(rv, tree.clone(), at)
+	}
+	s.forgetCompacted(50)
+	if !s.covers(90) {
+		t.Fatalf("a compaction below every state dropped some: covers from %v", s.rvs)
+	}
+	s.forgetCompacted(100)
+	if !s.covers(100) || s.covers(89) {
+		t.Fatalf("after compacting at 100: states %v, want 90 kept as the state at 100", s.rvs)
+	}
+	s.forgetCompacted(110)
+	if s.covers(109) || !s.covers(110) {
+		t.Fatalf("after compacting at 110: states %v, want from 110", s.rvs)
+	}
+	s.forgetCompacted(500)
+	if !s.covers(120) || s.len() != 1 {
+		t.Fatalf("after compacting past every state: states %v, want the newest kept", s.rvs)
+	}
+}

@@ -118,7 +118,6 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		// sendInitialEvents=false), or wherever the cache is.
 		w.startRV = max(requiredRV, c.rv)
 	default:
-		c.forgetCompactedLocked()
 		events, ok := c.history.since(requestedRV)
 		if !ok {
 			oldest := c.history.startRV
