@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/httpbench"
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
@@ -22,6 +23,10 @@ var httpLevelScenarios = scenarioFuncs[httpbench.Env]{
 // httpbench starts the sample apiserver with the decorator and drives it.
 func runHTTPScenario(ctx context.Context, c childFlags) ([]result.Result, error) {
 	env := httpbench.Env{EtcdEndpoint: c.etcd, ServerBinary: c.serverBinary, WorkDir: c.workDir, Quick: c.quick}
+	if c.cpuProfile != "" {
+		// The child's own profile is the client's; the server's goes beside it.
+		env.ServerCPUProfile = strings.TrimSuffix(c.cpuProfile, ".pprof") + ".server.pprof"
+	}
 	if rs, ok, err := httpLevelScenarios.run(ctx, env, c.spec); ok {
 		return rs, err
 	}

@@ -20,6 +20,11 @@ type Env struct {
 	WorkDir      string // a scratch directory you may use
 	// Quick shortens the settle and drain waits; the sizes are the caller's.
 	Quick bool
+	// ServerCPUProfile, when set, is where the fan-out saves a CPU profile
+	// of the server (its /debug/pprof) over the first serverProfileSeconds
+	// of the writes: the client's own profile cannot say where the
+	// server's time goes.
+	ServerCPUProfile string
 }
 
 func (e Env) validate() error {

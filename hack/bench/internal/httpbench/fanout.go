@@ -24,6 +24,15 @@ const (
 	// updates, so both kinds of event are in the stream.
 	objectsPerWriter = 8
 	drainPoll        = 20 * time.Millisecond
+	// pacedEventsPerSecond is the load of the fan-out's second phase: writes
+	// at a fixed rate, watchers x rate events a second, below what either
+	// cache delivers flat out on two cores (75-150k), so its latency is that
+	// of an event at the same load for both rather than the queue a
+	// closed-loop writer builds (see FanOut).
+	pacedEventsPerSecond = 50_000
+	// pacedWritesMax bounds the second phase: at 1,000 watches, 10s of
+	// writes.
+	pacedWritesMax = 500
 )
 
 // drainStall is how long the run waits with no event arriving before it
@@ -40,6 +49,14 @@ func drainStall(env Env) time.Duration {
 // late the watchers got them and what the server spent per delivered
 // event. Every watch that ends on its own while its consumer still reads
 // is counted in watchers_closed.
+//
+// Those writers are closed-loop (each writes again as soon as the server
+// answers), so the run is flat out and its latency is mostly the queue of
+// events that load builds, which grows as the server answers writes
+// faster: a cache that delivers more events a second gets writes in faster
+// too. A second phase then writes at a fixed rate (pacedEventsPerSecond),
+// the same offered load for both caches, and reports its latency apart
+// (paced_latency_*).
 func FanOut(ctx context.Context, env Env, decorator string, watchers, events int) ([]result.Result, error) {
 	if watchers <= 0 || events <= 0 {
 		return nil, fmt.Errorf("fanout: watchers = %d, events = %d, want both > 0", watchers, events)
@@ -65,6 +82,7 @@ func FanOut(ctx context.Context, env Env, decorator string, watchers, events int
 			return err
 		}
 		start := time.Now()
+		profiled := profileServer(ctx, s, env.ServerCPUProfile)
 		if err := writeWidgets(ctx, cs, events); err != nil {
 			return err
 		}
@@ -73,8 +91,22 @@ func FanOut(ctx context.Context, env Env, decorator string, watchers, events int
 		if err != nil {
 			return err
 		}
+		if err := <-profiled; err != nil {
+			return err
+		}
 		delivered := ws.objects.Load()
 		last := time.Unix(0, ws.lastReceipt.Load())
+
+		// The paced phase, on objects of its own, once the first drained.
+		paced := min(events, pacedWritesMax)
+		rate := max(1, pacedEventsPerSecond/watchers)
+		ws.pacedFrom.Store(time.Now().UnixNano())
+		if err := writeWidgetsPaced(ctx, cs, paced, rate); err != nil {
+			return err
+		}
+		if _, err := waitDelivered(ctx, s, ws, delivered+int64(watchers)*int64(paced), drainStall(env)); err != nil {
+			return err
+		}
 		closed := ws.closed.Load()
 		ws.stop()
 		s.noteCloses(ws)
@@ -90,6 +122,8 @@ func FanOut(ctx context.Context, env Env, decorator string, watchers, events int
 		rec.Add("events_delivered", d, "events", result.Higher)
 		rec.Add("events_undelivered", float64(expected-delivered), "events", result.Lower)
 		rec.Add("watchers_closed", float64(closed), "watchers", result.Lower)
+		rec.Add("paced_latency_p50", durationMillis(ws.paced.Quantile(0.50)), "ms", result.Lower)
+		rec.Add("paced_latency_p99", durationMillis(ws.paced.Quantile(0.99)), "ms", result.Lower)
 		return nil
 	})
 	if err != nil {
@@ -133,6 +167,20 @@ func waitDelivered(ctx context.Context, s *serverProcess, ws *watchSet, expected
 // writeWidgets makes events writes split among fanoutWriters concurrent
 // writers and returns when all are answered.
 func writeWidgets(ctx context.Context, cs clientset.Interface, events int) error {
+	return runWriters(ctx, cs, events, 0, 0)
+}
+
+// writeWidgetsPaced makes events writes at rate a second, split among
+// fanoutWriters writers of their own objects (ids after writeWidgets').
+// Each writer keeps its share of the rate on a clock of its own, so a
+// slow answer delays only the next write of that writer.
+func writeWidgetsPaced(ctx context.Context, cs clientset.Interface, events, rate int) error {
+	return runWriters(ctx, cs, events, fanoutWriters, time.Duration(fanoutWriters)*time.Second/time.Duration(rate))
+}
+
+// runWriters splits events among fanoutWriters writers numbered from
+// firstID, each writing every interval (0: as fast as answered).
+func runWriters(ctx context.Context, cs clientset.Interface, events, firstID int, interval time.Duration) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -144,7 +192,7 @@ func writeWidgets(ctx context.Context, cs clientset.Interface, events int) error
 			n++
 		}
 		wg.Go(func() {
-			if err := writer(wctx, cs, w, n); err != nil {
+			if err := writer(wctx, cs, firstID+w, n, interval); err != nil {
 				once.Do(func() {
 					firstErr = err
 					cancel()
@@ -160,11 +208,18 @@ func writeWidgets(ctx context.Context, cs clientset.Interface, events int) error
 // each first, then updates from the last version it got back, so no write
 // conflicts. Each write carries its wall time in writtenAtAnnotation, set
 // just before the request goes.
-func writer(ctx context.Context, cs clientset.Interface, id, n int) error {
+func writer(ctx context.Context, cs clientset.Interface, id, n int, interval time.Duration) error {
 	widgets := cs.DemoV1alpha1().Widgets(benchNamespace)
 	objs := make([]*v1alpha1.Widget, objectsPerWriter)
 	colors := []v1alpha1.WidgetColor{v1alpha1.WidgetColorRed, v1alpha1.WidgetColorGreen, v1alpha1.WidgetColorBlue}
+	next := time.Now()
 	for j := range n {
+		if interval > 0 {
+			if err := sleepCtx(ctx, time.Until(next)); err != nil {
+				return err
+			}
+			next = next.Add(interval)
+		}
 		k := j % objectsPerWriter
 		var err error
 		if objs[k] == nil {

@@ -87,8 +87,10 @@ func TestScenarios(t *testing.T) {
 					t.Errorf("%s = %v, want > 0", k, m[k])
 				}
 			}
-			if m["latency_p99"] < m["latency_p50"] {
-				t.Errorf("latency_p99 %v < latency_p50 %v", m["latency_p99"], m["latency_p50"])
+			for _, q := range []string{"latency", "paced_latency"} {
+				if m[q+"_p50"] <= 0 || m[q+"_p99"] < m[q+"_p50"] {
+					t.Errorf("%s_p50 %v, %s_p99 %v: want 0 < p50 <= p99", q, m[q+"_p50"], q, m[q+"_p99"])
+				}
 			}
 			assertNoChildren(t)
 		})

@@ -49,8 +49,12 @@ type watchSet struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopping atomic.Bool
-	// latency, if set, gets write -> receipt of every annotated object event.
-	latency *histogram.Histogram
+	// latency, if set, gets write -> receipt of every annotated object event
+	// written before pacedFrom (UnixNano; 0 none); paced gets the ones
+	// written at or after it.
+	latency   *histogram.Histogram
+	paced     histogram.Histogram
+	pacedFrom atomic.Int64
 
 	// timeout is the watches' timeoutSeconds; started is when the first
 	// watch request went out.
@@ -170,7 +174,11 @@ func (ws *watchSet) consume(body io.ReadCloser, i int, sent time.Time) {
 			ws.objects.Add(1)
 			ws.noteReceipt(now.UnixNano())
 			if ws.latency != nil && at > 0 {
-				ws.latency.Record(now.Sub(time.Unix(0, at)))
+				if from := ws.pacedFrom.Load(); from > 0 && at >= from {
+					ws.paced.Record(now.Sub(time.Unix(0, at)))
+				} else {
+					ws.latency.Record(now.Sub(time.Unix(0, at)))
+				}
 			}
 		case eventBookmark:
 			ws.bookmarks.Add(1)
