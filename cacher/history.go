@@ -136,6 +136,16 @@ func (h *history) resize(n int) {
 	h.ring, h.head = out, 0
 }
 
+// forget evicts every event at or below rv, as though for room (see
+// Cacher.DropHistoryThrough).
+func (h *history) forget(rv uint64) {
+	// Only what was evicted moves the start: with no event at or below rv,
+	// every resume servable before stays servable.
+	for h.count > 0 && h.oldest().rv <= rv {
+		h.evictOldest()
+	}
+}
+
 func (h *history) oldest() *event { return h.ring[h.head] }
 
 func (h *history) evictOldest() {

@@ -210,6 +210,47 @@ func TestHistorySince(t *testing.T) {
 	}
 }
 
+func TestHistoryForget(t *testing.T) {
+	tests := []struct {
+		name        string
+		cutRV       uint64
+		wantRVs     []uint64
+		wantStartRV uint64
+	}{
+		{name: "below the start changes nothing", cutRV: 99, wantRVs: []uint64{101, 102, 105, 110}, wantStartRV: 100},
+		{name: "at the start changes nothing", cutRV: 100, wantRVs: []uint64{101, 102, 105, 110}, wantStartRV: 100},
+		{name: "at an event drops it and everything older", cutRV: 102, wantRVs: []uint64{105, 110}, wantStartRV: 102},
+		{name: "between events", cutRV: 107, wantRVs: []uint64{110}, wantStartRV: 105},
+		{name: "at the newest", cutRV: 110, wantRVs: nil, wantStartRV: 110},
+		{name: "past the newest moves the start only to the last evicted event", cutRV: 200, wantRVs: nil, wantStartRV: 110},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHistory(time.Hour, 100)
+			h.reset(100)
+			for _, rv := range []uint64{101, 102, 105, 110} {
+				h.add(historyEvent(rv, historyEpoch), historyEpoch)
+			}
+			h.forget(tc.cutRV)
+			if diff := cmp.Diff(tc.wantRVs, historyRVs(t, h)); diff != "" {
+				t.Errorf("retained RVs (-want +got):\n%s", diff)
+			}
+			if h.startRV != tc.wantStartRV {
+				t.Errorf("startRV = %d, want %d", h.startRV, tc.wantStartRV)
+			}
+			// Nothing at or below the cut may be served any more.
+			for _, e := range mustSince(t, h, h.startRV) {
+				if e.rv <= tc.cutRV {
+					t.Errorf("event %d at or below the cut %d is still served", e.rv, tc.cutRV)
+				}
+			}
+			if _, ok := h.since(99); ok {
+				t.Errorf("since(99) = true: forget moved the start backwards")
+			}
+		})
+	}
+}
+
 func mustSince(t *testing.T, h *history, rv uint64) []*event {
 	t.Helper()
 	events, ok := h.since(rv)

@@ -201,7 +201,7 @@ func TestWatch(t *testing.T) {
 func TestWatchFromZero(t *testing.T) {
 	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
 	e := setup(t)
-	storagetesting.RunTestWatchFromZero(context.Background(), t, e.cacher, compaction(e))
+	storagetesting.RunTestWatchFromZero(context.Background(), t, e.cacher, compactionAndTrim(e))
 }
 
 func TestDeleteTriggerWatch(t *testing.T) {
