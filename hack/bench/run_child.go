@@ -29,6 +29,10 @@ type childFlags struct {
 	// cpuProfile, when set, is where the child writes a CPU profile of
 	// its whole run (the parent's -cpuprofiles names one per run).
 	cpuProfile string
+	// windowProfile, when set, is a profile of the scenario's measured
+	// window only (storagebench.Env.WindowProfile); by hand, not with
+	// cpuProfile.
+	windowProfile string
 }
 
 func (c childFlags) args() []string {
@@ -76,9 +80,13 @@ func runMain(args []string) error {
 	fs.BoolVar(&c.quick, "quick", false, "quick mode (http level)")
 	fs.BoolVar(&watchParent, "exit-on-stdin-eof", false, "exit when stdin closes (set by the parent)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the run here")
+	fs.StringVar(&c.windowProfile, "cpuprofile-window", "", "write a CPU profile of the measured window only here (exactkey); not with --cpuprofile")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if c.cpuProfile != "" && c.windowProfile != "" {
+		return fmt.Errorf("--cpuprofile and --cpuprofile-window: one CPU profile at a time")
 	}
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
@@ -129,7 +137,7 @@ func runScenario(ctx context.Context, c childFlags) ([]result.Result, error) {
 	r := c.spec
 	switch r.Level {
 	case "storage":
-		env := storagebench.Env{EtcdEndpoint: c.etcd, Prefix: c.prefix}
+		env := storagebench.Env{EtcdEndpoint: c.etcd, Prefix: c.prefix, WindowProfile: c.windowProfile}
 		if rs, ok, err := storageScenarios.run(ctx, env, r); ok {
 			return rs, err
 		}

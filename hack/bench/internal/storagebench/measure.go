@@ -1,9 +1,13 @@
 package storagebench
 
 import (
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 // cpuSeconds is the process's user+system CPU so far. Runs are in their own
@@ -44,4 +48,29 @@ func waitGoroutinesSettle(quiet, atMost time.Duration) int {
 		}
 	}
 	return last
+}
+
+// profileWindow starts a CPU profile written to path, if path is set, and
+// returns what ends it; a failure to start is logged and the run goes on
+// unprofiled (another profile may be running: --cpuprofile).
+func profileWindow(path string) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		klog.ErrorS(err, "Window CPU profile not taken", "path", path)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		klog.ErrorS(err, "Window CPU profile not taken", "path", path)
+		_ = f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			klog.ErrorS(err, "Window CPU profile not saved", "path", path)
+		}
+	}
 }

@@ -142,6 +142,7 @@ func ExactKey(ctx context.Context, env Env, decorator string, watchers, objects,
 	waitGoroutinesSettle(500*time.Millisecond, 5*time.Second)
 	runtime.GC()
 
+	stopProfile := profileWindow(env.WindowProfile)
 	writeStart, cpuStart := time.Now(), cpuSeconds()
 	var k atomic.Int64
 	if err := runWriters(fanOutWriters, func() error {
@@ -163,6 +164,7 @@ func ExactKey(ctx context.Context, env Env, decorator string, watchers, objects,
 	}
 	complete := waitClosed(ctx, &delivered, stallTimeout, allIn, sentinel)
 	wall, cpu := time.Since(writeStart), cpuSeconds()-cpuStart
+	stopProfile()
 	if !complete {
 		klog.InfoS("Exact-key delivery did not complete", "delivered", delivered.Load(), "expected", expected)
 	}

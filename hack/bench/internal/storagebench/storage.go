@@ -35,6 +35,10 @@ type Env struct {
 	// Prefix is this run's etcd key prefix, so runs sharing the etcd never
 	// see each other's objects or events.
 	Prefix string
+	// WindowProfile, when set, is where a scenario that bills CPU to a
+	// window of work (exactkey's writes) writes a CPU profile of just that
+	// window: a whole-run profile is mostly setup.
+	WindowProfile string
 }
 
 // Level is the result level of every figure of this package.
