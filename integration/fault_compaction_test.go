@@ -67,6 +67,7 @@ import (
 // feRecorder.
 
 func TestFaultCompaction(t *testing.T) {
+	t.Parallel() // its own etcds, cache and servers; no gate, no process-wide metric
 	t.Run("cache", fcCache)
 	// Upstream's cache on the same work, as the reference: both resume the
 	// held RVs from memory after the compaction.
