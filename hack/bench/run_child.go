@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"runtime/pprof"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -89,14 +88,15 @@ func runMain(args []string) error {
 		return fmt.Errorf("--cpuprofile and --cpuprofile-window: one CPU profile at a time")
 	}
 	if c.cpuProfile != "" {
-		f, err := os.Create(c.cpuProfile)
+		stop, err := storagebench.StartCPUProfile(c.cpuProfile)
 		if err != nil {
 			return err
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer func() {
+			if err := stop(); err != nil {
+				klog.ErrorS(err, "CPU profile not saved", "path", c.cpuProfile)
+			}
+		}()
 	}
 	if watchParent {
 		exitWhenParentGone()

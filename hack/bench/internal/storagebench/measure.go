@@ -50,6 +50,23 @@ func waitGoroutinesSettle(quiet, atMost time.Duration) int {
 	return last
 }
 
+// StartCPUProfile starts the process's CPU profile, written to path, and
+// returns what stops it and closes the file.
+func StartCPUProfile(path string) (stop func() error, err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
+
 // profileWindow starts a CPU profile written to path, if path is set, and
 // returns what ends it; a failure to start is logged and the run goes on
 // unprofiled (another profile may be running: --cpuprofile).
@@ -57,19 +74,13 @@ func profileWindow(path string) (stop func()) {
 	if path == "" {
 		return func() {}
 	}
-	f, err := os.Create(path)
+	stopProfile, err := StartCPUProfile(path)
 	if err != nil {
 		klog.ErrorS(err, "Window CPU profile not taken", "path", path)
 		return func() {}
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		klog.ErrorS(err, "Window CPU profile not taken", "path", path)
-		_ = f.Close()
-		return func() {}
-	}
 	return func() {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
+		if err := stopProfile(); err != nil {
 			klog.ErrorS(err, "Window CPU profile not saved", "path", path)
 		}
 	}
