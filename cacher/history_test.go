@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -365,7 +366,7 @@ func TestHistoryGrowWrappedRing(t *testing.T) {
 
 // A burst that is over gives its memory back on the next writes, and the
 // events left keep their order through the shrink, later wrap-arounds and
-// a compaction in the middle of a wrapped ring.
+// a cut in the middle of a wrapped ring.
 func TestHistoryShrinkKeepsOrder(t *testing.T) {
 	const window = 10 * time.Second
 	h := newHistory(window, 100_000)
@@ -395,5 +396,36 @@ func TestHistoryShrinkKeepsOrder(t *testing.T) {
 	}
 	if diff := cmp.Diff(seq(rv-uint64(h.len())+1, rv), historyRVs(t, h)); diff != "" {
 		t.Fatalf("after refilling past the shrunk ring (-want +got):\n%s", diff)
+	} // Evict from the middle of a wrapped ring by a cut.
+	cut := rv - 500
+	h.forget(cut)
+	got := historyRVs(t, h)
+	if !slices.Equal(got, seq(cut+1, rv)) {
+		t.Errorf("after forget(%d) retained %d..%d (%d events), want %d..%d", cut, got[0], got[len(got)-1], len(got), cut+1, rv)
+	}
+	if h.startRV != cut {
+		t.Errorf("startRV %d after forget(%d), want %d", h.startRV, cut, cut)
+	}
+}
+
+// A cut that evicted nothing leaves the start where it was: a resume
+// from after the last evicted event stays servable (issue 11).
+func TestHistoryCutEvictingNothingKeepsStart(t *testing.T) {
+	h := newHistory(time.Minute, 1000)
+	h.reset(100)
+	h.forget(150) // nothing of this resource in (100, 150]
+	if h.startRV != 100 || !h.fromList {
+		t.Errorf("startRV %d fromList %v after a cut that evicted nothing, want 100 true", h.startRV, h.fromList)
+	}
+	if _, ok := h.since(120); !ok {
+		t.Errorf("since(120) = false: a cut that evicted nothing made a resume expire")
+	}
+	h.add(historyEvent(160, historyEpoch), historyEpoch)
+	h.forget(170)
+	if h.startRV != 160 || h.len() != 0 {
+		t.Errorf("startRV %d with %d events after cutting past the only event, want 160 and 0", h.startRV, h.len())
+	}
+	if _, ok := h.since(165); !ok {
+		t.Errorf("since(165) = false after a cut at 170 that evicted only 160")
 	}
 }
