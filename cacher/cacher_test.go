@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/internal/testchild"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -858,7 +859,7 @@ func TestStopEndsGracefullyClosingWatcher(t *testing.T) {
 // the dispatcher goroutine kills the process, so the scenario runs in a
 // child process.
 func TestBookmarkTickAfterGracefulClose(t *testing.T) {
-	if !runInChild(t) {
+	if !testchild.Isolate(t) {
 		return
 	}
 	c, w, _ := watchListSetup(t)

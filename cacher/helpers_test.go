@@ -1,13 +1,10 @@
 package cacher
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -391,37 +388,3 @@ func errorStatus(t *testing.T, ev watch.Event) *metav1.Status {
 }
 
 func podName(i int) string { return fmt.Sprintf("pod-%02d", i) }
-
-const childEnv = "WATCHKEEPER_CACHER_TEST_CHILD"
-
-// runInChild reports whether the caller is the child process that must run
-// the test's body; in the parent it runs the test in a child process and
-// fails when the child fails or crashes.
-func runInChild(t *testing.T) bool {
-	t.Helper()
-	if os.Getenv(childEnv) == t.Name() {
-		return true
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+regexp.QuoteMeta(t.Name())+"$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), childEnv+"="+t.Name())
-	out, err := cmd.CombinedOutput()
-	switch {
-	case err != nil:
-		t.Errorf("the test failed in its child process (%v):\n%s", err, tailLines(out, 40))
-	case !bytes.Contains(out, []byte("--- PASS: "+t.Name()+" ")):
-		// A child that ran nothing (a -run pattern that matched no test, a
-		// renamed test) exits 0 too: that is no pass.
-		t.Errorf("the child process did not run and pass %s:\n%s", t.Name(), tailLines(out, 40))
-	}
-	return false
-}
-
-func tailLines(b []byte, n int) string {
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[:n] // the panic and the dispatcher's stack come first
-	}
-	return string(bytes.Join(lines, []byte("\n")))
-}

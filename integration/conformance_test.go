@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/watchkeeper/watchkeeper/internal/testchild"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/features"
@@ -102,6 +103,10 @@ func TestDeleteWithSuggestionAndMissingExpectedTransformOrDecodeError(t *testing
 // default: exact-RV and paginated lists come from the cache's snapshots)
 // and off (they go to etcd), as upstream's own cacher tests do.
 func TestList(t *testing.T) {
+	t.Parallel() // in a process of its own: it sets feature gates
+	if !testchild.Isolate(t) {
+		return
+	}
 	for _, snapshots := range []bool{true, false} {
 		t.Run(fmt.Sprintf("ListFromCacheSnapshot=%v", snapshots), func(t *testing.T) {
 			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, snapshots)
@@ -112,6 +117,10 @@ func TestList(t *testing.T) {
 }
 
 func TestConsistentList(t *testing.T) {
+	t.Parallel() // in a process of its own: it sets feature gates
+	if !testchild.Isolate(t) {
+		return
+	}
 	for _, snapshots := range []bool{true, false} {
 		t.Run(fmt.Sprintf("ListFromCacheSnapshot=%v", snapshots), func(t *testing.T) {
 			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, snapshots)

@@ -54,6 +54,7 @@ const (
 )
 
 func TestFaultAPIServerRestart(t *testing.T) {
+	t.Parallel() // its own etcd and server; no gate, no process-wide metric
 	start := time.Now()
 	etcd := etcdtest.Start(t)
 	dir := t.TempDir()

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
+	"github.com/watchkeeper/watchkeeper/internal/testchild"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
 	informers "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/informers/externalversions"
@@ -402,6 +403,10 @@ func (w *feWriter) delete(ctx context.Context, t *testing.T, name string) {
 }
 
 func TestFaultEtcdRestart(t *testing.T) {
+	t.Parallel() // in a process of its own: it reads the process-wide metrics
+	if !testchild.Isolate(t) {
+		return
+	}
 	etcd := etcdtest.Start(t)
 	s := startSampleServer(t, "--etcd-servers="+etcd.Endpoints()[0],
 		"--watch-cache-bookmark-frequency=1s", "--watch-cache-bookmark-pre-deadline-offset=500ms",

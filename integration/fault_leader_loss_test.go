@@ -27,6 +27,7 @@ import (
 
 	"github.com/watchkeeper/watchkeeper/cacher"
 	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
+	"github.com/watchkeeper/watchkeeper/internal/testchild"
 )
 
 // The third fault of issue 6: a 3-member etcd cluster loses its leader,
@@ -350,6 +351,10 @@ func llWrite(ctx context.Context, e *env, r *rand.Rand, stats *llWriteStats) {
 }
 
 func TestFaultLeaderLoss(t *testing.T) {
+	t.Parallel() // in a process of its own: it reads the process-wide metrics
+	if !testchild.Isolate(t) {
+		return
+	}
 	start := time.Now()
 	cluster := etcdtest.StartCluster(t, 3)
 	leader, err := cluster.WaitLeader(llElection)

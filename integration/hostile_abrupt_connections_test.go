@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/internal/testchild"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -106,6 +107,10 @@ func (s hostileSnapshot) String() string {
 // about 20MiB for that minute, through each watcher's request context:
 // reported, not fixed here.)
 func TestHostileAbruptConnections(t *testing.T) {
+	t.Parallel() // in a process of its own: the process's goroutines and heap are what it checks
+	if !testchild.Isolate(t) {
+		return
+	}
 	const (
 		ns      = "abrupt"
 		objects = 10 // initial events each watch is sent (and does not read)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/watchkeeper/watchkeeper/cacher"
 	"github.com/watchkeeper/watchkeeper/internal/histogram"
+	"github.com/watchkeeper/watchkeeper/internal/testchild"
 	"github.com/watchkeeper/watchkeeper/internal/watchstream"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 )
@@ -303,6 +304,10 @@ func (c *hostileRawConn) readHeader() (*http.Response, error) {
 // took nothing for 10s (cacher/watcher.go slowClientTimeout; the queue's
 // 1024 events are more than a phase writes); phases last longer.
 func TestHostileStalledClient(t *testing.T) {
+	t.Parallel() // in a process of its own: the process's heap and metrics are what it checks
+	if !testchild.Isolate(t) {
+		return
+	}
 	const (
 		readers = 999
 		// objects are updated round robin by writers goroutines, each owning

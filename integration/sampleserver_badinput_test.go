@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/watchkeeper/watchkeeper/internal/testchild"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 )
 
@@ -409,6 +410,10 @@ func (c biCase) do(ctx context.Context, t *testing.T, s *sampleServer) siAnswer 
 // upstream's cacher, each on a server of its own, and then checks that
 // nothing changed.
 func TestSampleServerBadInput(t *testing.T) {
+	t.Parallel() // in a process of its own: the process's goroutines are what it checks
+	if !testchild.Isolate(t) {
+		return
+	}
 	var mu sync.Mutex
 	outcomes := map[string]map[string]string{} // mode -> case -> outcome
 	var names []string

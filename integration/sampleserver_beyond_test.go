@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/watchkeeper/watchkeeper/debugview"
+	"github.com/watchkeeper/watchkeeper/internal/testchild"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 )
 
@@ -56,6 +57,10 @@ func byWatchQuery(rv string) url.Values {
 // resource the server does not serve is refused at start-up with the list of
 // the served ones.
 func TestSampleServerResourceOverrides(t *testing.T) {
+	t.Parallel() // in a process of its own: it runs the server's command, which sets up the process's logging
+	if !testchild.Isolate(t) {
+		return
+	}
 	s := startSampleServer(t,
 		"--watch-cache-resource-overrides=widgets.demo.watchkeeper.io:bookmark-frequency=2s,bookmark-pre-deadline-offset=500ms,events-history-window=10s")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -242,6 +247,10 @@ func TestSampleServerFreshBookmarks(t *testing.T) {
 // it ends with a 504 in the stream, which makes client-go fall back to a
 // LIST, and the metric counts it.
 func TestSampleServerWatchListEndsInsteadOfStarving(t *testing.T) {
+	t.Parallel() // in a process of its own: it reads the process-wide metrics
+	if !testchild.Isolate(t) {
+		return
+	}
 	s := startSampleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/watchkeeper/watchkeeper/internal/testchild"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 )
 
@@ -25,9 +26,13 @@ import (
 //   - none: no cache receives an event, and the debug view lists no cache.
 //
 // The counter is process-wide (legacyregistry): the test reads its growth
-// across one server's life, so it must not run beside another sample server
-// (no t.Parallel here or in tests that write widgets).
+// across one server's life, so it runs in a process of its own, where no
+// other sample server writes widgets.
 func TestSampleServerDecoratorSwitch(t *testing.T) {
+	t.Parallel() // in a process of its own: it reads the process-wide metrics
+	if !testchild.Isolate(t) {
+		return
+	}
 	for _, d := range []string{"watchkeeper", "upstream", "none"} {
 		t.Run(d, func(t *testing.T) {
 			received := map[string]string{"group": "demo.watchkeeper.io", "resource": "widgets"}

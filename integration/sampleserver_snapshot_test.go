@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/watchkeeper/watchkeeper/internal/testchild"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -14,6 +15,10 @@ import (
 // snapshot at its RV (issue 12). The sample apiserver runs in this process,
 // so etcd_requests_total is read from its registry.
 func TestSampleServerPaginatedListsFromSnapshots(t *testing.T) {
+	t.Parallel() // in a process of its own: it reads the process-wide metrics
+	if !testchild.Isolate(t) {
+		return
+	}
 	const widgets, page = 1200, 500
 	s := startSampleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), ssTestDeadline)

@@ -27,6 +27,7 @@ import (
 	restwatch "k8s.io/client-go/rest/watch"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/watchkeeper/watchkeeper/internal/testchild"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
 	clientscheme "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned/scheme"
@@ -421,6 +422,7 @@ func TestSampleServerIdleBookmarks(t *testing.T) {
 // bookmark --watch-cache-bookmark-pre-deadline-offset before the server
 // ends it, then the stream ends.
 func TestSampleServerTimeoutBookmark(t *testing.T) {
+	t.Parallel() // its own etcd and server; no gate, no process-wide metric
 	const timeout, offset = 6 * time.Second, 2 * time.Second
 	s := startSampleServer(t, "--watch-cache-bookmark-frequency=1m", "--watch-cache-bookmark-pre-deadline-offset=2s")
 	ctx, cancel := context.WithTimeout(context.Background(), ssTestDeadline)
@@ -545,6 +547,10 @@ type ssWant struct {
 // room later writes needed it gets 410 Expired in the stream; a reflector whose watch hits 410 re-lists and
 // its store converges on a consistent LIST.
 func TestSampleServerExpiredAndRelist(t *testing.T) {
+	t.Parallel() // in a process of its own: it sets a client-go feature gate
+	if !testchild.Isolate(t) {
+		return
+	}
 	const window, frequency = 3 * time.Second, time.Second
 	s := startSampleServer(t, "--watch-cache-bookmark-frequency=1s", "--watch-cache-bookmark-pre-deadline-offset=500ms",
 		"--watch-cache-events-history-window=3s")

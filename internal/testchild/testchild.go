@@ -1,0 +1,116 @@
+// Package testchild runs one test in a child process of its test binary.
+//
+// Some tests read or set what a process has only one of: the default
+// metrics registry, feature gates, the goroutine count, the live heap; or
+// they may crash the process on the bug they look for. Run in a child, such a
+// test has the process to itself, so the parent can run it beside other
+// tests instead of in the serial phase that go test gives unmarked tests.
+package testchild
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// envVar names the test a child process is to run as itself.
+const envVar = "WATCHKEEPER_TEST_CHILD"
+
+// defaultTimeout bounds a child when the parent has no -test.timeout.
+const defaultTimeout = 10 * time.Minute
+
+// Isolate reports whether the caller is the child process that must run
+// t's body. In the parent it runs t alone in a child process and fails t
+// when the child fails, crashes, times out or runs no such test; the caller
+// then returns. A test that calls t.Parallel first runs beside the others.
+//
+//	t.Parallel()
+//	if !testchild.Isolate(t) {
+//		return
+//	}
+func Isolate(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(envVar) == t.Name() {
+		return true
+	}
+	timeout := defaultTimeout
+	if d, ok := t.Deadline(); ok {
+		// The child's own timeout comes first, so that a hang ends with
+		// the child's goroutine dump rather than the parent's.
+		timeout = time.Until(d) - 30*time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+15*time.Second)
+	defer cancel()
+	args := []string{"-test.run=" + runPattern(t.Name()), "-test.count=1", "-test.v", "-test.timeout=" + timeout.String()}
+	if f := flag.Lookup("test.parallel"); f != nil {
+		args = append(args, "-test.parallel="+f.Value.String()) // the child's own parallel subtests
+	}
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), envVar+"="+t.Name())
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start).Round(time.Millisecond)
+	switch {
+	case err != nil:
+		t.Errorf("the test failed in its child process after %v (%v):\n%s", took, err, excerpt(out))
+	case !bytes.Contains(out, []byte("--- PASS: "+t.Name()+" ")):
+		// A child that ran nothing (a -run pattern that matched no test, a
+		// renamed test) exits 0 too: that is no pass.
+		t.Errorf("the child process did not run and pass %s:\n%s", t.Name(), excerpt(out))
+	default:
+		t.Logf("passed in a child process in %v", took)
+	}
+	return false
+}
+
+// runPattern matches exactly the test named name: -test.run splits its
+// pattern at slashes, one part per level of subtest.
+func runPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
+}
+
+// What a failed child's output adds to the parent's, in bounds: the test's
+// own lines (the run and result lines, and t.Log's, which -test.v indents
+// with spaces), leaving out the server's logs between them, and a panic (a
+// crash, a timeout) with the first of its stacks.
+const (
+	excerptHead  = 40
+	excerptTail  = 200
+	excerptPanic = 60
+)
+
+func excerpt(out []byte) string {
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	var own []string
+	panicAt := -1
+	for i, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "=== "), strings.HasPrefix(l, "--- "), strings.HasPrefix(l, " "):
+			own = append(own, l)
+		case panicAt < 0 && strings.HasPrefix(l, "panic: "):
+			panicAt = i
+		}
+	}
+	var b strings.Builder
+	if len(own) > excerptHead+excerptTail {
+		fmt.Fprintf(&b, "%s\n... %d lines left out ...\n", strings.Join(own[:excerptHead], "\n"), len(own)-excerptHead-excerptTail)
+		own = own[len(own)-excerptTail:]
+	}
+	b.WriteString(strings.Join(own, "\n"))
+	if panicAt >= 0 {
+		end := min(panicAt+excerptPanic, len(lines))
+		fmt.Fprintf(&b, "\n%s", strings.Join(lines[panicAt:end], "\n"))
+	}
+	return b.String()
+}
