@@ -57,7 +57,7 @@ func TestFaultAPIServerRestart(t *testing.T) {
 	t.Parallel() // its own etcd and server; no gate, no process-wide metric
 	start := time.Now()
 	etcd := etcdtest.Start(t)
-	dir := t.TempDir()
+	dir := etcdtest.DataDir(t)
 	port := freeLoopbackPort(t)
 	args := []string{"--etcd-servers=" + etcd.Endpoints()[0], "--data-dir=" + dir, "--secure-port=" + strconv.Itoa(port),
 		"--watch-cache-bookmark-frequency=1s", "--watch-cache-bookmark-pre-deadline-offset=500ms",

@@ -213,7 +213,7 @@ func aggStartSampleServer(t *testing.T, args ...string) *aggServer {
 		fs.AddFlagSet(f)
 	}
 	all := append([]string{
-		"--data-dir=" + t.TempDir(),
+		"--data-dir=" + etcdtest.DataDir(t),
 		"--secure-port=" + strconv.Itoa(port),
 		"--bind-address=127.0.0.1",
 		// Aggregated mode keeps the self-signed certificate in --cert-dir,

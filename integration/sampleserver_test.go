@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 	"github.com/watchkeeper/watchkeeper/internal/freeport"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/server"
@@ -43,7 +44,7 @@ func startSampleServer(t *testing.T, args ...string) *sampleServer {
 	for _, f := range o.Flags().FlagSets {
 		fs.AddFlagSet(f)
 	}
-	all := append([]string{"--data-dir=" + t.TempDir(), "--secure-port=" + strconv.Itoa(port)}, args...)
+	all := append([]string{"--data-dir=" + etcdtest.DataDir(t), "--secure-port=" + strconv.Itoa(port)}, args...)
 	if err := fs.Parse(all); err != nil {
 		t.Fatalf("parsing %v: %v", all, err)
 	}

@@ -2,6 +2,9 @@ package etcdtest
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -31,4 +34,20 @@ func TestRestartKeepsData(t *testing.T) {
 	}
 	e.Stop()
 	e.Stop() // twice is fine
+}
+
+func TestDataDirInMemoryAndRemoved(t *testing.T) {
+	var dir string
+	t.Run("user", func(t *testing.T) {
+		dir = DataDir(t)
+		if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if _, err := os.Stat(memoryDir); err == nil && !strings.HasPrefix(dir, memoryDir+"/") {
+		t.Errorf("data directory %s is not under %s, which this machine has", dir, memoryDir)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("data directory %s still there after its test ended (stat: %v)", dir, err)
+	}
 }

@@ -9,6 +9,7 @@ package etcdtest
 
 import (
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -30,11 +31,12 @@ type Etcd struct {
 }
 
 // config is a test member's: no fsync (a test member is never kept across
-// crashes), logs at error level through the test.
+// crashes), data in memory where the machine allows (DataDir), logs at
+// error level through the test.
 func config(t testing.TB, name string) etcdlaunch.Config {
 	return etcdlaunch.Config{
 		Name:    name,
-		Dir:     t.TempDir(),
+		Dir:     DataDir(t),
 		Logger:  testLogger(t),
 		NoFsync: true,
 	}
@@ -42,6 +44,31 @@ func config(t testing.TB, name string) etcdlaunch.Config {
 
 func testLogger(t testing.TB) *zap.Logger {
 	return zaptest.NewLogger(t, zaptest.Level(zapcore.ErrorLevel))
+}
+
+// memoryDir is a tmpfs on Linux machines.
+const memoryDir = "/dev/shm"
+
+// DataDir returns a new directory for a test's etcd data (or a sample
+// apiserver's, which holds its etcd's), removed when the test ends. It is in
+// memory where the machine has a memoryDir: without fsync etcd still writes
+// each change to its WAL and backend files, and on a disk busy with other
+// work (a cold build beside make test) the page cache throttles those writes
+// and a test's requests stalled past their deadlines. A test's data is
+// thrown away anyway.
+func DataDir(t testing.TB) string {
+	t.Helper()
+	if fi, err := os.Stat(memoryDir); err == nil && fi.IsDir() {
+		if d, err := os.MkdirTemp(memoryDir, "watchkeeper-test-"); err == nil {
+			t.Cleanup(func() {
+				if err := os.RemoveAll(d); err != nil {
+					t.Errorf("removing the test's data directory: %v", err)
+				}
+			})
+			return d
+		}
+	}
+	return t.TempDir()
 }
 
 // Start runs a single-member etcd on free loopback ports and a fresh data
