@@ -677,10 +677,13 @@ func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
 			}
 
 			// What was in the slow client's channel stays readable; what was
-			// queued behind it is dropped with the watcher.
+			// queued behind it is dropped with the watcher. One more may come:
+			// a pump waiting to send when the watcher closes has two ready
+			// cases once the drain frees a slot, and select picks either (the
+			// client still gets an unbroken run of events, then the close).
 			rest := drainUntilClosed(t, slow)
-			if len(rest) != resultBuffer {
-				t.Errorf("the slow watcher delivered %d events before closing, want the %d in its channel", len(rest), resultBuffer)
+			if len(rest) < resultBuffer || len(rest) > resultBuffer+1 {
+				t.Errorf("the slow watcher delivered %d events before closing, want the %d in its channel (or one more, in flight)", len(rest), resultBuffer)
 			}
 			for i, ev := range rest {
 				if rv := eventRV(t, ev); rv != uint64(101+i) {
