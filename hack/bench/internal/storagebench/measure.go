@@ -3,6 +3,7 @@ package storagebench
 import (
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -84,4 +85,11 @@ func profileWindow(path string) (stop func()) {
 			klog.ErrorS(err, "Window CPU profile not saved", "path", path)
 		}
 	}
+}
+
+// gcCycles is how many GC cycles the process has completed.
+func gcCycles() uint64 {
+	sample := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(sample)
+	return sample[0].Value.Uint64()
 }
