@@ -212,43 +212,81 @@ func (c *Cacher) fillList(listObj runtime.Object, objs iter.Seq[*object], sizeHi
 	if listVal.Kind() != reflect.Slice {
 		return fmt.Errorf("need a pointer to slice, got %v", listVal.Kind())
 	}
-	pred := opts.Predicate
+	var p listPage
+	if opts.Predicate.Empty() && limit == 0 && sizeHint > 0 {
+		p = copyAll(listVal, objs, sizeHint)
+	} else {
+		p = selectPage(listVal, objs, sizeHint, opts.Predicate, limit)
+	}
+	upstream.RecordListCacheMetrics(c.groupResource, index, p.fetched, listVal.Len())
+	next, remaining, err := storage.PrepareContinueToken(p.lastKey, key, int64(rv), int64(p.total), p.hasMore, opts)
+	if err != nil {
+		return err
+	}
+	return c.versioner.UpdateList(listObj, rv, next, remaining)
+}
+
+// listPage is what filling a list found: the last key listed, how many
+// objects it looked at (fetched) and how many there are (total, counted
+// only when the continue token's remaining count needs it), and whether
+// more match than the limit let in.
+type listPage struct {
+	lastKey        string
+	fetched, total int
+	hasMore        bool
+}
+
+// copyAll copies every object of objs into the slice listVal, which it
+// makes sizeHint long first and fits to the count after. Each object is
+// copied as the walk reaches it: no pointers collected for a second pass
+// over thousands of objects, each a cache miss again (upstream's cacher
+// also copies at once when everything matches).
+func copyAll(listVal reflect.Value, objs iter.Seq[*object], sizeHint int) listPage {
+	listVal.Set(reflect.MakeSlice(listVal.Type(), sizeHint, sizeHint))
+	var p listPage
+	for o := range objs {
+		if p.fetched < sizeHint {
+			listVal.Index(p.fetched).Set(reflect.ValueOf(o.obj).Elem())
+		} else {
+			listVal.Set(reflect.Append(listVal, reflect.ValueOf(o.obj).Elem()))
+		}
+		p.fetched++
+		p.lastKey = o.key
+	}
+	listVal.SetLen(p.fetched)
+	p.total = p.fetched
+	return p
+}
+
+// selectPage puts into the slice listVal the objects of objs that match
+// pred, at most limit of them (0: all).
+func selectPage(listVal reflect.Value, objs iter.Seq[*object], sizeHint int, pred storage.SelectionPredicate, limit int64) listPage {
 	if limit > 0 {
 		sizeHint = min(sizeHint, int(min(limit, 1<<20)))
 	}
 	selected := make([]*object, 0, sizeHint)
-	hasMore := false
-	// fetched is how many objects were looked at to fill the list; total
-	// how many there are, which the continue token's remaining count
-	// needs only when the predicate selects everything.
-	fetched, total := 0, 0
+	var p listPage
 	countAll := pred.Empty()
 	for o := range objs {
-		total++
+		p.total++
 		if limit > 0 && int64(len(selected)) >= limit {
-			hasMore = true
+			p.hasMore = true
 			if !countAll {
 				break
 			}
 			continue
 		}
-		fetched++
+		p.fetched++
 		if matches(pred, o) {
 			selected = append(selected, o)
 		}
 	}
-	upstream.RecordListCacheMetrics(c.groupResource, index, fetched, len(selected))
 	listVal.Set(reflect.MakeSlice(listVal.Type(), len(selected), len(selected)))
-	lastKey := ""
 	for i, o := range selected {
 		listVal.Index(i).Set(reflect.ValueOf(o.obj).Elem())
-		lastKey = o.key
+		p.lastKey = o.key
 	}
-	next, remaining, err := storage.PrepareContinueToken(lastKey, key, int64(rv), int64(total), hasMore, opts)
-	if err != nil {
-		return err
-	}
-	return c.versioner.UpdateList(listObj, rv, next, remaining)
+	return p
 }
 
 // indexedLocked narrows a recursive list with the first of the resource's
