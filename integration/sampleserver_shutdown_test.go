@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"os"
@@ -147,11 +148,51 @@ func TestSampleServerCtrlCSaysOneLine(t *testing.T) {
 	}
 	var lines []string
 	for _, l := range strings.Split(string(bytes.TrimSpace(all[before:])), "\n") {
-		if strings.TrimSpace(l) != "" {
+		switch {
+		case strings.TrimSpace(l) == "":
+		case etcdSlownessWarning(l):
+			t.Logf("not the stop's, the machine's: %s", l)
+		default:
 			lines = append(lines, l)
 		}
 	}
 	if len(lines) != 1 || !strings.Contains(lines[0], `"Embedded etcd stopped"`) {
 		t.Errorf("after Ctrl-C the server said %d lines, want one, \"Embedded etcd stopped\":\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+}
+
+// etcdSlownessWarning reports whether line is embedded etcd measuring the
+// machine ("slow fdatasync", "apply request took too long": a warning with
+// how long something took). A loaded CI machine prints one at any moment,
+// the stop's final fsync included; it is a true warning for an operator
+// and says nothing about how the server stops.
+func etcdSlownessWarning(line string) bool {
+	var entry struct {
+		Level  string          `json:"level"`
+		Logger string          `json:"logger"`
+		Took   json.RawMessage `json:"took"`
+	}
+	if json.Unmarshal([]byte(line), &entry) != nil {
+		return false
+	}
+	return entry.Logger == "etcd" && entry.Level == "warn" && entry.Took != nil
+}
+
+func TestEtcdSlownessWarning(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want bool
+	}{
+		// Seen in CI after Ctrl-C on a loaded machine.
+		{`{"level":"warn","ts":1796175677.682378,"logger":"etcd","caller":"wal/wal.go:885","msg":"slow fdatasync","took":1.040339742,"expected-duration":1}`, true},
+		{`{"level":"warn","ts":1,"logger":"etcd","caller":"etcdserver/util.go:170","msg":"apply request took too long","took":"112ms","expected-duration":"100ms"}`, true},
+		// What the stop itself must not say (issue 15's bug).
+		{`{"level":"error","ts":1,"logger":"etcd","caller":"embed/etcd.go:876","msg":"setting up serving from embedded etcd failed.","error":"accept tcp 127.0.0.1:2379: use of closed network connection","took":"1s"}`, false},
+		{`{"level":"warn","ts":1,"logger":"etcd","caller":"embed/config.go:956","msg":"Running http and grpc server on single port. This is not recommended for production."}`, false},
+		{`I1202 01:41:17.916156   17412 etcd.go:31] "Embedded etcd stopped" took="1s"`, false},
+	} {
+		if got := etcdSlownessWarning(c.line); got != c.want {
+			t.Errorf("etcdSlownessWarning(%s) = %v, want %v", c.line, got, c.want)
+		}
 	}
 }
