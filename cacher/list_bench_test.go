@@ -255,21 +255,32 @@ func BenchmarkListAfterWrites(b *testing.B) {
 	}
 }
 
-// BenchmarkListPastRV lists 10,000 objects written by events at an RV three
-// writes back, the bench's exact-RV list, whole and in pages of 500
-// (kubectl's) followed to the end: the lists the snapshots serve.
+// BenchmarkListPastRV lists 10,000 objects written by events at an RV 30
+// creates back, the bench's exact-RV list, whole and in pages of 500
+// (kubectl's) followed to the end: the lists the snapshots serve; and, to
+// compare, the current state at RV "0".
 func BenchmarkListPastRV(b *testing.B) {
 	featuregatetesting.SetFeatureGateDuringTest(b, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, true)
 	fs := newFakeStorage(100)
 	c := newTestCacher(b, fs, nil)
 	c.WaitReady(context.Background())
 	sw, _ := fs.waitWatch(b, 1)
-	const n = 10_000
-	for i := range n + 3 {
+	const n, later = 10_000, 30
+	for i := range n + later {
 		sw.send(b, watch.Added, newTestPod(fmt.Sprintf("pod-%05d", i), uint64(101+i), map[string]string{"app": "web"}, "node1"))
 	}
-	poll(b, "applied", func() bool { return c.currentRV() >= 100+n+3 })
+	poll(b, "applied", func() bool { return c.currentRV() >= 100+n+later })
 	rv := fmt.Sprint(100 + n)
+	b.Run("rv0", func(b *testing.B) {
+		opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}
+		b.ReportAllocs()
+		for b.Loop() {
+			list := &example.PodList{}
+			if err := c.GetList(context.Background(), "/pods/", opts, list); err != nil || len(list.Items) != n+later {
+				b.Fatal(err, len(list.Items))
+			}
+		}
+	})
 	b.Run("exact", func(b *testing.B) {
 		opts := storage.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact, Recursive: true, Predicate: everything(false)}
 		b.ReportAllocs()
