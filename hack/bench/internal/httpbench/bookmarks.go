@@ -43,45 +43,42 @@ func bookmarkTimeout(period time.Duration) (timeout, due time.Duration) {
 	return timeout, timeout - bookmarkPreDeadlineOffset
 }
 
-// Bookmarks opens watchers idle, bookmark-enabled watches on widgets, each
-// of which the server owes one bookmark period after it opened, and reports
-// what delivering them cost the server in CPU: the storage level's bookmarks
-// scenario over HTTP.
+// Bookmarks opens watchers idle, bookmark-enabled watches on widgets, all
+// of which the server owes one bookmark at the same time, period after the
+// first opened, and reports what delivering them cost the server in CPU: the
+// storage level's bookmarks scenario over HTTP.
 //
 // The apiserver's periodic bookmark is a fixed 1m, so a shorter period is
-// had through the watch deadline, as at the storage level. Every watch asks
-// for timeoutSeconds = period + 2s (bookmarkTimeout); the handler gives the
-// storage watch a context deadline of its own start + timeoutSeconds
-// (k8s.io/apiserver endpoints/handlers/get.go, handleWatch; a watch is a
-// long-running request, so no request deadline comes before it), and both
-// caches send a watch a bookmark 2s before its deadline when that comes
-// before the periodic one: at handler start + period. With period at most
-// the 1m frequency that is the one bookmark the watch is due (at exactly 1m
-// the two coincide), by the same rule in both caches at default options.
+// had through the watch deadline, as at the storage level. The handler
+// gives the storage watch a context deadline of its own start +
+// timeoutSeconds (k8s.io/apiserver endpoints/handlers/get.go, handleWatch; a
+// watch is a long-running request, so no request deadline comes before it),
+// and both caches send a watch a bookmark 2s before its deadline when that
+// comes before the periodic one. The first watch asks for timeoutSeconds =
+// period + 2s (bookmarkTimeout), and each later one for the whole seconds
+// left to that same deadline, rounded up (watchSpec.deadline): the
+// deadlines fall within a second after it, and the bookmarks due within a
+// second after period, however long opening takes. With period at most the
+// 1m frequency that is the one bookmark each watch is due (at exactly 1m the
+// two coincide), by the same rule in both caches at default options.
 //
-// The watches open over a while (about 0.2s per 1,000 here) and each gets
-// its deadline from its own start, so the bookmarks fall due between the
-// start of opening + period and the end of opening + period. CPU is
-// measured over the storage level's window, anchored at the end of opening:
-// from there plus a 2s settle until every watch has its bookmark, or until
-// 300ms before the last-opened watch's deadline (end of opening + period +
-// 2s). The part before the first bookmark can fall due (start of opening +
-// period - 1.5s, as both caches may send up to a second early) is also
+// CPU is measured over the storage level's window: from the end of opening
+// plus a 2s settle until every watch has its bookmark, or until 300ms before
+// the first deadline, so no watch is ended on its deadline inside it. The
+// part before the first bookmark can fall due (period - 1.5s after the first
+// watch opened, as both caches may send up to a second early) is also
 // reported alone, as the baseline. A run whose opening leaves no such quiet
 // stretch fails.
 //
 // Both caches file bookmark times in one-second slots, may send one up to a
 // slot early, and then, the pre-deadline time not having passed, send
 // another a slot later if the resourceVersion moved. The window ends when
-// every watch has its first, so that second one stays out of it when the
-// due times share a slot, as the storage level's single deadline makes
-// them; spread over two slots, the early watches' second bookmark may go
-// out with the late ones' first. Over more, and once opening takes about
-// the 2s offset or longer, the first watches also reach their deadline
-// inside the window. 10,000 watches take over 2s to open on two cores and
-// get both; the figures say so: watchers_with_extra_bookmarks and
-// watchers_at_deadline (watches the server ended on their deadline, which
-// watchers_closed leaves out) appear only when not zero.
+// every watch has its first, so that second one stays out of it unless the
+// due times straddle two slots, when the early watches' second bookmark may
+// go out with the late ones' first; the figures say so:
+// watchers_with_extra_bookmarks and watchers_at_deadline (watches the server
+// ended on their deadline, which watchers_closed leaves out) appear only
+// when not zero.
 //
 // Meanwhile a writer updates a gadget every second: it moves etcd's
 // revision without touching widgets, and with etcd's progress
@@ -127,14 +124,15 @@ func Bookmarks(ctx context.Context, env Env, decorator string, watchers int, per
 			return err
 		}
 		t0 := time.Now()
-		ws, err := openWatches(ctx, s, watchSpec{path: widgetsPath, resourceVersion: rv, timeout: timeout}, watchers, nil)
+		deadline := t0.Add(timeout)
+		ws, err := openWatches(ctx, s, watchSpec{path: widgetsPath, resourceVersion: rv, deadline: deadline}, watchers, nil)
 		if err != nil {
 			return err
 		}
 		defer ws.stop()
 		opened := time.Now()
-		quietEnd := ws.started.Add(due - bookmarkQuietLead)
-		windowEnd := opened.Add(timeout - bookmarkDeadlineMargin)
+		quietEnd := t0.Add(due - bookmarkQuietLead)
+		windowEnd := deadline.Add(-bookmarkDeadlineMargin)
 		if opened.Add(bookmarkSettle).After(quietEnd.Add(-time.Second)) {
 			return fmt.Errorf("opening %d watches took %v: no idle time left in a %v period",
 				watchers, opened.Sub(t0).Round(time.Millisecond), due)

@@ -31,14 +31,28 @@ type watchSpec struct {
 	// handler starts. Every scenario but bookmarks asks for more than the
 	// run lasts, so no watch ends on its deadline.
 	timeout time.Duration
+	// deadline, if set, replaces timeout: each watch asks for the whole
+	// seconds from its own request to deadline, rounded up, so that the
+	// server's deadlines of all the watches fall within a second after it
+	// (and a little later, by how long a handler takes to start) however
+	// long opening them takes.
+	deadline time.Time
 }
 
-func (w watchSpec) url(base string) string {
+// timeoutAt is the timeout a watch whose request goes out at sent asks for.
+func (w watchSpec) timeoutAt(sent time.Time) time.Duration {
+	if w.deadline.IsZero() {
+		return w.timeout
+	}
+	return (w.deadline.Sub(sent) + time.Second - 1).Truncate(time.Second)
+}
+
+func (w watchSpec) url(base string, sent time.Time) string {
 	q := url.Values{}
 	q.Set("watch", "true")
 	q.Set("allowWatchBookmarks", "true")
 	q.Set("resourceVersion", w.resourceVersion)
-	q.Set("timeoutSeconds", strconv.Itoa(int(w.timeout/time.Second)))
+	q.Set("timeoutSeconds", strconv.Itoa(int(w.timeoutAt(sent)/time.Second)))
 	return base + w.path + "?" + q.Encode()
 }
 
@@ -56,9 +70,9 @@ type watchSet struct {
 	paced     histogram.Histogram
 	pacedFrom atomic.Int64
 
-	// timeout is the watches' timeoutSeconds; started is when the first
+	// spec is what the watches asked for; started is when the first
 	// watch request went out.
-	timeout time.Duration
+	spec    watchSpec
 	started time.Time
 
 	objects   atomic.Int64 // ADDED/MODIFIED/DELETED received, over all watches
@@ -92,8 +106,7 @@ func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, l
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	ws := &watchSet{pool: pool, cancel: cancel, latency: latency, closeReasons: map[string]int{},
-		timeout: spec.timeout, perWatch: make([]atomic.Int32, n), allBookmarked: make(chan struct{})}
-	target := spec.url(s.URL)
+		spec: spec, perWatch: make([]atomic.Int32, n), allBookmarked: make(chan struct{})}
 	ws.started = time.Now()
 
 	sem := make(chan struct{}, openConcurrency)
@@ -113,7 +126,7 @@ func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, l
 		go func(i int, c *http.Client) {
 			defer ws.wg.Done()
 			sent := time.Now()
-			body, err := openWatch(wctx, c, target, s.Token)
+			body, err := openWatch(wctx, c, spec.url(s.URL, sent), s.Token)
 			if err != nil {
 				openErrOnce.Do(func() {
 					openErr = err
@@ -204,13 +217,13 @@ func (ws *watchSet) noteReceipt(t int64) {
 
 // ended counts a watch that stopped on its own; the ones we stop do not
 // count, and one the server ended cleanly at its deadline counts as
-// expired. The server's deadline is timeout after its handler started,
+// expired. The server's deadline is the timeout after its handler started,
 // which is after sent, so an end before sent+timeout came early.
 func (ws *watchSet) ended(err error, sent time.Time) {
 	if ws.stopping.Load() {
 		return
 	}
-	if errors.Is(err, io.EOF) && !time.Now().Before(sent.Add(ws.timeout)) {
+	if errors.Is(err, io.EOF) && !time.Now().Before(sent.Add(ws.spec.timeoutAt(sent))) {
 		ws.expired.Add(1)
 		return
 	}
