@@ -32,12 +32,18 @@ type watchSpec struct {
 	// run lasts, so no watch ends on its deadline.
 	timeout time.Duration
 	// deadline, if set, replaces timeout: each watch asks for the whole
-	// seconds from its own request to deadline, rounded up, so that the
-	// server's deadlines of all the watches fall within a second after it
-	// (and a little later, by how long a handler takes to start) however
-	// long opening them takes.
+	// seconds from its own request to deadline, rounded up, and is sent
+	// only when that puts its server deadline less than deadlineSpread
+	// after deadline (and a little later, by how long a handler takes to
+	// start), however long opening them all takes.
 	deadline time.Time
 }
+
+// deadlineSpread bounds how far after watchSpec.deadline a watch's own
+// deadline falls. Whole-second timeouts alone spread them over a second,
+// which with both caches' one-second slots and ticks of up to 1.25s would
+// put some pre-deadline bookmarks past the first deadline.
+const deadlineSpread = 250 * time.Millisecond
 
 // timeoutAt is the timeout a watch whose request goes out at sent asks for.
 func (w watchSpec) timeoutAt(sent time.Time) time.Duration {
@@ -45,6 +51,21 @@ func (w watchSpec) timeoutAt(sent time.Time) time.Duration {
 		return w.timeout
 	}
 	return (w.deadline.Sub(sent) + time.Second - 1).Truncate(time.Second)
+}
+
+// sendAt is the earliest time from now at which a watch request gets a
+// deadline less than deadlineSpread after w.deadline: now itself without a
+// deadline.
+func (w watchSpec) sendAt(now time.Time) time.Time {
+	if w.deadline.IsZero() {
+		return now
+	}
+	if now.Add(w.timeoutAt(now)).Sub(w.deadline) < deadlineSpread {
+		return now
+	}
+	// Wait for the next whole second before the deadline: from there
+	// the rounding up adds nothing.
+	return now.Add(w.deadline.Sub(now) % time.Second)
 }
 
 func (w watchSpec) url(base string, sent time.Time) string {
@@ -125,6 +146,11 @@ func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, l
 		ws.wg.Add(1)
 		go func(i int, c *http.Client) {
 			defer ws.wg.Done()
+			if err := sleepCtx(wctx, time.Until(spec.sendAt(time.Now()))); err != nil {
+				<-sem
+				opening.Done()
+				return
+			}
 			sent := time.Now()
 			body, err := openWatch(wctx, c, spec.url(s.URL, sent), s.Token)
 			if err != nil {
