@@ -97,7 +97,8 @@ func bookmarkTimeout(period time.Duration) (timeout, due time.Duration) {
 // end of the window, and watchers_without_bookmark appears when some watch
 // got none by then. cpu_seconds_per_1k_bookmarks divides the window's CPU by
 // the bookmarks that came inside it. The server's CPU is read from /proc in
-// 10ms ticks.
+// 10ms ticks; server_gc_cycles_in_window is how many GC cycles it ran in
+// the window (its /metrics), which at 10k watches is much of the CPU.
 func Bookmarks(ctx context.Context, env Env, decorator string, watchers int, period time.Duration) ([]result.Result, error) {
 	if watchers <= 0 || period <= 0 {
 		return nil, fmt.Errorf("bookmarks: watchers = %d, period = %v, want both > 0", watchers, period)
@@ -152,6 +153,10 @@ func Bookmarks(ctx context.Context, env Env, decorator string, watchers int, per
 		}
 
 		b0 := ws.bookmarks.Load()
+		gc0, err := s.gcCycles(ctx)
+		if err != nil {
+			return err
+		}
 		cpu0, err := s.CPUSeconds()
 		if err != nil {
 			return err
@@ -177,6 +182,10 @@ func Bookmarks(ctx context.Context, env Env, decorator string, watchers int, per
 		}
 		wall := time.Since(start)
 		b1 := ws.bookmarks.Load()
+		gc1, err := s.gcCycles(ctx)
+		if err != nil {
+			return err
+		}
 		without, extra := ws.bookmarkCounts()
 		closed, atDeadline := ws.closed.Load(), ws.expired.Load()
 		stopWriter()
@@ -198,6 +207,7 @@ func Bookmarks(ctx context.Context, env Env, decorator string, watchers int, per
 		rec.Add("cpu_seconds_per_1k_bookmarks", cpu/(float64(b1-b0)/1000), "s", result.Lower)
 		rec.Add("cpu_seconds_per_second", cpu/wall.Seconds(), "s/s", result.Lower)
 		rec.Add("cpu_seconds_per_second_before_bookmarks", (cpuQuiet-cpu0)/quietWall.Seconds(), "s/s", result.Lower)
+		rec.Add("server_gc_cycles_in_window", gc1-gc0, "cycles", result.Lower)
 		rec.Add("watchers_closed", float64(closed), "watchers", result.Lower)
 		if atDeadline > 0 {
 			rec.Add("watchers_at_deadline", float64(atDeadline), "watchers", result.Lower)

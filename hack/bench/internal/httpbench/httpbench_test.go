@@ -64,7 +64,7 @@ func TestScenarios(t *testing.T) {
 				t.Errorf("%s = %v, want > 0", k, v)
 			}
 		}
-		mustHave(t, m, "cpu_seconds_per_second_before_bookmarks")
+		mustHave(t, m, "cpu_seconds_per_second_before_bookmarks", "server_gc_cycles_in_window")
 		wantZero(t, m, "watchers_closed")
 		assertNoChildren(t)
 	})

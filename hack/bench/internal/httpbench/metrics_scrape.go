@@ -45,3 +45,14 @@ func (s *serverProcess) sampleMemory(ctx context.Context) (serverSample, error) 
 	}
 	return out, nil
 }
+
+// gcCycles is how many GC cycles the server has completed: with thousands
+// of watches its heap is hundreds of MB, and one cycle more or less in a
+// window moves that window's CPU by a good part of a second.
+func (s *serverProcess) gcCycles(ctx context.Context) (float64, error) {
+	m, err := s.Metrics(ctx, "go_gc_duration_seconds_count")
+	if err != nil {
+		return 0, err
+	}
+	return m[0], nil
+}
