@@ -64,9 +64,9 @@ func bookmarkTimeout(period time.Duration) (timeout, due time.Duration) {
 // spread over a second, and a tick late in it came past the first deadline
 // for one cache or the other; before that, one timeout for all made 10k
 // watches, which take longer than the 2s offset to open, reach their
-// deadlines inside the window.) With period at most the
-// 1m frequency that is the one bookmark each watch is due (at exactly 1m the
-// two coincide), by the same rule in both caches at default options.
+// deadlines inside the window.) With period at most the 1m frequency that
+// is the one bookmark each watch is due (at exactly 1m the two coincide),
+// by the same rule in both caches at default options.
 //
 // CPU is measured over the storage level's window: from the end of opening
 // plus a 2s settle until every watch has its bookmark, or until 300ms before
