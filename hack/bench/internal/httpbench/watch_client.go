@@ -91,10 +91,8 @@ type watchSet struct {
 	paced     histogram.Histogram
 	pacedFrom atomic.Int64
 
-	// spec is what the watches asked for; started is when the first
-	// watch request went out.
-	spec    watchSpec
-	started time.Time
+	// spec is what the watches asked for.
+	spec watchSpec
 
 	objects   atomic.Int64 // ADDED/MODIFIED/DELETED received, over all watches
 	bookmarks atomic.Int64
@@ -128,7 +126,6 @@ func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, l
 	wctx, cancel := context.WithCancel(ctx)
 	ws := &watchSet{pool: pool, cancel: cancel, latency: latency, closeReasons: map[string]int{},
 		spec: spec, perWatch: make([]atomic.Int32, n), allBookmarked: make(chan struct{})}
-	ws.started = time.Now()
 
 	sem := make(chan struct{}, openConcurrency)
 	var opening sync.WaitGroup
@@ -146,13 +143,12 @@ func openWatches(ctx context.Context, s *serverProcess, spec watchSpec, n int, l
 		ws.wg.Add(1)
 		go func(i int, c *http.Client) {
 			defer ws.wg.Done()
-			if err := sleepCtx(wctx, time.Until(spec.sendAt(time.Now()))); err != nil {
-				<-sem
-				opening.Done()
-				return
-			}
+			err := sleepCtx(wctx, time.Until(spec.sendAt(time.Now())))
 			sent := time.Now()
-			body, err := openWatch(wctx, c, spec.url(s.URL, sent), s.Token)
+			var body io.ReadCloser
+			if err == nil {
+				body, err = openWatch(wctx, c, spec.url(s.URL, sent), s.Token)
+			}
 			if err != nil {
 				openErrOnce.Do(func() {
 					openErr = err

@@ -31,11 +31,7 @@ func List(ctx context.Context, env Env, decorator string, objects, repeats int, 
 	defer destroy()
 	for _, series := range []struct{ name, rv string }{{"rv0", "0"}, {"consistent", ""}} {
 		opts := storage.ListOptions{ResourceVersion: series.rv, Predicate: storage.Everything, Recursive: true}
-		if err := timeLists(rec, repeats, series.name, objects, func() (int, error) {
-			list := &example.PodList{}
-			err := s.GetList(ctx, resourcePrefix, opts, list)
-			return len(list.Items), err
-		}); err != nil {
+		if err := timeLists(rec, repeats, series.name, objects, listOnce(ctx, s, opts)); err != nil {
 			return nil, err
 		}
 	}
@@ -61,11 +57,7 @@ func List(ctx context.Context, env Env, decorator string, objects, repeats int, 
 		return nil, err
 	}
 	exactOpts := storage.ListOptions{ResourceVersion: exactRV, ResourceVersionMatch: metav1.ResourceVersionMatchExact, Predicate: storage.Everything, Recursive: true}
-	if err := timeLists(rec, repeats, "exact", objects, func() (int, error) {
-		list := &example.PodList{}
-		err := s.GetList(ctx, resourcePrefix, exactOpts, list)
-		return len(list.Items), err
-	}); err != nil {
+	if err := timeLists(rec, repeats, "exact", objects, listOnce(ctx, s, exactOpts)); err != nil {
 		return nil, err
 	}
 	return rec.Results(), nil
@@ -106,6 +98,15 @@ func timeLists(rec *result.Recorder, repeats int, name string, want int, list fu
 	rec.Add(name+"_lists_a_gc_ended_in", float64(len(sample)-len(withoutGC)), "lists", result.Lower)
 	rec.Add(name+"_latency_p50_no_gc_ms", ms(histogram.SampleQuantile(withoutGC, 0.50)), "ms", result.Lower)
 	return nil
+}
+
+// listOnce is one list of the resource with opts, for timeLists.
+func listOnce(ctx context.Context, s storage.Interface, opts storage.ListOptions) func() (int, error) {
+	return func() (int, error) {
+		list := &example.PodList{}
+		err := s.GetList(ctx, resourcePrefix, opts, list)
+		return len(list.Items), err
+	}
 }
 
 // listPageSize is kubectl's default page.
