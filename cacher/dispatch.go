@@ -1,6 +1,7 @@
 package cacher
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/watchkeeper/watchkeeper/bookmarks"
@@ -19,13 +20,21 @@ type dispatcher struct {
 	due        [][]*watcher
 	candidates []*watcher
 
+	// seq is the number of the event being dispatched, for the match
+	// classes' memo (dispatchSeq).
+	seq uint64
+
 	// The batch being dispatched: its events' objects, the watchers that
-	// get any of them in the order first met, and for each, a bit per event
-	// it gets (touched[i] gets objs[j] when masks[i] has bit j).
+	// get any of them in the order first met, and for each, what it
+	// selects of each event (touched[i] gets objs[j] unless sels[i][j] is
+	// 0).
 	objs    [dispatchBatch]eventObjects
 	touched []*watcher
-	masks   []uint8
+	sels    []batchSelections
 }
+
+// batchSelections is what one watcher selects of each event of a batch.
+type batchSelections [dispatchBatch]selection
 
 // dispatchBatch is how many pending events the dispatcher hands out
 // together. Each watcher then gets its share of the batch in one go: a
@@ -36,6 +45,11 @@ type dispatcher struct {
 // adds no latency. At most 8 (a byte of mask bits), and below the
 // channel's resultBuffer so a batch fits a reader that keeps up.
 const dispatchBatch = 8
+
+// dispatchSeq numbers the events dispatched by every dispatcher of the
+// process, so a match class's memo is never taken for another event's, even
+// one a second dispatcher of the same cache numbered (benchmarks run one).
+var dispatchSeq atomic.Uint64
 
 // dispatchEnv is what the dispatcher needs of its cache.
 type dispatchEnv struct {
@@ -115,10 +129,15 @@ func (d *dispatcher) dispatch(events ...*event) {
 		}
 		d.candidates = d.env.candidates(d.candidates[:0], e)
 		d.objs[j] = d.env.objects(e)
+		d.seq = dispatchSeq.Add(1)
 		for _, w := range d.candidates {
 			// A watcher that started from a state at or after this event
 			// already has it.
-			if e.rv <= w.startRV || !w.interested(e) {
+			if e.rv <= w.startRV {
+				continue
+			}
+			sel := selectionFor(w, e, d.seq)
+			if sel == 0 {
 				continue
 			}
 			// A slot left from an earlier batch points past touched or
@@ -126,21 +145,21 @@ func (d *dispatcher) dispatch(events ...*event) {
 			if slot := int(w.batchSlot); slot >= len(d.touched) || d.touched[slot] != w {
 				w.batchSlot = int32(len(d.touched))
 				d.touched = append(d.touched, w)
-				d.masks = append(d.masks, 0)
+				d.sels = append(d.sels, batchSelections{})
 			}
-			d.masks[w.batchSlot] |= 1 << j
+			d.sels[w.batchSlot][j] = sel
 		}
 		clear(d.candidates)
 	}
 	now := d.env.clock.Now().UnixNano()
 	for i, w := range d.touched {
-		if !w.deliverBatch(d.masks[i], &d.objs, now) {
+		if !w.deliverBatch(&d.sels[i], &d.objs, now) {
 			d.env.tooSlow(w)
 		}
 	}
 	clear(d.touched)
 	clear(d.objs[:len(events)])
-	d.touched, d.masks = d.touched[:0], d.masks[:0]
+	d.touched, d.sels = d.touched[:0], d.sels[:0]
 }
 
 // tick sends the watchers due a bookmark at rv (the dispatcher's: every

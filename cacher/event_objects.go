@@ -25,13 +25,13 @@ func (c *Cacher) objectsOf(e *event) eventObjects {
 	return eventObjects{e: e, versioner: c.versioner, dropped: c.dropped}
 }
 
-// forWatcher is the event as w's client sees it, if at all: an update that
-// moved the object into the selector is an ADDED, one that moved it out a
-// DELETED of the old object at the new RV.
-func (x *eventObjects) forWatcher(w *watcher) (watch.Event, bool) {
+// forSelection is the event as a client whose watcher selects sel of it
+// sees it, if at all: an update that moved the object into the selector is
+// an ADDED, one that moved it out a DELETED of the old object at the new RV.
+func (x *eventObjects) forSelection(sel selection) (watch.Event, bool) {
 	e := x.e
-	curOK := e.typ != watch.Deleted && matches(w.pred, e.cur)
-	prevOK := matches(w.pred, e.prev)
+	curOK := e.typ != watch.Deleted && sel&selectsCur != 0
+	prevOK := sel&selectsPrev != 0
 	var typ watch.EventType
 	switch {
 	case e.typ == watch.Deleted && prevOK:

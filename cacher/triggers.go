@@ -16,11 +16,14 @@ import (
 //   - the others watching a prefix (a namespace, the whole resource) by the
 //     prefix, which ends in "/" (storage.PrepareKey): an event looks up
 //     each "/"-bounded prefix of its key, a handful of map reads.
+//
+// It also interns the watchers' match classes (matchClass), by signature.
 type watcherSet struct {
 	all      map[*watcher]struct{}
 	byValue  map[string]map[*watcher]struct{}
 	byKey    map[string]map[*watcher]struct{}
 	byPrefix map[string]map[*watcher]struct{}
+	classes  map[string]*matchClass
 }
 
 func newWatcherSet() watcherSet {
@@ -29,6 +32,7 @@ func newWatcherSet() watcherSet {
 		byValue:  make(map[string]map[*watcher]struct{}),
 		byKey:    make(map[string]map[*watcher]struct{}),
 		byPrefix: make(map[string]map[*watcher]struct{}),
+		classes:  make(map[string]*matchClass),
 	}
 }
 
@@ -51,6 +55,14 @@ func (s *watcherSet) index(w *watcher) (map[string]map[*watcher]struct{}, string
 
 func (s *watcherSet) add(w *watcher) {
 	s.all[w] = struct{}{}
+	sig := matchSignature(w)
+	class := s.classes[sig]
+	if class == nil {
+		class = &matchClass{sig: sig}
+		s.classes[sig] = class
+	}
+	class.refs++
+	w.class = class
 	m, k := s.index(w)
 	set := m[k]
 	if set == nil {
@@ -61,7 +73,15 @@ func (s *watcherSet) add(w *watcher) {
 }
 
 func (s *watcherSet) remove(w *watcher) {
+	if _, ok := s.all[w]; !ok {
+		return
+	}
 	delete(s.all, w)
+	if class := w.class; class != nil {
+		if class.refs--; class.refs == 0 {
+			delete(s.classes, class.sig)
+		}
+	}
 	m, k := s.index(w)
 	if set := m[k]; set != nil {
 		delete(set, w)

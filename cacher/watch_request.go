@@ -224,9 +224,9 @@ func (c *Cacher) initialState(ctx context.Context, key string, opts storage.List
 // appendInterested appends what w is sent of events, those that concern it.
 func (c *Cacher) appendInterested(out []watch.Event, w *watcher, events []*event) []watch.Event {
 	for _, e := range events {
-		if w.interested(e) {
+		if sel := w.selects(e); sel != 0 {
 			objs := c.objectsOf(e)
-			if ev, ok := objs.forWatcher(w); ok {
+			if ev, ok := objs.forSelection(sel); ok {
 				out = append(out, ev)
 			}
 		}

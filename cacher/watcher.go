@@ -56,6 +56,9 @@ type watcher struct {
 	// batchSlot belongs to the dispatcher goroutine: the watcher's place
 	// in the batch being dispatched, if it is in it.
 	batchSlot int32
+	// class is the watchers that select as this one does, set when the
+	// watcherSet files it (nil for a watcher never filed).
+	class *matchClass
 
 	// startRV is the RV of the state the client starts from: live events at
 	// or below it are already covered by the initial events and are dropped.
@@ -118,21 +121,29 @@ func (w *watcher) ResultChan() <-chan watch.Event { return w.result }
 // readable; what is still queued is dropped.
 func (w *watcher) Stop() { w.env.forget(w, false) }
 
-// interested is whether e concerns this watcher: its key, and its selector
-// on the object either before or after the change.
-func (w *watcher) interested(e *event) bool {
+// selects is what of e concerns this watcher: nothing unless the key is
+// its, and then whether its selector matches the object after the change,
+// and before it.
+func (w *watcher) selects(e *event) selection {
 	o := e.cur
 	if o == nil {
 		o = e.prev
 	}
 	if w.recursive {
 		if !strings.HasPrefix(o.key, w.key) {
-			return false
+			return 0
 		}
 	} else if o.key != w.key {
-		return false
+		return 0
 	}
-	return matches(w.pred, e.cur) || matches(w.pred, e.prev)
+	var sel selection
+	if matches(w.pred, e.cur) {
+		sel |= selectsCur
+	}
+	if matches(w.pred, e.prev) {
+		sel |= selectsPrev
+	}
+	return sel
 }
 
 // floorReached reports whether the WatchList bookmark floor has been met,
@@ -174,17 +185,17 @@ func (w *watcher) deliver(ev watch.Event, nowNanos int64) bool {
 	return w.deliverLocked(ev, nowNanos)
 }
 
-// deliverBatch delivers the events of a dispatch batch whose bits are set
-// in mask, in order, under one hold of the lock; false when the client is
-// too slow for them.
-func (w *watcher) deliverBatch(mask uint8, objs *[dispatchBatch]eventObjects, nowNanos int64) bool {
+// deliverBatch delivers the events of a dispatch batch the watcher selects
+// something of (sels[j] for objs[j]), in order, under one hold of the lock;
+// false when the client is too slow for them.
+func (w *watcher) deliverBatch(sels *batchSelections, objs *[dispatchBatch]eventObjects, nowNanos int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for j := range objs {
-		if mask&(1<<j) == 0 {
+	for j, sel := range sels {
+		if sel == 0 {
 			continue
 		}
-		ev, ok := objs[j].forWatcher(w)
+		ev, ok := objs[j].forSelection(sel)
 		if !ok {
 			continue
 		}

@@ -1,0 +1,63 @@
+package cacher
+
+import (
+	"strconv"
+)
+
+// selection is what a watcher's key and selectors make of one event: whether
+// they select the object after the change, before it, both or neither.
+type selection uint8
+
+const (
+	selectsCur selection = 1 << iota
+	selectsPrev
+)
+
+// matchClass is the watchers of one cache that select alike: the same key,
+// recursion and selectors, so what one of them selects of an event, all do.
+// The dispatcher works a selection out once per class and event rather than
+// once per watcher: with 100k kubelet-shaped watchers, ten on each Secret,
+// matching each watcher's own (cold) key and selector was the largest part
+// of the dispatch.
+type matchClass struct {
+	sig string
+	// refs counts the class's watchers; guarded by the cache's mu, as the
+	// watcherSet that interns the class is.
+	refs int
+
+	// The dispatcher goroutine's memo: sel is the class's selection of the
+	// event numbered seq (dispatchSeq, from 1, so the zero memo is never
+	// taken for an answer).
+	seq uint64
+	sel selection
+}
+
+// matchSignature is what two watchers of a cache share when they select
+// alike. A selector's String is its canonical form (Parse reads it back to
+// an equal selector), so equal strings select the same objects; selectors
+// that select alike but print differently only make two classes.
+func matchSignature(w *watcher) string {
+	sig := w.key + "\x00" + strconv.FormatBool(w.recursive) + "\x00"
+	if w.pred.Label != nil {
+		sig += w.pred.Label.String()
+	}
+	sig += "\x00"
+	if w.pred.Field != nil {
+		sig += w.pred.Field.String()
+	}
+	return sig
+}
+
+// selectionFor is what w selects of e, the dispatcher's event number seq:
+// from the memo of w's class when another watcher of the class already
+// worked it out for this event.
+func selectionFor(w *watcher, e *event, seq uint64) selection {
+	c := w.class
+	if c == nil {
+		return w.selects(e)
+	}
+	if c.seq != seq {
+		c.seq, c.sel = seq, w.selects(e)
+	}
+	return c.sel
+}

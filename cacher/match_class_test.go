@@ -1,0 +1,161 @@
+package cacher
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// countingSelector is a field selector that counts its matches.
+type countingSelector struct {
+	fields.Selector
+	calls *int
+}
+
+func (s countingSelector) Matches(f fields.Fields) bool {
+	*s.calls++
+	return s.Selector.Matches(f)
+}
+
+// classTest files watchers in a watcherSet, as the cache does, and
+// dispatches to the candidates the set gives.
+type classTest struct {
+	set   watcherSet
+	d     *dispatcher
+	calls int
+}
+
+func newClassTest() *classTest {
+	ct := &classTest{set: newWatcherSet()}
+	ct.d = &dispatcher{env: dispatchEnv{
+		clock:      testingclock.NewFakeClock(testEpoch),
+		candidates: func(dst []*watcher, e *event) []*watcher { return ct.set.candidates(dst, e) },
+		objects: func(e *event) eventObjects {
+			return eventObjects{e: e, versioner: storage.APIObjectVersioner{}, dropped: func(string, uint64, error, ...any) {}}
+		},
+		tooSlow:    func(*watcher) {},
+		dispatched: func() {},
+	}}
+	return ct
+}
+
+// watch files a watcher of key with the field selector sel, whose matches
+// are counted.
+func (ct *classTest) watch(t *testing.T, key string, sel string) *watcher {
+	t.Helper()
+	parsed, err := fields.ParseSelector(sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _, _ := newLoneWatcher(100)
+	w.key, w.startRV = key, 100
+	w.pred = storage.SelectionPredicate{Label: labels.Everything(), Field: countingSelector{parsed, &ct.calls}}
+	ct.set.add(w)
+	return w
+}
+
+func podObject(name string, rv uint64, status string) *object {
+	pod := newTestPod(name, rv, nil, "")
+	key, _ := testPodKey(pod)
+	return &object{key: key, obj: pod, labels: labels.Set{}, fields: fields.Set{"metadata.name": name, "status": status}}
+}
+
+func receivedAll(w *watcher) []string {
+	var got []string
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			got = append(got, strings.TrimSuffix(describe(ev), " labels=map[]"))
+		default:
+			return got
+		}
+	}
+}
+
+// Ten watchers of one Secret with one selector (kubelets' shape) cost one
+// selection of an event, not ten: their selector matches the object before
+// and after the change once. A watcher that selects differently is worked
+// out on its own.
+func TestMatchClassSelectsOncePerEvent(t *testing.T) {
+	ct := newClassTest()
+	a := podObject("a", 150, "on")
+	var same []*watcher
+	for range 10 {
+		same = append(same, ct.watch(t, a.key, "metadata.name=a"))
+	}
+	other := ct.watch(t, a.key, "status=on")
+	if len(ct.set.classes) != 2 {
+		t.Fatalf("%d match classes, want 2: one per key and selector", len(ct.set.classes))
+	}
+	ct.d.dispatch(&event{typ: watch.Modified, rv: 151, cur: podObject("a", 151, "on"), prev: a})
+	if ct.calls != 4 {
+		t.Errorf("%d selector matches for 11 watchers in 2 classes, want 4 (before and after, once per class)", ct.calls)
+	}
+	for i, w := range append(same, other) {
+		if got := fmt.Sprint(receivedAll(w)); got != "[MODIFIED a@151]" {
+			t.Errorf("watcher %d got %s, want [MODIFIED a@151]", i, got)
+		}
+	}
+}
+
+// The memo is one event's: in one batch an update that keeps the object in
+// the selector and then one that moves it out are a MODIFIED and a DELETED
+// for every watcher of the class.
+func TestMatchClassMemoIsPerEvent(t *testing.T) {
+	ct := newClassTest()
+	a := podObject("a", 150, "on")
+	w1 := ct.watch(t, a.key, "status=on")
+	w2 := ct.watch(t, a.key, "status=on")
+	on := podObject("a", 151, "on")
+	ct.d.dispatch(
+		&event{typ: watch.Modified, rv: 151, cur: on, prev: a},
+		&event{typ: watch.Modified, rv: 152, cur: podObject("a", 152, "off"), prev: on},
+	)
+	for i, w := range []*watcher{w1, w2} {
+		if got := fmt.Sprint(receivedAll(w)); got != "[MODIFIED a@151 DELETED a@152]" {
+			t.Errorf("watcher %d got %s, want [MODIFIED a@151 DELETED a@152]", i+1, got)
+		}
+	}
+}
+
+// Watchers share a class only when key, recursion and selectors are the
+// same, and a class lives as long as one of its watchers is filed.
+func TestMatchClassInterning(t *testing.T) {
+	ct := newClassTest()
+	w1 := ct.watch(t, "/pods/ns/a", "status=on")
+	w2 := ct.watch(t, "/pods/ns/a", "status=on")
+	for name, w := range map[string]*watcher{
+		"another key":      ct.watch(t, "/pods/ns/b", "status=on"),
+		"another selector": ct.watch(t, "/pods/ns/a", "status=off"),
+	} {
+		if w.class == w1.class {
+			t.Errorf("%s shares the class of /pods/ns/a status=on", name)
+		}
+		ct.set.remove(w)
+	}
+	recursive, _, _ := newLoneWatcher(100)
+	recursive.key, recursive.recursive, recursive.pred = "/pods/ns/a", true, w1.pred
+	ct.set.add(recursive)
+	if recursive.class == w1.class {
+		t.Error("a recursive watcher shares the class of an exact-key one")
+	}
+	ct.set.remove(recursive)
+	if w1.class != w2.class || w1.class.refs != 2 {
+		t.Fatalf("same key and selector: shared %v, refs %d; want shared, 2", w1.class == w2.class, w1.class.refs)
+	}
+	ct.set.remove(w1)
+	ct.set.remove(w1) // removing twice is a no-op
+	if len(ct.set.classes) != 1 || w2.class.refs != 1 {
+		t.Fatalf("after one of two left: %d classes, refs %d; want 1, 1", len(ct.set.classes), w2.class.refs)
+	}
+	ct.set.remove(w2)
+	if len(ct.set.classes) != 0 {
+		t.Errorf("%d classes after every watcher left, want 0", len(ct.set.classes))
+	}
+}
