@@ -12,11 +12,15 @@
 //	bench etcd ...      etcd, in its own process so its CPU is not counted
 //	bench run ...       one (scenario, level, decorator, size) in a fresh
 //	                    process; prints result JSON lines on stdout
+//	bench writer ...    a run's writes, in their own process so their CPU
+//	                    is not counted (started by bench run)
 package main
 
 import (
 	"fmt"
 	"os"
+
+	"github.com/watchkeeper/watchkeeper/hack/bench/internal/storagebench"
 )
 
 func main() {
@@ -26,6 +30,8 @@ func main() {
 		err = etcdMain(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "run":
 		err = runMain(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == storagebench.WriterCommand:
+		err = writerMain(os.Args[2:])
 	default:
 		err = parentMain(os.Args[1:])
 	}

@@ -137,7 +137,11 @@ func runScenario(ctx context.Context, c childFlags) ([]result.Result, error) {
 	r := c.spec
 	switch r.Level {
 	case "storage":
-		env := storagebench.Env{EtcdEndpoint: c.etcd, Prefix: c.prefix, WindowProfile: c.windowProfile}
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		env := storagebench.Env{EtcdEndpoint: c.etcd, Prefix: c.prefix, WindowProfile: c.windowProfile, Self: self}
 		if rs, ok, err := storageScenarios.run(ctx, env, r); ok {
 			return rs, err
 		}

@@ -36,9 +36,9 @@ func openRawStorage(env Env) (storage.Interface, func(), error) {
 }
 
 // podWriter writes pods straight to etcd, one Put of the encoded object
-// each, as the etcd3 storage stores them: the least CPU a write can cost
-// this process, so the CPU of a window of writes is the cache's but for
-// that small, equal share.
+// each, as the etcd3 storage stores them: the least a write can cost the
+// writer, and nothing of the cache's (storm's writers; exactkey's writer
+// process).
 type podWriter struct {
 	client *clientv3.Client
 	// keyPrefix is what the etcd3 storage puts before a key under the
@@ -115,6 +115,21 @@ func waitClosed(ctx context.Context, progress *atomic.Int64, stall time.Duration
 				}
 			}
 		}
+	}
+	return true
+}
+
+// waitFor polls cond until it holds, and reports true; or false once
+// progress has not moved for stall, or ctx ends.
+func waitFor(ctx context.Context, progress *atomic.Int64, stall time.Duration, cond func() bool) bool {
+	last, since := progress.Load(), time.Now()
+	for !cond() {
+		if n := progress.Load(); n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) > stall || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	return true
 }

@@ -39,6 +39,9 @@ type Env struct {
 	// window of work (exactkey's writes) writes a CPU profile of just that
 	// window: a whole-run profile is mostly setup.
 	WindowProfile string
+	// Self is the bench binary, which a scenario starts again as a helper
+	// process (WriterCommand).
+	Self string
 }
 
 // Level is the result level of every figure of this package.
