@@ -119,6 +119,7 @@ func parentMain(args []string) error {
 		t := time.Now()
 		fmt.Fprintf(os.Stderr, "bench: [%d/%d] %s ... ", i+1, len(runs), r)
 		got, err := runChild(ctx, self, c, logDir)
+		tagPair(got, r)
 		results = append(results, got...)
 		if err != nil {
 			failures = append(failures, failure{r, err})
@@ -127,11 +128,12 @@ func parentMain(args []string) error {
 		}
 		fmt.Fprintf(os.Stderr, "%v\n", time.Since(t).Round(100*time.Millisecond))
 	}
-	results = withNetFigures(results)
-
-	if err := writeJSONL(filepath.Join(*outDir, "results.jsonl"), results); err != nil {
+	// results.jsonl keeps every pair's figures; the report, their median.
+	if err := writeJSONL(filepath.Join(*outDir, "results.jsonl"), withNetFigures(results)); err != nil {
 		return err
 	}
+	results = withNetFigures(medianOfPairs(results))
+
 	charts, err := drawCharts(*outDir, results)
 	if err != nil {
 		return fmt.Errorf("charts: %w", err)

@@ -21,6 +21,9 @@ const (
 	exactKeyMaxRatio    = 0.5 // watchkeeper's CPU per write at the largest N over upstream's
 	exactKeyMaxFlatness = 1.2 // watchkeeper's CPU per write at the largest N over the smallest
 	stormMaxLagMs       = 100.0
+	// The HTTP fan-out (issue 13.4), on the median of its pairs.
+	httpFanOutMinEventsRatio = 1.2
+	httpFanOutMaxP99Ratio    = 1.0
 )
 
 // figures indexes one level's results by scenario, decorator and metric,
@@ -57,6 +60,55 @@ func targetRows(results []result.Result) []targetRow {
 	var rows []targetRow
 	rows = append(rows, exactKeyTargets(f)...)
 	rows = append(rows, stormTargets(f)...)
+	rows = append(rows, httpFanOutTargets(results)...)
+	return rows
+}
+
+// httpFanOutTargets judges the HTTP fan-out's events/s and p99 at each size
+// both caches ran, on its figures (the median of its pairs, when paired).
+func httpFanOutTargets(results []result.Result) []targetRow {
+	type key struct {
+		metric   string
+		watchers int
+	}
+	byDec := map[string]map[key]result.Result{decUpstream: {}, decWatchkeeper: {}}
+	var sizes []int
+	for _, r := range results {
+		if r.Level != "http" || r.Scenario != "fanout" || byDec[r.Decorator] == nil {
+			continue
+		}
+		byDec[r.Decorator][key{r.Metric, r.Params["watchers"]}] = r
+		if r.Decorator == decWatchkeeper && r.Metric == "events_delivered_per_second" {
+			sizes = append(sizes, r.Params["watchers"])
+		}
+	}
+	slices.Sort(sizes)
+	var rows []targetRow
+	for _, n := range slices.Compact(sizes) {
+		of := "one run"
+		if p := byDec[decWatchkeeper][key{"events_delivered_per_second", n}].Params[paramPairs]; p > 1 {
+			of = fmt.Sprintf("the median of %d pairs", p)
+		}
+		for _, t := range []struct {
+			metric, what, unit string
+			ok                 func(ratio float64) bool
+		}{
+			{"events_delivered_per_second", fmt.Sprintf("events/s >= %.1fx upstream's", httpFanOutMinEventsRatio), "events/s",
+				func(r float64) bool { return r >= httpFanOutMinEventsRatio }},
+			{"latency_p99", fmt.Sprintf("latency p99 <= %.1fx upstream's", httpFanOutMaxP99Ratio), "ms",
+				func(r float64) bool { return r <= httpFanOutMaxP99Ratio }},
+		} {
+			up, okU := byDec[decUpstream][key{t.metric, n}]
+			wk, okW := byDec[decWatchkeeper][key{t.metric, n}]
+			if !okU || !okW {
+				continue
+			}
+			rows = append(rows, targetRow{scenario: "fanout (http)",
+				target:   fmt.Sprintf("%s watches, %s (%s)", count(n), t.what, of),
+				upstream: formatValue(up.Value) + " " + t.unit, watchkeeper: formatValue(wk.Value) + " " + t.unit,
+				ratio: ratioOf(wk.Value, up.Value), verdict: verdict(up.Value > 0 && t.ok(wk.Value/up.Value))})
+		}
+	}
 	return rows
 }
 

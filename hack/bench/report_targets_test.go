@@ -34,7 +34,7 @@ func TestPlanSizesOfExactKeyAndStorm(t *testing.T) {
 				}
 				switch r.Scenario {
 				case "exactkey":
-					if r.Decorator == decWatchkeeper {
+					if r.Decorator == decWatchkeeper && r.Pair == 0 {
 						exact = append(exact, r.Watchers)
 					}
 					if r.Objects != 10_000 || r.Events != 1_000 {
@@ -92,6 +92,21 @@ func TestTargetRowsJudgeExactKeyAndStorm(t *testing.T) {
 	add("storm", decUpstream, "watchlists_failed", sp, 3)
 	add("storm", decWatchkeeper, "watchlists_failed", sp, 0)
 	add("storm", decWatchkeeper, "writes_missing_from_lag_watch", sp, 0)
+	// The HTTP fan-out's pairs, merged as the parent merges them: events/s
+	// 1.2x (met), p99 1.1x (missed).
+	var fan []result.Result
+	for p, v := range [][4]float64{{1000, 1250, 10, 11}, {900, 1080, 12, 13}, {1100, 1320, 8, 9}} {
+		for i, dec := range []string{decUpstream, decWatchkeeper} {
+			r := runSpec{Scenario: "fanout", Level: "http", Decorator: dec, Watchers: 1000, Pairs: 3, Pair: p}
+			got := []result.Result{
+				{Scenario: "fanout", Level: "http", Decorator: dec, Params: map[string]int{"watchers": 1000, "events": 1000}, Metric: "events_delivered_per_second", Value: v[i]},
+				{Scenario: "fanout", Level: "http", Decorator: dec, Params: map[string]int{"watchers": 1000, "events": 1000}, Metric: "latency_p99", Value: v[2+i]},
+			}
+			tagPair(got, r)
+			fan = append(fan, got...)
+		}
+	}
+	rs = append(rs, medianOfPairs(fan)...)
 
 	got := map[string]string{}
 	for _, r := range targetRows(rs) {
@@ -107,6 +122,8 @@ func TestTargetRowsJudgeExactKeyAndStorm(t *testing.T) {
 		"storm: reflector lag p99 in the storm window < 100 ms":                                 "missed",
 		"storm: WatchList time to initial-events-end p99 <= upstream's":                         "met",
 		"storm: WatchLists failed / writes the lag watch never got = 0":                         "met",
+		"fanout (http): 1k watches, events/s >= 1.2x upstream's (the median of 3 pairs)":        "met",
+		"fanout (http): 1k watches, latency p99 <= 1.0x upstream's (the median of 3 pairs)":     "missed",
 	}
 	for k, v := range want {
 		if got[k] != v {

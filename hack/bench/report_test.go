@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -85,5 +86,84 @@ func TestPlanAlternatesWhichCacheGoesFirst(t *testing.T) {
 	}
 	if d := first[decUpstream] - first[decWatchkeeper]; d < -1 || d > 1 {
 		t.Errorf("upstream goes first in %d pairs, watchkeeper in %d: want each in half", first[decUpstream], first[decWatchkeeper])
+	}
+}
+
+// The sizes that run in pairs run each pair with both caches back to back,
+// which goes first alternating, and every pair is told apart.
+func TestPlanRunsPairs(t *testing.T) {
+	all, _ := plan(fullSizes, []string{"exactkey", "fanout"}, []string{"storage", "http"})
+	type size struct {
+		scenario, level string
+		watchers        int
+	}
+	seen := map[size][]string{}
+	for _, r := range all {
+		k := size{r.Scenario, r.Level, r.Watchers}
+		seen[k] = append(seen[k], fmt.Sprintf("%d:%s", r.Pair+1, r.Decorator))
+	}
+	for k, got := range seen {
+		want := 1
+		switch {
+		case k.scenario == "exactkey":
+			want = fullSizes.exactKeyPairs
+		case k.scenario == "fanout" && k.level == "http":
+			want = fullSizes.httpFanOutPairs
+		}
+		if len(got) != 2*want {
+			t.Errorf("%v: runs %v, want %d pairs", k, got, want)
+			continue
+		}
+		for p := 0; p < want; p++ {
+			a, b := got[2*p], got[2*p+1]
+			if a[:2] != fmt.Sprintf("%d:", p+1) || b[:2] != a[:2] || a == b {
+				t.Errorf("%v: runs %v, pair %d is not both caches back to back", k, got, p+1)
+			}
+			if p > 0 && a[2:] == got[2*p-2][2:] {
+				t.Errorf("%v: runs %v, the same cache goes first in pairs %d and %d", k, got, p, p+1)
+			}
+		}
+	}
+	names := map[string]bool{}
+	for _, r := range all {
+		if names[r.String()] {
+			t.Errorf("two runs are named %s: their logs would overwrite each other", r)
+		}
+		names[r.String()] = true
+	}
+}
+
+// Each figure of a paired size is the median of its pairs' values, with
+// the count; figures of unpaired runs are left as they were, in order.
+func TestMedianOfPairs(t *testing.T) {
+	var raw []result.Result
+	add := func(r runSpec, metric string, v float64) {
+		got := []result.Result{{Scenario: r.Scenario, Level: r.Level, Decorator: r.Decorator,
+			Params: map[string]int{"watchers": r.Watchers}, Metric: metric, Value: v}}
+		tagPair(got, r)
+		raw = append(raw, got...)
+	}
+	idle := runSpec{Scenario: "idle", Level: "storage", Decorator: decUpstream, Watchers: 10, Pairs: 1}
+	add(idle, "m", 7)
+	for p, vs := range [][2]float64{{5, 1}, {1, 2}, {4, 9}} {
+		for i, d := range []string{decUpstream, decWatchkeeper} {
+			add(runSpec{Scenario: "exactkey", Level: "storage", Decorator: d, Watchers: 10, Pairs: 3, Pair: p}, "cpu", vs[i])
+		}
+	}
+	got := medianOfPairs(raw)
+	var lines []string
+	for _, r := range got {
+		lines = append(lines, fmt.Sprintf("%s %s %v %s=%v", r.Scenario, r.Decorator, r.Params, r.Metric, r.Value))
+	}
+	want := []string{
+		"idle upstream map[watchers:10] m=7",
+		"exactkey upstream map[pairs:3 watchers:10] cpu=4",
+		"exactkey watchkeeper map[pairs:3 watchers:10] cpu=2",
+	}
+	if fmt.Sprint(lines) != fmt.Sprint(want) {
+		t.Errorf("merged:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	if _, ok := raw[1].Params[paramPair]; !ok || raw[0].Params[paramPair] != 0 {
+		t.Errorf("raw results lost their pair tags or an unpaired run got one: %v, %v", raw[1].Params, raw[0].Params)
 	}
 }

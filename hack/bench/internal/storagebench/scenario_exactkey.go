@@ -191,6 +191,9 @@ func ExactKey(ctx context.Context, env Env, decorator string, watchers, objects,
 	rec.Add("latency_p50_ms", ms(latencies.Quantile(0.50)), "ms", result.Lower)
 	rec.Add("latency_p99_ms", ms(latencies.Quantile(0.99)), "ms", result.Lower)
 	rec.Add("watchers_closed", float64(f.closed.Load()), "watchers", result.Lower)
+	// Bookmarks are deliveries too: a cache that sends them early in a
+	// watch's life spends CPU on them in the rounds.
+	rec.Add("bookmarks_received", float64(f.bookmarks.Load()), "bookmarks", "")
 	rec.Add("window_seconds", wall.Seconds(), "s", "")
 	rec.Add("write_seconds", writeTime.Seconds(), "s", result.Lower)
 	rec.Add("open_seconds", openTime.Seconds(), "s", result.Lower)
