@@ -388,3 +388,16 @@ func errorStatus(t *testing.T, ev watch.Event) *metav1.Status {
 }
 
 func podName(i int) string { return fmt.Sprintf("pod-%02d", i) }
+
+// receivedAll is what w's channel holds now, described, without waiting.
+func receivedAll(w *watcher) []string {
+	var got []string
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			got = append(got, strings.TrimSuffix(describe(ev), " labels=map[]"))
+		default:
+			return got
+		}
+	}
+}

@@ -2,7 +2,6 @@ package cacher
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/fields"
@@ -64,18 +63,6 @@ func podObject(name string, rv uint64, status string) *object {
 	pod := newTestPod(name, rv, nil, "")
 	key, _ := testPodKey(pod)
 	return &object{key: key, obj: pod, labels: labels.Set{}, fields: fields.Set{"metadata.name": name, "status": status}}
-}
-
-func receivedAll(w *watcher) []string {
-	var got []string
-	for {
-		select {
-		case ev := <-w.ResultChan():
-			got = append(got, strings.TrimSuffix(describe(ev), " labels=map[]"))
-		default:
-			return got
-		}
-	}
 }
 
 // Ten watchers of one Secret with one selector (kubelets' shape) cost one

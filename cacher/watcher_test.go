@@ -2,7 +2,6 @@ package cacher
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -204,17 +203,6 @@ func TestDispatcherBatch(t *testing.T) {
 	if len(slow) != 1 || slow[0] != full {
 		t.Errorf("too slow: %d watchers, want the full one once", len(slow))
 	}
-	received := func(w *watcher) []string {
-		var got []string
-		for {
-			select {
-			case ev := <-w.ResultChan():
-				got = append(got, strings.TrimSuffix(describe(ev), " labels=map[]"))
-			default:
-				return got
-			}
-		}
-	}
 	for name, c := range map[string]struct {
 		w    *watcher
 		want []string
@@ -223,7 +211,7 @@ func TestDispatcherBatch(t *testing.T) {
 		"only b":      {onlyB, []string{"ADDED b@151", "DELETED b@154"}},
 		"from 151 on": {late, []string{"MODIFIED a@152", "DELETED b@154"}},
 	} {
-		if got := received(c.w); fmt.Sprint(got) != fmt.Sprint(c.want) {
+		if got := receivedAll(c.w); fmt.Sprint(got) != fmt.Sprint(c.want) {
 			t.Errorf("%s got %v, want %v", name, got, c.want)
 		}
 	}
@@ -243,7 +231,7 @@ func TestDispatcherBatch(t *testing.T) {
 		"only b":      {onlyB, []string{"ADDED b@156"}},
 		"from 151 on": {late, []string{"MODIFIED a@155", "ADDED b@156"}},
 	} {
-		if got := received(c.w); fmt.Sprint(got) != fmt.Sprint(c.want) {
+		if got := receivedAll(c.w); fmt.Sprint(got) != fmt.Sprint(c.want) {
 			t.Errorf("second batch: %s got %v, want %v", name, got, c.want)
 		}
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -59,7 +58,7 @@ func medianOfPairs(results []result.Result) []result.Result {
 	}
 	for k, i := range at {
 		vs := values[k]
-		out[i].Value = medianValue(vs)
+		out[i].Value = result.Median(vs)
 		out[i].Params[paramPairs] = len(vs)
 	}
 	return out
@@ -74,15 +73,4 @@ func figureKey(r result.Result, params map[string]int) string {
 		b.WriteString("|" + n + "=" + strconv.Itoa(params[n]))
 	}
 	return b.String()
-}
-
-// medianValue is the middle value (the mean of the two middles for an even
-// count).
-func medianValue(vs []float64) float64 {
-	s := slices.Clone(vs)
-	sort.Float64s(s)
-	if n := len(s); n%2 == 0 {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-	return s[len(s)/2]
 }

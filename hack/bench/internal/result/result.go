@@ -2,6 +2,8 @@
 // line per measured figure, so runs can be compared and tabulated by tools.
 package result
 
+import "slices"
+
 // Result is one measured figure of one scenario run with one decorator.
 type Result struct {
 	// Scenario is idle, bookmarks, fanout, list or watchlist.
@@ -26,3 +28,17 @@ const (
 	Lower  = "lower"
 	Higher = "higher"
 )
+
+// Median is the middle of xs (the mean of the two middles for an even
+// count), or 0 for none; xs is left as it was.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}

@@ -5,7 +5,6 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
-	"slices"
 	"syscall"
 	"time"
 
@@ -93,18 +92,4 @@ func gcCycles() uint64 {
 	sample := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
 	metrics.Read(sample)
 	return sample[0].Value.Uint64()
-}
-
-// median is the middle of xs (the mean of the two middles for an even
-// count), or 0 for none; xs is left as it was.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if n := len(s); n%2 == 0 {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-	return s[len(s)/2]
 }

@@ -175,7 +175,7 @@ func ExactKey(ctx context.Context, env Env, decorator string, watchers, objects,
 	for i, r := range rounds {
 		cpus[i] = r.cpu / float64(writes) * 1000
 	}
-	rec.Add("cpu_ms_per_write", median(cpus), "ms", result.Lower)
+	rec.Add("cpu_ms_per_write", result.Median(cpus), "ms", result.Lower)
 	rec.Add("cpu_ms_per_write_max", slices.Max(cpus), "ms", result.Lower)
 	// The first round also pays what each watcher costs once, on its first
 	// event (upstream's per-watcher goroutines grow their stacks then).
