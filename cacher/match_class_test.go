@@ -59,10 +59,11 @@ func (ct *classTest) watch(t *testing.T, key string, sel string) *watcher {
 	return w
 }
 
-func podObject(name string, rv uint64, status string) *object {
-	pod := newTestPod(name, rv, nil, "")
+// podA is pod a at rv, with its status field.
+func podA(rv uint64, status string) *object {
+	pod := newTestPod("a", rv, nil, "")
 	key, _ := testPodKey(pod)
-	return &object{key: key, obj: pod, labels: labels.Set{}, fields: fields.Set{"metadata.name": name, "status": status}}
+	return &object{key: key, obj: pod, labels: labels.Set{}, fields: fields.Set{"metadata.name": "a", "status": status}}
 }
 
 // Ten watchers of one Secret with one selector (kubelets' shape) cost one
@@ -71,7 +72,7 @@ func podObject(name string, rv uint64, status string) *object {
 // out on its own.
 func TestMatchClassSelectsOncePerEvent(t *testing.T) {
 	ct := newClassTest()
-	a := podObject("a", 150, "on")
+	a := podA(150, "on")
 	var same []*watcher
 	for range 10 {
 		same = append(same, ct.watch(t, a.key, "metadata.name=a"))
@@ -80,7 +81,7 @@ func TestMatchClassSelectsOncePerEvent(t *testing.T) {
 	if len(ct.set.classes) != 2 {
 		t.Fatalf("%d match classes, want 2: one per key and selector", len(ct.set.classes))
 	}
-	ct.d.dispatch(&event{typ: watch.Modified, rv: 151, cur: podObject("a", 151, "on"), prev: a})
+	ct.d.dispatch(&event{typ: watch.Modified, rv: 151, cur: podA(151, "on"), prev: a})
 	if ct.calls != 4 {
 		t.Errorf("%d selector matches for 11 watchers in 2 classes, want 4 (before and after, once per class)", ct.calls)
 	}
@@ -96,13 +97,13 @@ func TestMatchClassSelectsOncePerEvent(t *testing.T) {
 // for every watcher of the class.
 func TestMatchClassMemoIsPerEvent(t *testing.T) {
 	ct := newClassTest()
-	a := podObject("a", 150, "on")
+	a := podA(150, "on")
 	w1 := ct.watch(t, a.key, "status=on")
 	w2 := ct.watch(t, a.key, "status=on")
-	on := podObject("a", 151, "on")
+	on := podA(151, "on")
 	ct.d.dispatch(
 		&event{typ: watch.Modified, rv: 151, cur: on, prev: a},
-		&event{typ: watch.Modified, rv: 152, cur: podObject("a", 152, "off"), prev: on},
+		&event{typ: watch.Modified, rv: 152, cur: podA(152, "off"), prev: on},
 	)
 	for i, w := range []*watcher{w1, w2} {
 		if got := fmt.Sprint(receivedAll(w)); got != "[MODIFIED a@151 DELETED a@152]" {

@@ -94,31 +94,6 @@ func runWriters(n int, write func() error) error {
 	return first
 }
 
-// waitClosed waits until every one of done is closed, and reports true;
-// or false once progress has not moved for stall, or ctx ends.
-func waitClosed(ctx context.Context, progress *atomic.Int64, stall time.Duration, done ...<-chan struct{}) bool {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	last, since := progress.Load(), time.Now()
-	for _, d := range done {
-		for waiting := true; waiting; {
-			select {
-			case <-d:
-				waiting = false
-			case <-ctx.Done():
-				return false
-			case <-t.C:
-				if n := progress.Load(); n != last {
-					last, since = n, time.Now()
-				} else if time.Since(since) > stall {
-					return false
-				}
-			}
-		}
-	}
-	return true
-}
-
 // waitFor polls cond until it holds, and reports true; or false once
 // progress has not moved for stall, or ctx ends.
 func waitFor(ctx context.Context, progress *atomic.Int64, stall time.Duration, cond func() bool) bool {

@@ -137,7 +137,7 @@ func ExactKey(ctx context.Context, env Env, decorator string, watchers, objects,
 		stopProfile     = profileWindow(env.WindowProfile)
 	)
 	for r := int64(1); r <= exactKeyRounds && complete; r++ {
-		round, err := exactKeyRoundOf(ctx, writer, objects, writes, func() bool {
+		round, err := exactKeyRoundOf(writer, objects, writes, func() bool {
 			return waitFor(ctx, &delivered, stallTimeout, func() bool {
 				return delivered.Load() >= r*perRound && sentinels.Load() >= r
 			})
@@ -220,7 +220,7 @@ type exactKeyRound struct {
 
 // exactKeyRoundOf collects garbage, then has the writer make one round of
 // writes and waits (delivered) until every watcher has them.
-func exactKeyRoundOf(ctx context.Context, writer *writerProcess, objects, writes int, delivered func() bool) (exactKeyRound, error) {
+func exactKeyRoundOf(writer *writerProcess, objects, writes int, delivered func() bool) (exactKeyRound, error) {
 	runtime.GC()
 	start, cpuStart, gcStart := time.Now(), cpuSeconds(), gcCycles()
 	writeTime, err := writer.exactKey(objects, writes)
