@@ -1,7 +1,7 @@
 package cacher
 
 import (
-	"strconv"
+	"fmt"
 )
 
 // selection is what a watcher's key and selectors make of one event: whether
@@ -33,19 +33,21 @@ type matchClass struct {
 }
 
 // matchSignature is what two watchers of a cache share when they select
-// alike. A selector's String is its canonical form (Parse reads it back to
-// an equal selector), so equal strings select the same objects; selectors
-// that select alike but print differently only make two classes.
+// alike. A selector of apimachinery's prints its canonical form (Parse reads
+// it back to an equal selector), so the same type and string select the same
+// objects; the type tells apart the two that print as "" (Everything and
+// Nothing). Selectors that select alike but print differently only make two
+// classes.
 func matchSignature(w *watcher) string {
-	sig := w.key + "\x00" + strconv.FormatBool(w.recursive) + "\x00"
-	if w.pred.Label != nil {
-		sig += w.pred.Label.String()
+	return fmt.Sprintf("%s\x00%t\x00%T\x00%s\x00%T\x00%s",
+		w.key, w.recursive, w.pred.Label, selectorString(w.pred.Label), w.pred.Field, selectorString(w.pred.Field))
+}
+
+func selectorString(s fmt.Stringer) string {
+	if s == nil {
+		return ""
 	}
-	sig += "\x00"
-	if w.pred.Field != nil {
-		sig += w.pred.Field.String()
-	}
-	return sig
+	return s.String()
 }
 
 // selectionFor is what w selects of e, the dispatcher's event number seq:

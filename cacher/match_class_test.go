@@ -127,6 +127,20 @@ func TestMatchClassInterning(t *testing.T) {
 		}
 		ct.set.remove(w)
 	}
+	// Everything and Nothing both print as "".
+	for _, sel := range []labels.Selector{labels.Everything(), labels.Nothing()} {
+		w, _, _ := newLoneWatcher(100)
+		w.key, w.pred = "/pods/ns/c", storage.SelectionPredicate{Label: sel}
+		ct.set.add(w)
+	}
+	if len(ct.set.classes) != 3 {
+		t.Errorf("%d classes after adding Everything and Nothing of /pods/ns/c, want 3", len(ct.set.classes))
+	}
+	for w := range ct.set.all {
+		if w.key == "/pods/ns/c" {
+			ct.set.remove(w)
+		}
+	}
 	recursive, _, _ := newLoneWatcher(100)
 	recursive.key, recursive.recursive, recursive.pred = "/pods/ns/a", true, w1.pred
 	ct.set.add(recursive)
