@@ -86,10 +86,13 @@ period plus 2s after the start, so both caches owe each watch one pre-deadline
 bookmark at the end of the period (upstream's periodic bookmark is a fixed 1m), while a
 key outside the resource is written every second. exactkey and storm (issue 13) write
 through a raw etcd3 storage, so each cache learns of a write only from its own watch:
-exactkey's CPU per write is the child's CPU from the first write until every exact-key
-watcher has its events; storm's lag is, per write, its scheduled time (open-loop pacing) until an
+exactkey's writes come from a writer process of their own, and its CPU per write is the
+child's CPU from the first write until every exact-key watcher has its events, the median
+of five rounds of the writes over the same watchers; storm's lag is, per write, its scheduled time (open-loop pacing) until an
 always-open plain watch of the cache has the event. Rows of level http come from
 package httpbench: the sample apiserver over HTTP/2, measured as its doc describes.
+Rows with pairs=N ran N times with each cache, which went first alternating: each figure
+is the median of its N values (results.jsonl has every one).
 `
 
 // tableRows groups results into rows in the order the runs produced them;
