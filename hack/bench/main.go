@@ -31,7 +31,7 @@ func main() {
 	case len(os.Args) > 1 && os.Args[1] == "run":
 		err = runMain(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == storagebench.WriterCommand:
-		err = writerMain(os.Args[2:])
+		err = storagebench.WriterMain(os.Args[2:])
 	default:
 		err = parentMain(os.Args[1:])
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -35,6 +36,25 @@ const (
 	// writeFailed answers a request that failed: "error MESSAGE".
 	writeFailed = "error"
 )
+
+// WriterMain is the writer process (`bench writer --etcd URL --prefix P`):
+// ServeWrites on stdin and stdout, until stdin ends, that is until the run
+// that started it closes the pipe or exits.
+func WriterMain(args []string) error {
+	var env Env
+	fs := flag.NewFlagSet(WriterCommand, flag.ContinueOnError)
+	fs.StringVar(&env.EtcdEndpoint, "etcd", "", "etcd client URL")
+	fs.StringVar(&env.Prefix, "prefix", "", "etcd key prefix of the run")
+	klog.InitFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if env.EtcdEndpoint == "" || env.Prefix == "" {
+		return errors.New("writer: --etcd and --prefix are required")
+	}
+	defer klog.Flush()
+	return ServeWrites(context.Background(), env, os.Stdin, os.Stdout)
+}
 
 // ServeWrites is the writer process's loop: it answers requests from in on
 // out until in ends. A request that fails is answered, not fatal; a
