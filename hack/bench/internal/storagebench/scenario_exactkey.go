@@ -129,6 +129,8 @@ func ExactKey(ctx context.Context, env Env, decorator string, watchers, objects,
 	}
 	waitGoroutinesSettle(500*time.Millisecond, 5*time.Second)
 
+	// The window profile spans the five rounds, and so also the
+	// collections forced before each, which no round's CPU counts.
 	var (
 		rounds          []exactKeyRound
 		wall, writeTime time.Duration
