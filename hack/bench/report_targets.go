@@ -30,10 +30,10 @@ const (
 // each with its values by params.
 type figures map[string][]result.Result
 
-func indexFigures(results []result.Result) figures {
+func indexFigures(results []result.Result, level string) figures {
 	f := figures{}
 	for _, r := range results {
-		if r.Level != "storage" {
+		if r.Level != level {
 			continue
 		}
 		k := r.Scenario + "|" + r.Decorator + "|" + r.Metric
@@ -45,49 +45,44 @@ func indexFigures(results []result.Result) figures {
 // at is the figure of scenario, decorator and metric at watchers (0: any
 // size; the last one).
 func (f figures) at(scenario, decorator, metric string, watchers int) (float64, bool) {
+	r, ok := f.result(scenario, decorator, metric, watchers)
+	return r.Value, ok
+}
+
+// result is at's result, params and all.
+func (f figures) result(scenario, decorator, metric string, watchers int) (result.Result, bool) {
 	rs := f[scenario+"|"+decorator+"|"+metric]
 	for i := len(rs) - 1; i >= 0; i-- {
 		if watchers == 0 || rs[i].Params["watchers"] == watchers {
-			return rs[i].Value, true
+			return rs[i], true
 		}
 	}
-	return 0, false
+	return result.Result{}, false
 }
 
 // targetRows judges the targets whose figures are in results.
 func targetRows(results []result.Result) []targetRow {
-	f := indexFigures(results)
+	f := indexFigures(results, "storage")
 	var rows []targetRow
 	rows = append(rows, exactKeyTargets(f)...)
 	rows = append(rows, stormTargets(f)...)
-	rows = append(rows, httpFanOutTargets(results)...)
+	rows = append(rows, httpFanOutTargets(indexFigures(results, "http"))...)
 	return rows
 }
 
 // httpFanOutTargets judges the HTTP fan-out's events/s and p99 at each size
 // both caches ran, on its figures (the median of its pairs, when paired).
-func httpFanOutTargets(results []result.Result) []targetRow {
-	type key struct {
-		metric   string
-		watchers int
-	}
-	byDec := map[string]map[key]result.Result{decUpstream: {}, decWatchkeeper: {}}
+func httpFanOutTargets(f figures) []targetRow {
 	var sizes []int
-	for _, r := range results {
-		if r.Level != "http" || r.Scenario != "fanout" || byDec[r.Decorator] == nil {
-			continue
-		}
-		byDec[r.Decorator][key{r.Metric, r.Params["watchers"]}] = r
-		if r.Decorator == decWatchkeeper && r.Metric == "events_delivered_per_second" {
-			sizes = append(sizes, r.Params["watchers"])
-		}
+	for _, r := range f["fanout|"+decWatchkeeper+"|events_delivered_per_second"] {
+		sizes = append(sizes, r.Params["watchers"])
 	}
 	slices.Sort(sizes)
 	var rows []targetRow
 	for _, n := range slices.Compact(sizes) {
 		of := "one run"
-		if p := byDec[decWatchkeeper][key{"events_delivered_per_second", n}].Params[paramPairs]; p > 1 {
-			of = fmt.Sprintf("the median of %d pairs", p)
+		if r, _ := f.result("fanout", decWatchkeeper, "events_delivered_per_second", n); r.Params[paramPairs] > 1 {
+			of = fmt.Sprintf("the median of %d pairs", r.Params[paramPairs])
 		}
 		for _, t := range []struct {
 			metric, what, unit string
@@ -98,15 +93,15 @@ func httpFanOutTargets(results []result.Result) []targetRow {
 			{"latency_p99", fmt.Sprintf("latency p99 <= %.1fx upstream's", httpFanOutMaxP99Ratio), "ms",
 				func(r float64) bool { return r <= httpFanOutMaxP99Ratio }},
 		} {
-			up, okU := byDec[decUpstream][key{t.metric, n}]
-			wk, okW := byDec[decWatchkeeper][key{t.metric, n}]
+			up, okU := f.at("fanout", decUpstream, t.metric, n)
+			wk, okW := f.at("fanout", decWatchkeeper, t.metric, n)
 			if !okU || !okW {
 				continue
 			}
 			rows = append(rows, targetRow{scenario: "fanout (http)",
 				target:   fmt.Sprintf("%s watches, %s (%s)", count(n), t.what, of),
-				upstream: formatValue(up.Value) + " " + t.unit, watchkeeper: formatValue(wk.Value) + " " + t.unit,
-				ratio: ratioOf(wk.Value, up.Value), verdict: verdict(up.Value > 0 && t.ok(wk.Value/up.Value))})
+				upstream: formatValue(up) + " " + t.unit, watchkeeper: formatValue(wk) + " " + t.unit,
+				ratio: ratioOf(wk, up), verdict: verdict(up > 0 && t.ok(wk/up))})
 		}
 	}
 	return rows
