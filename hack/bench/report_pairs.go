@@ -2,8 +2,6 @@ package main
 
 import (
 	"maps"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
@@ -66,11 +64,5 @@ func medianOfPairs(results []result.Result) []result.Result {
 
 // figureKey names one figure of one size with one decorator.
 func figureKey(r result.Result, params map[string]int) string {
-	names := slices.Sorted(maps.Keys(params))
-	var b strings.Builder
-	b.WriteString(r.Scenario + "|" + r.Level + "|" + r.Decorator + "|" + r.Metric)
-	for _, n := range names {
-		b.WriteString("|" + n + "=" + strconv.Itoa(params[n]))
-	}
-	return b.String()
+	return strings.Join([]string{r.Scenario, r.Level, r.Decorator, formatParams(params), r.Metric}, "|")
 }
