@@ -55,7 +55,7 @@ func (ct *classTest) watch(t *testing.T, key string, sel string) *watcher {
 	w, _, _ := newLoneWatcher(100)
 	w.key, w.startRV = key, 100
 	w.pred = storage.SelectionPredicate{Label: labels.Everything(), Field: countingSelector{parsed, &ct.calls}}
-	ct.set.add(w)
+	ct.set.add(w, matchSignature(w))
 	return w
 }
 
@@ -131,7 +131,7 @@ func TestMatchClassInterning(t *testing.T) {
 	for _, sel := range []labels.Selector{labels.Everything(), labels.Nothing()} {
 		w, _, _ := newLoneWatcher(100)
 		w.key, w.pred = "/pods/ns/c", storage.SelectionPredicate{Label: sel}
-		ct.set.add(w)
+		ct.set.add(w, matchSignature(w))
 	}
 	if len(ct.set.classes) != 3 {
 		t.Errorf("%d classes after adding Everything and Nothing of /pods/ns/c, want 3", len(ct.set.classes))
@@ -143,7 +143,7 @@ func TestMatchClassInterning(t *testing.T) {
 	}
 	recursive, _, _ := newLoneWatcher(100)
 	recursive.key, recursive.recursive, recursive.pred = "/pods/ns/a", true, w1.pred
-	ct.set.add(recursive)
+	ct.set.add(recursive, matchSignature(recursive))
 	if recursive.class == w1.class {
 		t.Error("a recursive watcher shares the class of an exact-key one")
 	}

@@ -53,9 +53,10 @@ func (s *watcherSet) index(w *watcher) (map[string]map[*watcher]struct{}, string
 	}
 }
 
-func (s *watcherSet) add(w *watcher) {
+// add files w, with sig its matchSignature (built by the caller, outside
+// the cache's lock).
+func (s *watcherSet) add(w *watcher, sig string) {
 	s.all[w] = struct{}{}
-	sig := matchSignature(w)
 	class := s.classes[sig]
 	if class == nil {
 		class = &matchClass{sig: sig}

@@ -28,7 +28,7 @@ func TestWatcherSetCandidates(t *testing.T) {
 		mk("node-1", "/pods/", true, "node-1"),
 		mk("node-2", "/pods/", true, "node-2"),
 	} {
-		s.add(w)
+		s.add(w, matchSignature(w))
 	}
 	names := func(e *event) string {
 		var out []string

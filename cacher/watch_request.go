@@ -86,6 +86,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	}
 	w.deadline, _ = ctx.Deadline()
 	w.triggerValue, w.triggered = c.trigger.valueFor(opts.Predicate)
+	sig := matchSignature(w)
 
 	var initial []watch.Event
 	fromState := sendInitial || (requestedRV == 0 && opts.SendInitialEvents == nil)
@@ -147,7 +148,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		w.tracker.Accept(c.rv)
 		initial = append(initial, watch.Event{Type: watch.Bookmark, Object: end})
 	}
-	c.watchers.add(w)
+	c.watchers.add(w, sig)
 	c.metrics.watcherArrived(w.tracker.State())
 	c.metrics.initEvents.Add(float64(len(initial)))
 	c.fileLocked(w, c.clock.Now())
