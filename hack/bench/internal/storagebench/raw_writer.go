@@ -95,11 +95,16 @@ func runWriters(n int, write func() error) error {
 }
 
 // waitFor polls cond until it holds, and reports true; or false once
-// progress has not moved for stall, or ctx ends.
+// progress has not moved for stall (a nil progress never moves: stall is
+// then a plain deadline), or ctx ends.
 func waitFor(ctx context.Context, progress *atomic.Int64, stall time.Duration, cond func() bool) bool {
-	last, since := progress.Load(), time.Now()
+	load := func() int64 { return 0 }
+	if progress != nil {
+		load = progress.Load
+	}
+	last, since := load(), time.Now()
 	for !cond() {
-		if n := progress.Load(); n != last {
+		if n := load(); n != last {
 			last, since = n, time.Now()
 		} else if time.Since(since) > stall || ctx.Err() != nil {
 			return false

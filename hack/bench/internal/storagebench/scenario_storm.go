@@ -182,7 +182,7 @@ func Storm(ctx context.Context, env Env, decorator string, objects, nodes, rate 
 	for _, wr := range writes {
 		last = max(last, wr.rv)
 	}
-	waitUntil(ctx, stormCatchUp, func() bool { _, ok := receipts.Load(last); return ok })
+	waitFor(ctx, nil, stormCatchUp, func() bool { _, ok := receipts.Load(last); return ok })
 	close(stopLists)
 	wg.Wait()
 	lag.stop()
@@ -424,18 +424,6 @@ func (p *pacedWriters) stop() []pacedWrite {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.writes
-}
-
-// waitUntil polls cond until it holds or atMost passes.
-func waitUntil(ctx context.Context, atMost time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(atMost)
-	for !cond() {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
 }
 
 // lagWatch is the storm's always-open plain watch of the whole resource: it
