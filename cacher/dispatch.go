@@ -20,10 +20,6 @@ type dispatcher struct {
 	due        [][]*watcher
 	candidates []*watcher
 
-	// seq is the number of the event being dispatched, for the match
-	// classes' memo (dispatchSeq).
-	seq uint64
-
 	// The batch being dispatched: its events' objects, the watchers that
 	// get any of them in the order first met, and for each, what it
 	// selects of each event (touched[i] gets objs[j] unless sels[i][j] is
@@ -129,14 +125,15 @@ func (d *dispatcher) dispatch(events ...*event) {
 		}
 		d.candidates = d.env.candidates(d.candidates[:0], e)
 		d.objs[j] = d.env.objects(e)
-		d.seq = dispatchSeq.Add(1)
+		// The event's number, for the match classes' memo.
+		seq := dispatchSeq.Add(1)
 		for _, w := range d.candidates {
 			// A watcher that started from a state at or after this event
 			// already has it.
 			if e.rv <= w.startRV {
 				continue
 			}
-			sel := selectionFor(w, e, d.seq)
+			sel := selectionFor(w, e, seq)
 			if sel == 0 {
 				continue
 			}
