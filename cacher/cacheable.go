@@ -85,8 +85,17 @@ func (s *sharedObject) forWatcher() *cacheableObject { return &cacheableObject{s
 // accessors of any cached object carry the same rule).
 type cacheableObject struct {
 	shared *sharedObject
-	own    runtime.Object
-	ownMD  metav1.Object
+	own    *ownedCopy
+}
+
+// ownedCopy is a client's own copy of the object, made on its first change.
+// It hangs off the handle, not in it: the dispatcher allocates a handle per
+// delivery, and two words make that 16 bytes instead of 48. In the HTTP
+// fan-out (1,000 watches) the 48-byte handles were 15% of the bytes the
+// whole server allocated, so of its garbage collections too.
+type ownedCopy struct {
+	obj runtime.Object
+	md  metav1.Object
 }
 
 var (
@@ -98,7 +107,7 @@ var (
 // current is what the client sees now.
 func (o *cacheableObject) current() (runtime.Object, metav1.Object) {
 	if o.own != nil {
-		return o.own, o.ownMD
+		return o.own.obj, o.own.md
 	}
 	return o.shared.obj, o.shared.meta
 }
@@ -106,17 +115,18 @@ func (o *cacheableObject) current() (runtime.Object, metav1.Object) {
 // mutable copies the shared object on the first change.
 func (o *cacheableObject) mutable() metav1.Object {
 	if o.own == nil {
-		o.own = o.shared.obj.DeepCopyObject()
-		o.ownMD, _ = meta.Accessor(o.own) // the shared object had an accessor
+		obj := o.shared.obj.DeepCopyObject()
+		md, _ := meta.Accessor(obj) // the shared object had an accessor
+		o.own = &ownedCopy{obj: obj, md: md}
 	}
-	return o.ownMD
+	return o.own.md
 }
 
 // CacheEncode implements runtime.CacheableObject. encode takes ownership of
 // what it is given (encoders set the kind while encoding), so it gets a copy.
 func (o *cacheableObject) CacheEncode(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
 	if o.own != nil {
-		return encode(o.own.DeepCopyObject(), w)
+		return encode(o.own.obj.DeepCopyObject(), w)
 	}
 	e := o.shared.encoding(id)
 	e.once.Do(func() {
@@ -152,7 +162,7 @@ func (o *cacheableObject) GroupVersionKind() schema.GroupVersionKind {
 
 func (o *cacheableObject) SetGroupVersionKind(gvk schema.GroupVersionKind) {
 	o.mutable()
-	o.own.GetObjectKind().SetGroupVersionKind(gvk)
+	o.own.obj.GetObjectKind().SetGroupVersionKind(gvk)
 }
 
 func (o *cacheableObject) md() metav1.Object { _, m := o.current(); return m }
