@@ -17,21 +17,32 @@ import (
 //     prefix, which ends in "/" (storage.PrepareKey): an event looks up
 //     each "/"-bounded prefix of its key, a handful of map reads.
 //
+// Each index holds, per value, key or prefix, a list of its watchers in no
+// order: every event walks the lists it looks up, and a slice walks faster
+// than a map (BenchmarkDispatch, 1,000 watchers of one prefix: 208-295 us
+// an event against 279-398 us with a map per prefix, four runs each). A
+// watcher is on one list and knows its place there (listSlot), so it
+// leaves in O(1).
+//
 // It also interns the watchers' match classes (matchClass), by signature.
 type watcherSet struct {
 	all      map[*watcher]struct{}
-	byValue  map[string]map[*watcher]struct{}
-	byKey    map[string]map[*watcher]struct{}
-	byPrefix map[string]map[*watcher]struct{}
+	byValue  watcherIndex
+	byKey    watcherIndex
+	byPrefix watcherIndex
 	classes  map[string]*matchClass
 }
+
+// watcherIndex files watchers by one string: a trigger value, a key or a
+// prefix.
+type watcherIndex map[string][]*watcher
 
 func newWatcherSet() watcherSet {
 	return watcherSet{
 		all:      make(map[*watcher]struct{}),
-		byValue:  make(map[string]map[*watcher]struct{}),
-		byKey:    make(map[string]map[*watcher]struct{}),
-		byPrefix: make(map[string]map[*watcher]struct{}),
+		byValue:  make(watcherIndex),
+		byKey:    make(watcherIndex),
+		byPrefix: make(watcherIndex),
 		classes:  make(map[string]*matchClass),
 	}
 }
@@ -41,8 +52,8 @@ func (s *watcherSet) has(w *watcher) bool {
 	return ok
 }
 
-// index is the map and the key w is filed under.
-func (s *watcherSet) index(w *watcher) (map[string]map[*watcher]struct{}, string) {
+// index is the index and the string w is filed under.
+func (s *watcherSet) index(w *watcher) (watcherIndex, string) {
 	switch {
 	case w.triggered:
 		return s.byValue, w.triggerValue
@@ -65,12 +76,8 @@ func (s *watcherSet) add(w *watcher, sig string) {
 	class.refs++
 	w.class = class
 	m, k := s.index(w)
-	set := m[k]
-	if set == nil {
-		set = make(map[*watcher]struct{})
-		m[k] = set
-	}
-	set[w] = struct{}{}
+	w.listSlot = len(m[k])
+	m[k] = append(m[k], w)
 }
 
 func (s *watcherSet) remove(w *watcher) {
@@ -84,11 +91,22 @@ func (s *watcherSet) remove(w *watcher) {
 		}
 	}
 	m, k := s.index(w)
-	if set := m[k]; set != nil {
-		delete(set, w)
-		if len(set) == 0 {
-			delete(m, k)
-		}
+	list := m[k]
+	// The last watcher takes w's place.
+	last := len(list) - 1
+	moved := list[last]
+	list[w.listSlot], moved.listSlot = moved, w.listSlot
+	list[last] = nil
+	list = list[:last]
+	switch {
+	case len(list) == 0:
+		delete(m, k)
+	case cap(list) > 64 && len(list) < cap(list)/4:
+		// A list that held a crowd (a fan-out's watchers) gives the
+		// array back once they have mostly gone.
+		m[k] = slices.Clone(list)
+	default:
+		m[k] = list
 	}
 }
 
@@ -97,22 +115,16 @@ func (s *watcherSet) remove(w *watcher) {
 // key, or under a prefix of its key. Each watcher is filed once, so none
 // comes twice.
 func (s *watcherSet) candidates(dst []*watcher, e *event) []*watcher {
-	for w := range s.byValue[e.curTrigger] {
-		dst = append(dst, w)
-	}
+	dst = append(dst, s.byValue[e.curTrigger]...)
 	if e.prevTrigger != e.curTrigger {
-		for w := range s.byValue[e.prevTrigger] {
-			dst = append(dst, w)
-		}
+		dst = append(dst, s.byValue[e.prevTrigger]...)
 	}
 	o := e.cur
 	if o == nil {
 		o = e.prev
 	}
 	key := o.key
-	for w := range s.byKey[key] {
-		dst = append(dst, w)
-	}
+	dst = append(dst, s.byKey[key]...)
 	if len(s.byPrefix) == 0 {
 		return dst
 	}
@@ -120,9 +132,7 @@ func (s *watcherSet) candidates(dst []*watcher, e *event) []*watcher {
 		if key[i] != '/' {
 			continue
 		}
-		for w := range s.byPrefix[key[:i+1]] {
-			dst = append(dst, w)
-		}
+		dst = append(dst, s.byPrefix[key[:i+1]]...)
 	}
 	return dst
 }

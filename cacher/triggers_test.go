@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -67,4 +68,45 @@ func describeKey(e *event) string {
 		return e.cur.key
 	}
 	return fmt.Sprintf("deleted %s", e.prev.key)
+}
+
+// Watchers leave their list in any order, each taking only itself out: the
+// last on the list takes the leaver's place, and a list that held a crowd
+// gives its array back once most have gone.
+func TestWatcherSetRemoveInAnyOrder(t *testing.T) {
+	const n = 200
+	s := newWatcherSet()
+	open := map[*watcher]bool{}
+	var ws []*watcher
+	for i := range n {
+		w := &watcher{key: "/pods/", recursive: true}
+		if i%4 == 0 { // some on a key of their own list
+			w = &watcher{key: "/pods/ns1/a"}
+		}
+		s.add(w, matchSignature(w))
+		open[w] = true
+		ws = append(ws, w)
+	}
+	e := &event{cur: &object{key: "/pods/ns1/a"}}
+	for step, i := range rand.New(rand.NewPCG(1, 2)).Perm(n) {
+		s.remove(ws[i])
+		delete(open, ws[i])
+		got := s.candidates(nil, e)
+		seen := map[*watcher]bool{}
+		for _, w := range got {
+			if !open[w] || seen[w] {
+				t.Fatalf("after %d removals: candidate %p is closed or comes twice", step+1, w)
+			}
+			seen[w] = true
+		}
+		if len(seen) != len(open) {
+			t.Fatalf("after %d removals: %d candidates, want the %d open", step+1, len(seen), len(open))
+		}
+		if l := s.byPrefix["/pods/"]; len(l) > 0 && len(l) < 16 && cap(l) > 64 {
+			t.Fatalf("after %d removals: %d watchers keep an array of %d", step+1, len(l), cap(l))
+		}
+	}
+	if len(s.all)+len(s.byKey)+len(s.byPrefix)+len(s.byValue) != 0 {
+		t.Errorf("after removing every watcher: %d all, %d keys, %d prefixes, %d values", len(s.all), len(s.byKey), len(s.byPrefix), len(s.byValue))
+	}
 }

@@ -56,6 +56,9 @@ type watcher struct {
 	// batchSlot belongs to the dispatcher goroutine: the watcher's place
 	// in the batch being dispatched, if it is in it.
 	batchSlot int32
+	// listSlot is the watcher's place in the watcherSet list it is filed
+	// on; the cache's mu guards it.
+	listSlot int
 	// class is the watchers that select as this one does, set when the
 	// watcherSet files it (nil for a watcher never filed).
 	class *matchClass
