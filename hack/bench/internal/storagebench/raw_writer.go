@@ -104,9 +104,12 @@ func waitFor(ctx context.Context, progress *atomic.Int64, stall time.Duration, c
 	}
 	last, since := load(), time.Now()
 	for !cond() {
+		if ctx.Err() != nil {
+			return false
+		}
 		if n := load(); n != last {
 			last, since = n, time.Now()
-		} else if time.Since(since) > stall || ctx.Err() != nil {
+		} else if time.Since(since) > stall {
 			return false
 		}
 		time.Sleep(5 * time.Millisecond)
