@@ -25,7 +25,8 @@ func TestMain(m *testing.M) {
 
 // The exactkey scenario end to end against an etcd, for both caches, at a
 // small size: its writer process makes five rounds of the writes, and every
-// watcher gets exactly its object's events from each round, no more.
+// watcher gets exactly its object's events from each round, no more; the
+// five unwatched rounds between them reach no watcher.
 func TestExactKeyAgainstEtcd(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
@@ -48,7 +49,7 @@ func TestExactKeyAgainstEtcd(t *testing.T) {
 			}
 			// Three watchers on each object: each write is owed to three.
 			want := map[string]float64{
-				"rounds": exactKeyRounds, "events_expected": exactKeyRounds * 3 * writes,
+				"rounds": exactKeyRounds, "unwatched_rounds": exactKeyRounds, "events_expected": exactKeyRounds * 3 * writes,
 				"events_missing": 0, "events_extra": 0, "watchers_closed": 0,
 			}
 			for m, v := range want {
@@ -56,10 +57,14 @@ func TestExactKeyAgainstEtcd(t *testing.T) {
 					t.Errorf("%s = %v (reported: %v), want %v", m, g, ok, v)
 				}
 			}
-			for _, m := range []string{"cpu_ms_per_write", "cpu_ms_per_write_first", "cpu_ms_per_write_max", "write_seconds", "latency_p99_ms"} {
+			for _, m := range []string{"cpu_ms_per_write", "cpu_ms_per_write_first", "cpu_ms_per_write_max", "cpu_ms_per_write_unwatched", "write_seconds", "latency_p99_ms"} {
 				if got[m] <= 0 {
 					t.Errorf("%s = %v, want > 0", m, got[m])
 				}
+			}
+			// The difference of two medians of a few ms: any sign.
+			if _, ok := got["cpu_us_per_delivery"]; !ok {
+				t.Error("cpu_us_per_delivery not reported")
 			}
 		})
 	}

@@ -34,6 +34,12 @@ const exactKeySeed = 13
 // events. The writes come from a writer process (WriterCommand), so that
 // CPU is the cache's and its clients', not the writes'.
 //
+// Between those rounds come as many of the same writes to exactKeyUnwatched
+// more objects, which no watcher watches: their CPU per write is what the
+// watchers cost an event none of them selects (flat, if the cache's index
+// works), and the difference between the two, per delivery, is what each
+// event a watcher does get costs.
+//
 // Each watch is what the generic registry makes of kubelet's watch of a
 // Secret by name (?fieldSelector=metadata.name=N in its namespace): the
 // object's key, Recursive false, a metadata.name field selector, the
@@ -49,10 +55,12 @@ func ExactKey(ctx context.Context, env Env, decorator string, watchers, objects,
 	setupStart := time.Now()
 	// Object `objects` is the sentinel, written once after every write: when
 	// its watcher has it, the cache has applied every write before it.
-	if err := writePods(ctx, raw, objects+1, setupWriters, func(i int) *example.Pod {
+	// The exactKeyUnwatched objects after it are no watcher's.
+	all := objects + 1 + exactKeyUnwatched
+	if err := writePods(ctx, raw, all, setupWriters, func(i int) *example.Pod {
 		return benchPod(exactKeyName(i), time.Time{})
 	}); err != nil {
-		return nil, fmt.Errorf("creating %d objects: %w", objects+1, err)
+		return nil, fmt.Errorf("creating %d objects: %w", all, err)
 	}
 	setup := time.Since(setupStart)
 	writer, err := startWriter(env)
@@ -65,7 +73,7 @@ func ExactKey(ctx context.Context, env Env, decorator string, watchers, objects,
 		return nil, err
 	}
 	defer destroy()
-	if err := waitForObjects(ctx, s, objects+1); err != nil {
+	if err := waitForObjects(ctx, s, all); err != nil {
 		return nil, err
 	}
 	rv, _, err := currentRV(ctx, s)
@@ -129,34 +137,48 @@ func ExactKey(ctx context.Context, env Env, decorator string, watchers, objects,
 	}
 	waitGoroutinesSettle(500*time.Millisecond, 5*time.Second)
 
-	// The window profile spans the five rounds, and so also the
-	// collections forced before each, which no round's CPU counts.
+	// The window profile spans every round, unwatched ones included, and
+	// so also the collections forced before each, which no round's CPU
+	// counts.
 	var (
-		rounds          []exactKeyRound
-		wall, writeTime time.Duration
-		gcs             uint64
-		complete        = true
-		stopProfile     = profileWindow(env.WindowProfile)
+		rounds, unwatchedRounds []exactKeyRound
+		wall, writeTime         time.Duration
+		gcs                     uint64
+		complete                = true
+		stopProfile             = profileWindow(env.WindowProfile)
+		watched                 = exactKeyBatch{first: 0, count: objects, writes: writes, sentinel: objects}
+		unwatched               = exactKeyBatch{first: objects + 1, count: exactKeyUnwatched, writes: writes, sentinel: objects}
 	)
 	for r := int64(1); r <= exactKeyRounds && complete; r++ {
-		round, err := exactKeyRoundOf(writer, objects, writes, func() bool {
+		round, err := exactKeyRoundOf(writer, watched, func() bool {
 			return waitFor(ctx, &delivered, stallTimeout, func() bool {
-				return delivered.Load() >= r*perRound && sentinels.Load() >= r
+				return delivered.Load() >= r*perRound && sentinels.Load() >= 2*r-1
 			})
 		})
 		if err != nil {
 			stopProfile()
 			return nil, err
 		}
-		complete = round.complete
 		rounds = append(rounds, round)
 		wall += round.wall
 		writeTime += round.writes
 		gcs += round.gcCycles
+		if complete = round.complete; !complete {
+			break
+		}
+		round, err = exactKeyRoundOf(writer, unwatched, func() bool {
+			return waitFor(ctx, &sentinels, stallTimeout, func() bool { return sentinels.Load() >= 2*r })
+		})
+		if err != nil {
+			stopProfile()
+			return nil, err
+		}
+		unwatchedRounds = append(unwatchedRounds, round)
+		complete = round.complete
 	}
 	stopProfile()
 	if !complete {
-		klog.InfoS("Exact-key delivery did not complete", "round", len(rounds), "delivered", delivered.Load(), "expected", int64(len(rounds))*perRound)
+		klog.InfoS("Exact-key delivery did not complete", "round", len(rounds), "unwatchedRounds", len(unwatchedRounds), "delivered", delivered.Load(), "expected", int64(len(rounds))*perRound)
 	}
 	f.report()
 
@@ -173,20 +195,26 @@ func ExactKey(ctx context.Context, env Env, decorator string, watchers, objects,
 	if missing > 0 || extra > 0 {
 		klog.InfoS("Exact-key watchers got the wrong events", "missing", missing, "extra", extra, "wrongObject", wrong.Load())
 	}
-	cpus := make([]float64, len(rounds))
-	for i, r := range rounds {
-		cpus[i] = r.cpu / float64(writes) * 1000
-	}
+	cpus := cpuPerWrite(rounds, writes)
 	rec.Add("cpu_ms_per_write", result.Median(cpus), "ms", result.Lower)
 	rec.Add("cpu_ms_per_write_max", slices.Max(cpus), "ms", result.Lower)
 	// The first round also pays what each watcher costs once, on its first
 	// event (upstream's per-watcher goroutines grow their stacks then).
 	rec.Add("cpu_ms_per_write_first", cpus[0], "ms", result.Lower)
+	if len(unwatchedRounds) > 0 {
+		unwatchedCPU := result.Median(cpuPerWrite(unwatchedRounds, writes))
+		rec.Add("cpu_ms_per_write_unwatched", unwatchedCPU, "ms", result.Lower)
+		if perRound > 0 {
+			perDelivery := (result.Median(cpus) - unwatchedCPU) * 1000 / (float64(perRound) / float64(writes))
+			rec.Add("cpu_us_per_delivery", perDelivery, "us", result.Lower)
+		}
+	}
 	// A GC cycle is a large share of a round's CPU at 100k watchers (their
 	// clients' stacks are scanned), so whether one fell in a round
 	// explains much of the spread between rounds.
 	rec.Add("gc_cycles_in_window", float64(gcs), "cycles", "")
 	rec.Add("rounds", float64(len(rounds)), "rounds", "")
+	rec.Add("unwatched_rounds", float64(len(unwatchedRounds)), "rounds", "")
 	rec.Add("events_expected", float64(int64(len(rounds))*perRound), "events", "")
 	rec.Add("events_missing", float64(missing), "events", result.Lower)
 	rec.Add("events_extra", float64(extra), "events", result.Lower)
@@ -209,6 +237,18 @@ func ExactKey(ctx context.Context, env Env, decorator string, watchers, objects,
 // move with one, and its latencies are five times as many samples.
 const exactKeyRounds = 5
 
+// exactKeyUnwatched is how many objects the unwatched rounds write to.
+const exactKeyUnwatched = 1000
+
+// cpuPerWrite is each round's CPU per write, in ms.
+func cpuPerWrite(rounds []exactKeyRound, writes int) []float64 {
+	cpus := make([]float64, len(rounds))
+	for i, r := range rounds {
+		cpus[i] = r.cpu / float64(writes) * 1000
+	}
+	return cpus
+}
+
 // exactKeyRound is what one round of writes cost the measured process.
 type exactKeyRound struct {
 	// cpu is the process's CPU seconds from the first write until every
@@ -220,12 +260,12 @@ type exactKeyRound struct {
 	complete bool
 }
 
-// exactKeyRoundOf collects garbage, then has the writer make one round of
-// writes and waits (delivered) until every watcher has them.
-func exactKeyRoundOf(writer *writerProcess, objects, writes int, delivered func() bool) (exactKeyRound, error) {
+// exactKeyRoundOf collects garbage, then has the writer make batch b and
+// waits (delivered) until every watcher has its writes.
+func exactKeyRoundOf(writer *writerProcess, b exactKeyBatch, delivered func() bool) (exactKeyRound, error) {
 	runtime.GC()
 	start, cpuStart, gcStart := time.Now(), cpuSeconds(), gcCycles()
-	writeTime, err := writer.exactKey(objects, writes)
+	writeTime, err := writer.exactKey(b)
 	if err != nil {
 		return exactKeyRound{}, err
 	}

@@ -28,7 +28,8 @@ const WriterCommand = "writer"
 // The writer's line protocol: one request a line on its stdin, one answer a
 // line on its stdout.
 const (
-	// writeRequest asks for the exactkey writes: "exactkey OBJECTS WRITES".
+	// writeRequest asks for one batch of exactkey writes:
+	// "exactkey FIRST COUNT WRITES SENTINEL" (exactKeyBatch).
 	writeRequest = "exactkey"
 	// writeDone answers a request that wrote everything: "done SECONDS",
 	// how long the writes took before the sentinel.
@@ -65,24 +66,24 @@ func ServeWrites(ctx context.Context, env Env, in io.Reader, out io.Writer) erro
 		return err
 	}
 	defer pw.close()
-	return serveWrites(in, out, func(objects, writes int) (time.Duration, error) {
-		return exactKeyWrites(ctx, pw, objects, writes)
+	return serveWrites(in, out, func(b exactKeyBatch) (time.Duration, error) {
+		return exactKeyWrites(ctx, pw, b)
 	})
 }
 
 // serveWrites is ServeWrites with the writing given, so the protocol can be
 // tested without an etcd.
-func serveWrites(in io.Reader, out io.Writer, write func(objects, writes int) (time.Duration, error)) error {
+func serveWrites(in io.Reader, out io.Writer, write func(exactKeyBatch) (time.Duration, error)) error {
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
-		objects, writes, err := parseWriteRequest(sc.Text())
+		b, err := parseWriteRequest(sc.Text())
 		if err != nil {
 			return err
 		}
-		took, err := write(objects, writes)
+		took, err := write(b)
 		answer := fmt.Sprintf("%s %.6f", writeDone, took.Seconds())
 		if err != nil {
-			klog.ErrorS(err, "Writes failed", "objects", objects, "writes", writes)
+			klog.ErrorS(err, "Writes failed", "first", b.first, "count", b.count, "writes", b.writes, "sentinel", b.sentinel)
 			answer = writeFailed + " " + strings.ReplaceAll(err.Error(), "\n", " ")
 		}
 		if _, err := fmt.Fprintln(out, answer); err != nil {
@@ -92,25 +93,42 @@ func serveWrites(in io.Reader, out io.Writer, write func(objects, writes int) (t
 	return sc.Err()
 }
 
-func parseWriteRequest(line string) (objects, writes int, err error) {
-	f := strings.Fields(line)
-	if len(f) != 3 || f[0] != writeRequest {
-		return 0, 0, fmt.Errorf("writer: request %q is not %q OBJECTS WRITES", line, writeRequest)
-	}
-	if objects, err = strconv.Atoi(f[1]); err == nil {
-		writes, err = strconv.Atoi(f[2])
-	}
-	if err != nil || objects <= 0 || writes < 0 {
-		return 0, 0, fmt.Errorf("writer: request %q: want objects > 0 and writes >= 0", line)
-	}
-	return objects, writes, nil
+// exactKeyBatch is one round of exactkey's writes: writes updates of objects
+// first to first+count-1 (exactKeyTargets(count, writes) from first), then
+// one of the sentinel, which no write of the batch may be.
+type exactKeyBatch struct {
+	first, count, writes, sentinel int
 }
 
-// exactKeyWrites makes exactkey's writes, exactKeyTargets(objects, writes)
-// from fanOutWriters concurrent writers, and then the sentinel (object
-// `objects`), and returns how long the writes took without the sentinel.
-func exactKeyWrites(ctx context.Context, pw *podWriter, objects, writes int) (time.Duration, error) {
-	targets := exactKeyTargets(objects, writes)
+func (b exactKeyBatch) request() string {
+	return fmt.Sprintf("%s %d %d %d %d", writeRequest, b.first, b.count, b.writes, b.sentinel)
+}
+
+func parseWriteRequest(line string) (exactKeyBatch, error) {
+	f := strings.Fields(line)
+	if len(f) != 5 || f[0] != writeRequest {
+		return exactKeyBatch{}, fmt.Errorf("writer: request %q is not %q FIRST COUNT WRITES SENTINEL", line, writeRequest)
+	}
+	var n [4]int
+	for i := range n {
+		v, err := strconv.Atoi(f[i+1])
+		if err != nil {
+			return exactKeyBatch{}, fmt.Errorf("writer: request %q: %w", line, err)
+		}
+		n[i] = v
+	}
+	b := exactKeyBatch{first: n[0], count: n[1], writes: n[2], sentinel: n[3]}
+	if b.first < 0 || b.count <= 0 || b.writes < 0 || b.sentinel < 0 || (b.sentinel >= b.first && b.sentinel < b.first+b.count) {
+		return exactKeyBatch{}, fmt.Errorf("writer: request %q: want first >= 0, count > 0, writes >= 0 and the sentinel outside the written objects", line)
+	}
+	return b, nil
+}
+
+// exactKeyWrites makes b's writes from fanOutWriters concurrent writers, and
+// then the sentinel's, and returns how long the writes took without the
+// sentinel.
+func exactKeyWrites(ctx context.Context, pw *podWriter, b exactKeyBatch) (time.Duration, error) {
+	targets := exactKeyTargets(b.count, b.writes)
 	start := time.Now()
 	var k atomic.Int64
 	err := runWriters(fanOutWriters, func() error {
@@ -119,7 +137,7 @@ func exactKeyWrites(ctx context.Context, pw *podWriter, objects, writes int) (ti
 			if n >= len(targets) {
 				return nil
 			}
-			if _, err := pw.put(ctx, benchPod(exactKeyName(targets[n]), time.Time{})); err != nil {
+			if _, err := pw.put(ctx, benchPod(exactKeyName(b.first+targets[n]), time.Time{})); err != nil {
 				return err
 			}
 		}
@@ -128,7 +146,7 @@ func exactKeyWrites(ctx context.Context, pw *podWriter, objects, writes int) (ti
 	if err != nil {
 		return took, err
 	}
-	_, err = pw.put(ctx, benchPod(exactKeyName(objects), time.Time{}))
+	_, err = pw.put(ctx, benchPod(exactKeyName(b.sentinel), time.Time{}))
 	return took, err
 }
 
@@ -162,12 +180,12 @@ func startWriter(env Env) (*writerProcess, error) {
 	return &writerProcess{cmd: cmd, stdin: stdin, answers: bufio.NewScanner(stdout)}, nil
 }
 
-// exactKey has the writer make exactkey's writes and the sentinel, and
-// returns how long the writes took. It waits for the answer however long the
-// writes take: the writer's own etcd client fails them if etcd is gone, and
-// the run's hard timeout ends a hung one.
-func (w *writerProcess) exactKey(objects, writes int) (time.Duration, error) {
-	if _, err := fmt.Fprintf(w.stdin, "%s %d %d\n", writeRequest, objects, writes); err != nil {
+// exactKey has the writer make batch b and returns how long the writes
+// took. It waits for the answer however long the writes take: the writer's
+// own etcd client fails them if etcd is gone, and the run's hard timeout ends
+// a hung one.
+func (w *writerProcess) exactKey(b exactKeyBatch) (time.Duration, error) {
+	if _, err := fmt.Fprintln(w.stdin, b.request()); err != nil {
 		return 0, fmt.Errorf("asking the writer: %w", err)
 	}
 	if !w.answers.Scan() {

@@ -3,6 +3,7 @@ package storagebench
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,21 +13,29 @@ import (
 // error (and goes on), and stops at a request it cannot read; the measured
 // process reads the answers back.
 func TestWriterProtocol(t *testing.T) {
-	var asked []string
-	write := func(objects, writes int) (time.Duration, error) {
-		asked = append(asked, strings.Repeat("w", writes))
-		if writes == 2 {
+	var asked []exactKeyBatch
+	write := func(b exactKeyBatch) (time.Duration, error) {
+		asked = append(asked, b)
+		if b.writes == 2 {
 			return 0, errors.New("etcd said no\nat all")
 		}
 		return 1500 * time.Millisecond, nil
 	}
+	batches := []exactKeyBatch{
+		{first: 0, count: 10, writes: 1, sentinel: 10},
+		{first: 11, count: 5, writes: 2, sentinel: 10},
+		{first: 0, count: 10, writes: 3, sentinel: 10},
+	}
+	var in strings.Builder
+	for _, b := range batches {
+		in.WriteString(b.request() + "\n")
+	}
 	var out bytes.Buffer
-	err := serveWrites(strings.NewReader("exactkey 10 1\nexactkey 10 2\nexactkey 10 3\n"), &out, write)
-	if err != nil {
+	if err := serveWrites(strings.NewReader(in.String()), &out, write); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(asked, ","); got != "w,ww,www" {
-		t.Errorf("writes asked %q, want w,ww,www", got)
+	if !slices.Equal(asked, batches) {
+		t.Errorf("batches asked %+v, want %+v", asked, batches)
 	}
 	answers := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	if len(answers) != 3 {
@@ -38,7 +47,12 @@ func TestWriterProtocol(t *testing.T) {
 	if _, err := parseWriteAnswer(answers[1]); err == nil || !strings.Contains(err.Error(), "etcd said no at all") {
 		t.Errorf("second answer %q read as error %v, want the write's error on one line", answers[1], err)
 	}
-	for _, bad := range []string{"exactkey 10", "exactkey ten 1", "exactkey 0 1", "exactkey 10 -1", "fanout 10 1"} {
+	for _, bad := range []string{
+		"exactkey 0 10 1", "exactkey 0 ten 1 10", "exactkey 0 0 1 10", "exactkey 0 10 -1 10", "exactkey -1 10 1 10",
+		"exactkey 0 10 1 -1", "fanout 0 10 1 10",
+		// The sentinel among the objects written.
+		"exactkey 0 10 1 9", "exactkey 11 5 1 11",
+	} {
 		asked = nil
 		if err := serveWrites(strings.NewReader(bad+"\n"), &out, write); err == nil || len(asked) != 0 {
 			t.Errorf("request %q: error %v after %d writes, want an error and none", bad, err, len(asked))
