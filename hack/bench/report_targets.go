@@ -132,26 +132,18 @@ func exactKeyTargets(f figures) []targetRow {
 	slices.Sort(sizes)
 	lo, hi := sizes[0], sizes[len(sizes)-1]
 	var rows []targetRow
-	upHi, _ := f.at("exactkey", decUpstream, metric, hi)
-	wkHi, _ := f.at("exactkey", decWatchkeeper, metric, hi)
-	rows = append(rows, targetRow{scenario: "exactkey",
-		target:   fmt.Sprintf("CPU per write at %s watchers <= %.1fx upstream's", count(hi), exactKeyMaxRatio),
-		upstream: formatValue(upHi) + " ms", watchkeeper: formatValue(wkHi) + " ms",
-		ratio: ratioOf(wkHi, upHi), verdict: verdict(upHi > 0 && wkHi/upHi <= exactKeyMaxRatio)})
+	// Both caches have the CPU per write at every size in sizes.
+	row, _ := exactKeyRatio(f, metric, "ms", fmt.Sprintf("CPU per write at %s watchers", count(hi)), hi)
+	rows = append(rows, row)
 	if lo != hi {
 		rows = append(rows, exactKeyFlatness(f, metric, "CPU per write", lo, hi))
 		if _, ok := f.at("exactkey", decWatchkeeper, unwatchedMetric, hi); ok {
 			rows = append(rows, exactKeyFlatness(f, unwatchedMetric, "CPU per write no watcher selects", lo, hi))
 		}
 	}
-	upD, okU := f.at("exactkey", decUpstream, deliveryMetric, hi)
-	wkD, okW := f.at("exactkey", decWatchkeeper, deliveryMetric, hi)
-	if okU && okW {
-		rows = append(rows, targetRow{scenario: "exactkey",
-			target: fmt.Sprintf("CPU per delivery at %s watchers (the CPU per write above the unwatched writes', per event a watcher gets) <= %.1fx upstream's",
-				count(hi), exactKeyMaxRatio),
-			upstream: formatValue(upD) + " us", watchkeeper: formatValue(wkD) + " us",
-			ratio: ratioOf(wkD, upD), verdict: verdict(upD > 0 && wkD/upD <= exactKeyMaxRatio)})
+	if row, ok := exactKeyRatio(f, deliveryMetric, "us",
+		fmt.Sprintf("CPU per delivery at %s watchers (the CPU per write above the unwatched writes', per event a watcher gets)", count(hi)), hi); ok {
+		rows = append(rows, row)
 	}
 	for _, n := range sizes {
 		var ups, wks []string
@@ -167,6 +159,17 @@ func exactKeyTargets(f figures) []targetRow {
 			upstream: strings.Join(ups, " / "), watchkeeper: strings.Join(wks, " / "), ratio: "-", verdict: verdict(zero)})
 	}
 	return rows
+}
+
+// exactKeyRatio judges watchkeeper's metric (what, in unit) at n watchers
+// against exactKeyMaxRatio of upstream's; false when either lacks it.
+func exactKeyRatio(f figures, metric, unit, what string, n int) (targetRow, bool) {
+	up, okU := f.at("exactkey", decUpstream, metric, n)
+	wk, okW := f.at("exactkey", decWatchkeeper, metric, n)
+	return targetRow{scenario: "exactkey",
+		target:   fmt.Sprintf("%s <= %.1fx upstream's", what, exactKeyMaxRatio),
+		upstream: formatValue(up) + " " + unit, watchkeeper: formatValue(wk) + " " + unit,
+		ratio: ratioOf(wk, up), verdict: verdict(up > 0 && wk/up <= exactKeyMaxRatio)}, okU && okW
 }
 
 // exactKeyFlatness judges metric (what, in ms) at hi watchers over lo.
