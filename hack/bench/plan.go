@@ -149,8 +149,10 @@ var (
 // size with both decorators back to back, so a slow drift of the machine
 // hits both alike, and which of the two goes first alternating from pair to
 // pair, so that what a place in the order costs (etcd's database grown by
-// the run before, the page cache) falls on each cache as often. skipped
-// names the selected scenarios this mode does not run, for the report.
+// the run before, the page cache) falls on each cache as often. The storage
+// level's idle and exactkey also run the baseline none, no cache, before
+// each pair. skipped names the selected scenarios this mode does not run,
+// for the report.
 func plan(sz sizes, scenarios, levels []string) (runs []runSpec, skipped []string) {
 	orders := [2][]string{{decUpstream, decWatchkeeper}, {decWatchkeeper, decUpstream}}
 	pairs := 0
@@ -167,7 +169,7 @@ func plan(sz sizes, scenarios, levels []string) (runs []runSpec, skipped []strin
 				for p := range max(r.Pairs, 1) {
 					decs := orders[pairs%2]
 					pairs++
-					if sc == "idle" && level == "storage" {
+					if level == "storage" && (sc == "idle" || sc == "exactkey") {
 						decs = append([]string{decNone}, decs...)
 					}
 					r.Pair = p

@@ -49,8 +49,10 @@ func markdownReport(h reportHeader, results []result.Result, failures []failure)
 			valueOrDash(up, hasUp), valueOrDash(wk, hasWK), ratio(up, hasUp, wk, hasWK), dashIfEmpty(r.better))
 	}
 	b.WriteString(targetsTable(targetRows(results)))
+	b.WriteString(floorTable(results))
 	if len(baselines) > 0 {
-		b.WriteString("\nBaseline `none` (a consumer goroutine ranging over a bare unbuffered channel; the `_net` figures above subtract it):\n\n")
+		b.WriteString("\nBaseline `none`, no cache (idle: a consumer goroutine ranging over a bare unbuffered channel, which the `_net` figures above " +
+			"subtract; exactkey: one etcd3 watch of the prefix and a map from key to the watches' channels, the floor table above):\n\n")
 		b.WriteString("| scenario | level | params | metric | none |\n|---|---|---|---|---:|\n")
 		for _, r := range baselines {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.scenario, r.level, r.params,

@@ -9,11 +9,12 @@ import (
 )
 
 // targetRow is one target a scenario is held to, with the figures it is
-// judged on and the verdict.
+// judged on (upstream's, and judged's: watchkeeper's, or for the floor
+// table no cache's) and the verdict.
 type targetRow struct {
-	scenario, target      string
-	upstream, watchkeeper string
-	ratio, verdict        string
+	scenario, target string
+	upstream, judged string
+	ratio, verdict   string
 }
 
 // Targets of issue 13's scenarios.
@@ -64,7 +65,7 @@ func (f figures) result(scenario, decorator, metric string, watchers int) (resul
 func targetRows(results []result.Result) []targetRow {
 	f := indexFigures(results, "storage")
 	var rows []targetRow
-	rows = append(rows, exactKeyTargets(f)...)
+	rows = append(rows, exactKeyTargets(f, decWatchkeeper)...)
 	rows = append(rows, stormTargets(f)...)
 	rows = append(rows, httpFanOutTargets(indexFigures(results, "http"))...)
 	return rows
@@ -100,7 +101,7 @@ func httpFanOutTargets(f figures) []targetRow {
 			}
 			rows = append(rows, targetRow{scenario: "fanout (http)",
 				target:   fmt.Sprintf("%s watches, %s (%s)", count(n), t.what, of),
-				upstream: formatValue(up) + " " + t.unit, watchkeeper: formatValue(wk) + " " + t.unit,
+				upstream: formatValue(up) + " " + t.unit, judged: formatValue(wk) + " " + t.unit,
 				ratio: ratioOf(wk, up), verdict: verdict(up > 0 && t.ok(wk/up))})
 		}
 	}
@@ -118,10 +119,12 @@ const (
 // tell apart: the writes no watcher selects must cost no more at the
 // largest N than at the smallest (the index's job), and what grows with N,
 // the deliveries, must each cost at most exactKeyMaxRatio of upstream's.
-func exactKeyTargets(f figures) []targetRow {
+// dec is whose figures are judged: watchkeeper's, or for the floor table the
+// none run's (no cache at all).
+func exactKeyTargets(f figures, dec string) []targetRow {
 	const metric = "cpu_ms_per_write"
 	var sizes []int
-	for _, r := range f["exactkey|"+decWatchkeeper+"|"+metric] {
+	for _, r := range f["exactkey|"+dec+"|"+metric] {
 		if _, ok := f.at("exactkey", decUpstream, metric, r.Params["watchers"]); ok {
 			sizes = append(sizes, r.Params["watchers"])
 		}
@@ -132,57 +135,57 @@ func exactKeyTargets(f figures) []targetRow {
 	slices.Sort(sizes)
 	lo, hi := sizes[0], sizes[len(sizes)-1]
 	var rows []targetRow
-	// Both caches have the CPU per write at every size in sizes.
-	row, _ := exactKeyRatio(f, metric, "ms", fmt.Sprintf("CPU per write at %s watchers", count(hi)), hi)
+	// Both have the CPU per write at every size in sizes.
+	row, _ := exactKeyRatio(f, dec, metric, "ms", fmt.Sprintf("CPU per write at %s watchers", count(hi)), hi)
 	rows = append(rows, row)
 	if lo != hi {
-		rows = append(rows, exactKeyFlatness(f, metric, "CPU per write", lo, hi))
-		if _, ok := f.at("exactkey", decWatchkeeper, unwatchedMetric, hi); ok {
-			rows = append(rows, exactKeyFlatness(f, unwatchedMetric, "CPU per write no watcher selects", lo, hi))
+		rows = append(rows, exactKeyFlatness(f, dec, metric, "CPU per write", lo, hi))
+		if _, ok := f.at("exactkey", dec, unwatchedMetric, hi); ok {
+			rows = append(rows, exactKeyFlatness(f, dec, unwatchedMetric, "CPU per write no watcher selects", lo, hi))
 		}
 	}
-	if row, ok := exactKeyRatio(f, deliveryMetric, "us",
+	if row, ok := exactKeyRatio(f, dec, deliveryMetric, "us",
 		fmt.Sprintf("CPU per delivery at %s watchers (the CPU per write above the unwatched writes', per event a watcher gets)", count(hi)), hi); ok {
 		rows = append(rows, row)
 	}
 	for _, n := range sizes {
-		var ups, wks []string
+		var ups, got []string
 		zero := true
 		for _, m := range []string{"events_missing", "events_extra"} {
 			up, okU := f.at("exactkey", decUpstream, m, n)
-			wk, okW := f.at("exactkey", decWatchkeeper, m, n)
-			ups, wks = append(ups, valueOrDash(up, okU)), append(wks, valueOrDash(wk, okW))
-			zero = zero && okW && wk == 0
+			v, ok := f.at("exactkey", dec, m, n)
+			ups, got = append(ups, valueOrDash(up, okU)), append(got, valueOrDash(v, ok))
+			zero = zero && ok && v == 0
 		}
 		rows = append(rows, targetRow{scenario: "exactkey",
 			target:   fmt.Sprintf("each of %s watchers gets exactly its object's events: missing / extra = 0", count(n)),
-			upstream: strings.Join(ups, " / "), watchkeeper: strings.Join(wks, " / "), ratio: "-", verdict: verdict(zero)})
+			upstream: strings.Join(ups, " / "), judged: strings.Join(got, " / "), ratio: "-", verdict: verdict(zero)})
 	}
 	return rows
 }
 
-// exactKeyRatio judges watchkeeper's metric (what, in unit) at n watchers
-// against exactKeyMaxRatio of upstream's; false when either lacks it.
-func exactKeyRatio(f figures, metric, unit, what string, n int) (targetRow, bool) {
+// exactKeyRatio judges dec's metric (what, in unit) at n watchers against
+// exactKeyMaxRatio of upstream's; false when either lacks it.
+func exactKeyRatio(f figures, dec, metric, unit, what string, n int) (targetRow, bool) {
 	up, okU := f.at("exactkey", decUpstream, metric, n)
-	wk, okW := f.at("exactkey", decWatchkeeper, metric, n)
+	v, ok := f.at("exactkey", dec, metric, n)
 	return targetRow{scenario: "exactkey",
 		target:   fmt.Sprintf("%s <= %.1fx upstream's", what, exactKeyMaxRatio),
-		upstream: formatValue(up) + " " + unit, watchkeeper: formatValue(wk) + " " + unit,
-		ratio: ratioOf(wk, up), verdict: verdict(up > 0 && wk/up <= exactKeyMaxRatio)}, okU && okW
+		upstream: formatValue(up) + " " + unit, judged: formatValue(v) + " " + unit,
+		ratio: ratioOf(v, up), verdict: verdict(up > 0 && v/up <= exactKeyMaxRatio)}, okU && ok
 }
 
-// exactKeyFlatness judges metric (what, in ms) at hi watchers over lo.
-func exactKeyFlatness(f figures, metric, what string, lo, hi int) targetRow {
+// exactKeyFlatness judges dec's metric (what, in ms) at hi watchers over lo.
+func exactKeyFlatness(f figures, dec, metric, what string, lo, hi int) targetRow {
 	upLo, _ := f.at("exactkey", decUpstream, metric, lo)
-	wkLo, _ := f.at("exactkey", decWatchkeeper, metric, lo)
+	vLo, _ := f.at("exactkey", dec, metric, lo)
 	upHi, _ := f.at("exactkey", decUpstream, metric, hi)
-	wkHi, _ := f.at("exactkey", decWatchkeeper, metric, hi)
+	vHi, _ := f.at("exactkey", dec, metric, hi)
 	return targetRow{scenario: "exactkey",
-		target:      fmt.Sprintf("%s flat from %s to %s watchers: %s/%s <= %.1fx", what, count(lo), count(hi), count(hi), count(lo), exactKeyMaxFlatness),
-		upstream:    fmt.Sprintf("%s -> %s ms (%s)", formatValue(upLo), formatValue(upHi), ratioOf(upHi, upLo)+"x"),
-		watchkeeper: fmt.Sprintf("%s -> %s ms (%s)", formatValue(wkLo), formatValue(wkHi), ratioOf(wkHi, wkLo)+"x"),
-		ratio:       "-", verdict: verdict(wkLo > 0 && wkHi/wkLo <= exactKeyMaxFlatness)}
+		target:   fmt.Sprintf("%s flat from %s to %s watchers: %s/%s <= %.1fx", what, count(lo), count(hi), count(hi), count(lo), exactKeyMaxFlatness),
+		upstream: fmt.Sprintf("%s -> %s ms (%s)", formatValue(upLo), formatValue(upHi), ratioOf(upHi, upLo)+"x"),
+		judged:   fmt.Sprintf("%s -> %s ms (%s)", formatValue(vLo), formatValue(vHi), ratioOf(vHi, vLo)+"x"),
+		ratio:    "-", verdict: verdict(vLo > 0 && vHi/vLo <= exactKeyMaxFlatness)}
 }
 
 func stormTargets(f figures) []targetRow {
@@ -197,11 +200,11 @@ func stormTargets(f figures) []targetRow {
 			continue
 		}
 		rows = append(rows, targetRow{scenario: "storm", target: t.what + " <= upstream's",
-			upstream: msOrDash(up, okU), watchkeeper: msOrDash(wk, okW),
+			upstream: msOrDash(up, okU), judged: msOrDash(wk, okW),
 			ratio: ratioOrDash(wk, okW, up, okU), verdict: verdict(okU && okW && wk <= up)})
 		if t.metric == "lag_p99_ms" {
 			rows = append(rows, targetRow{scenario: "storm", target: fmt.Sprintf("%s < %.0f ms", t.what, stormMaxLagMs),
-				upstream: msOrDash(up, okU), watchkeeper: msOrDash(wk, okW), ratio: "-", verdict: verdict(okW && wk < stormMaxLagMs)})
+				upstream: msOrDash(up, okU), judged: msOrDash(wk, okW), ratio: "-", verdict: verdict(okW && wk < stormMaxLagMs)})
 		}
 	}
 	if len(rows) > 0 {
@@ -214,22 +217,35 @@ func stormTargets(f figures) []targetRow {
 			zero = zero && okW && wk == 0
 		}
 		rows = append(rows, targetRow{scenario: "storm", target: "WatchLists failed / writes the lag watch never got = 0",
-			upstream: strings.Join(ups, " / "), watchkeeper: strings.Join(wks, " / "), ratio: "-", verdict: verdict(zero)})
+			upstream: strings.Join(ups, " / "), judged: strings.Join(wks, " / "), ratio: "-", verdict: verdict(zero)})
 	}
 	return rows
 }
 
 // targetsTable renders the rows as the report's targets table, or "".
 func targetsTable(rows []targetRow) string {
+	return judgedTable("Targets (issue 13), judged on the figures above", decWatchkeeper, rows)
+}
+
+// floorTable renders exactkey's targets judged on the none run, or "": a
+// target even no cache meets is one no cache can (issue 13.1).
+func floorTable(results []result.Result) string {
+	return judgedTable("The same exact-key targets held to no cache at all (`none`: one etcd3 watch of the prefix and a map "+
+		"from key to the watches' channels, the least any cache that learns of writes from storage.Interface's Watch does), "+
+		"with the same writes and clients", decNone, exactKeyTargets(indexFigures(results, "storage"), decNone))
+}
+
+// judgedTable renders rows, whose figures are judged's, under title.
+func judgedTable(title, judged string, rows []targetRow) string {
 	if len(rows) == 0 {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("\nTargets (issue 13), judged on the figures above:\n\n")
-	b.WriteString("| scenario | target | upstream | watchkeeper | ratio watchkeeper/upstream | verdict |\n")
+	fmt.Fprintf(&b, "\n%s:\n\n", title)
+	fmt.Fprintf(&b, "| scenario | target | upstream | %s | ratio %s/upstream | verdict |\n", judged, judged)
 	b.WriteString("|---|---|---:|---:|---:|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.scenario, r.target, r.upstream, r.watchkeeper, r.ratio, r.verdict)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.scenario, r.target, r.upstream, r.judged, r.ratio, r.verdict)
 	}
 	return b.String()
 }

@@ -94,6 +94,14 @@ func TestTargetRowsJudgeExactKeyAndStorm(t *testing.T) {
 			add("exactkey", decWatchkeeper, m, p, 0)
 		}
 	}
+	// No cache's figures, dearer than either cache's: they are the floor
+	// table's, and change no verdict of watchkeeper's.
+	for _, n := range []int{1_000, 100_000} {
+		p := map[string]int{"watchers": n, "objects": 10_000, "events": 1_000}
+		add("exactkey", decNone, "cpu_ms_per_write", p, 0.9)
+		add("exactkey", decNone, "cpu_ms_per_write_unwatched", p, 0.9)
+		add("exactkey", decNone, "events_missing", p, 5)
+	}
 	// One event missing at 10k: that size's row is missed.
 	add("exactkey", decWatchkeeper, "events_missing", map[string]int{"watchers": 10_000, "objects": 10_000, "events": 1_000}, 1)
 	sp := map[string]int{"objects": 50_000, "nodes": 500, "watchlists": 500, "writes_per_second": 200}
@@ -149,6 +157,42 @@ func TestTargetRowsJudgeExactKeyAndStorm(t *testing.T) {
 	}
 	if table := targetsTable(targetRows(rs)); !strings.Contains(table, "| exactkey | CPU per write at 100k watchers <= 0.5x upstream's | 0.4 ms | 0.115 ms | 0.287 | met |") {
 		t.Errorf("table lacks the 100k row:\n%s", table)
+	}
+}
+
+// The floor table holds exactkey's targets to the none run, no cache: its
+// figures against upstream's, and no cache's verdict.
+func TestFloorTableJudgesNoCache(t *testing.T) {
+	var rs []result.Result
+	for _, x := range []struct {
+		n                          int
+		up, none, wk, noneUnwatchd float64
+	}{
+		{1_000, 0.10, 0.08, 0.09, 0.079},
+		{100_000, 0.20, 0.16, 0.12, 0.08},
+	} {
+		p := map[string]int{"watchers": x.n, "objects": 10_000, "events": 1_000}
+		for dec, v := range map[string]float64{decUpstream: x.up, decNone: x.none, decWatchkeeper: x.wk} {
+			rs = append(rs, result.Result{Scenario: "exactkey", Level: "storage", Decorator: dec, Params: p, Metric: "cpu_ms_per_write", Value: v})
+		}
+		rs = append(rs, result.Result{Scenario: "exactkey", Level: "storage", Decorator: decNone, Params: p, Metric: "cpu_ms_per_write_unwatched", Value: x.noneUnwatchd})
+	}
+	table := floorTable(rs)
+	for _, want := range []string{
+		"| scenario | target | upstream | none | ratio none/upstream | verdict |",
+		"| exactkey | CPU per write at 100k watchers <= 0.5x upstream's | 0.2 ms | 0.16 ms | 0.8 | missed |",
+		"| exactkey | CPU per write flat from 1k to 100k watchers: 100k/1k <= 1.2x | 0.1 -> 0.2 ms (2x) | 0.08 -> 0.16 ms (2x) | - | missed |",
+		"| exactkey | CPU per write no watcher selects flat from 1k to 100k watchers: 100k/1k <= 1.2x | 0 -> 0 ms (-x) | 0.079 -> 0.08 ms (1.01x) | - | met |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("floor table lacks %q:\n%s", want, table)
+		}
+	}
+	if strings.Contains(table, "0.12 ms") {
+		t.Errorf("floor table shows watchkeeper's figure:\n%s", table)
+	}
+	if s := floorTable(rs[:0]); s != "" {
+		t.Errorf("floorTable without a none run = %q, want empty", s)
 	}
 }
 

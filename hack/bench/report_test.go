@@ -98,9 +98,26 @@ func TestPlanRunsPairs(t *testing.T) {
 		watchers        int
 	}
 	seen := map[size][]string{}
+	baselines := map[size][]int{}
 	for _, r := range all {
 		k := size{r.Scenario, r.Level, r.Watchers}
+		if r.Decorator == decNone {
+			baselines[k] = append(baselines[k], r.Pair+1)
+			continue
+		}
 		seen[k] = append(seen[k], fmt.Sprintf("%d:%s", r.Pair+1, r.Decorator))
+	}
+	// exactkey's floor, no cache, runs once in each pair (before it).
+	for k := range seen {
+		want := []int(nil)
+		if k.scenario == "exactkey" && k.level == "storage" {
+			for p := range fullSizes.exactKeyPairs {
+				want = append(want, p+1)
+			}
+		}
+		if fmt.Sprint(baselines[k]) != fmt.Sprint(want) {
+			t.Errorf("%v: baseline runs in pairs %v, want %v", k, baselines[k], want)
+		}
 	}
 	for k, got := range seen {
 		want := 1

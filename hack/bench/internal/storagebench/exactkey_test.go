@@ -23,10 +23,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// The exactkey scenario end to end against an etcd, for both caches, at a
-// small size: its writer process makes five rounds of the writes, and every
-// watcher gets exactly its object's events from each round, no more; the
-// five unwatched rounds between them reach no watcher.
+// The exactkey scenario end to end against an etcd, for both caches and for
+// the floor without one (None), at a small size: its writer process makes
+// five rounds of the writes, and every watcher gets exactly its object's
+// events from each round, no more; the five unwatched rounds between them
+// reach no watcher.
 func TestExactKeyAgainstEtcd(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
@@ -34,7 +35,7 @@ func TestExactKeyAgainstEtcd(t *testing.T) {
 	}
 	e := etcdtest.Start(t)
 	const watchers, objects, writes = 30, 10, 20
-	for _, decorator := range []string{Watchkeeper, Upstream} {
+	for _, decorator := range []string{Watchkeeper, Upstream, None} {
 		t.Run(decorator, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()

@@ -24,7 +24,9 @@ import (
 const (
 	Upstream    = "upstream"
 	Watchkeeper = "watchkeeper"
-	// None is the baseline of the idle scenario: bare channels, no storage.
+	// None is no cache, the floor a scenario's figures are read against:
+	// bare channels for idle, and for exactkey one watch of etcd and a map
+	// from key to channels (floorStorage).
 	None = "none"
 )
 
@@ -53,10 +55,17 @@ const readyTimeout = 60 * time.Second
 // openStorage builds the pods storage through the named decorator exactly as
 // an apiserver's registry would (the decorator creates the raw etcd3 storage
 // itself), waits until the cache serves reads, and returns it with its
-// DestroyFunc.
+// DestroyFunc. None is exactkey's floor, floorStorage over the raw storage.
 func openStorage(ctx context.Context, env Env, name string) (storage.Interface, func(), error) {
 	var d generic.StorageDecorator
 	switch name {
+	case None:
+		raw, rawDestroy, err := openRawStorage(env)
+		if err != nil {
+			return nil, nil, err
+		}
+		f := newFloorStorage(raw)
+		return f, func() { f.destroy(); rawDestroy() }, nil
 	case Upstream:
 		d = registry.StorageWithCacher()
 	case Watchkeeper:
