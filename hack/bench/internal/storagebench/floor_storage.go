@@ -46,7 +46,8 @@ func newFloorStorage(raw storage.Interface) *floorStorage {
 }
 
 // Watch is a watch of one key (Recursive false) from the RV every watch of
-// this storage starts from.
+// this storage starts from. It ends with Stop or destroy, not with its
+// context: exactkey stops every watch it opens.
 func (s *floorStorage) Watch(_ context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
 	if opts.Recursive {
 		return nil, errors.NewBadRequest("the floor storage serves exact-key watches only")
