@@ -53,7 +53,7 @@ bench-bookmarks:
 bench:
 	$(GO) run ./hack/bench $(BENCH_FLAGS)
 
-# The same at small sizes and a 20s bookmark period: under 3 minutes.
+# The same at small sizes and a 20s bookmark period: about 4 minutes.
 bench-quick:
 	$(GO) run ./hack/bench -quick $(BENCH_FLAGS)
 

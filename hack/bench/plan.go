@@ -137,7 +137,7 @@ var (
 		httpIdleWatchers: []int{1_000},
 		// Each watch's deadline makes it due one bookmark a period after it
 		// opened, as at the storage level (see httpbench.Bookmarks); the
-		// period is shorter than the storage level's to fit the 3-minute
+		// period is shorter than the storage level's to fit the 4-minute
 		// budget of make bench-quick with a server start per run.
 		httpBookmarkWatch:  []int{1_000},
 		httpBookmarkPeriod: 10 * time.Second,
