@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"k8s.io/apimachinery/pkg/api/errors"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/klog/v2"
@@ -50,7 +50,7 @@ func newFloorStorage(raw storage.Interface) *floorStorage {
 // context: exactkey stops every watch it opens.
 func (s *floorStorage) Watch(_ context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
 	if opts.Recursive {
-		return nil, errors.NewBadRequest("the floor storage serves exact-key watches only")
+		return nil, apierrors.NewBadRequest("the floor storage serves exact-key watches only")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -63,7 +63,7 @@ func (s *floorStorage) Watch(_ context.Context, key string, opts storage.ListOpt
 		s.source, s.startRV = src, opts.ResourceVersion
 		go s.forward()
 	} else if opts.ResourceVersion != s.startRV {
-		return nil, errors.NewBadRequest(fmt.Sprintf("the floor storage's watches all start at RV %q, not %q", s.startRV, opts.ResourceVersion))
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the floor storage's watches all start at RV %q, not %q", s.startRV, opts.ResourceVersion))
 	}
 	w := &floorWatch{s: s, key: key, ch: make(chan watch.Event, floorBuffer)}
 	s.byKey[key] = append(s.byKey[key], w)
