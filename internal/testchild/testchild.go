@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,29 +81,68 @@ func runPattern(name string) string {
 	return strings.Join(parts, "/")
 }
 
-// What a failed child's output adds to the parent's, in bounds: the test's
-// own lines (the run and result lines, and t.Log's, which -test.v indents
-// with spaces), leaving out the server's logs between them, and a panic (a
-// crash, a timeout) with the first of its stacks.
+// What a failed child's output adds to the parent's, in bounds: first the
+// lines each failed test wrote, so that a failure deep in a long run is never
+// among what is left out; then the test's own lines (the run and result
+// lines, and t.Log's, which -test.v indents with spaces), leaving out the
+// server's logs between them; and a panic (a crash, a timeout) with the
+// first of its stacks.
 const (
 	excerptHead  = 40
 	excerptTail  = 200
 	excerptPanic = 60
+	// A failed test's last lines hold its failure: t.Error comes after the
+	// t.Log lines that lead to it.
+	excerptFailedTests = 20
+	excerptFailedLines = 30
 )
 
 func excerpt(out []byte) string {
 	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	var own []string
+	var own, failed []string
+	wrote := map[string][]string{} // test -> its indented lines
+	current := ""                  // the test -test.v last named
 	panicAt := -1
 	for i, l := range lines {
 		switch {
-		case strings.HasPrefix(l, "=== "), strings.HasPrefix(l, "--- "), strings.HasPrefix(l, " "):
+		case strings.HasPrefix(l, "=== "), strings.HasPrefix(strings.TrimLeft(l, " "), "--- "):
 			own = append(own, l)
+			// "=== RUN   name", "--- FAIL: name (1.2s)" (indented for a
+			// subtest): what follows is the named test's, up to the next
+			// such line.
+			if f := strings.Fields(l); len(f) >= 3 {
+				current = f[2]
+				if f[1] == "FAIL:" && !slices.Contains(failed, current) {
+					failed = append(failed, current)
+				}
+			}
+		case strings.HasPrefix(l, " "):
+			own = append(own, l)
+			wrote[current] = append(wrote[current], l)
 		case panicAt < 0 && strings.HasPrefix(l, "panic: "):
 			panicAt = i
 		}
 	}
 	var b strings.Builder
+	if len(failed) > 0 {
+		fmt.Fprintf(&b, "failed: %d tests; the last lines of each:\n", len(failed))
+		for i, name := range failed {
+			if i == excerptFailedTests {
+				fmt.Fprintf(&b, "... and %d more failed tests ...\n", len(failed)-i)
+				break
+			}
+			w := wrote[name]
+			fmt.Fprintf(&b, "--- FAIL: %s\n", name)
+			if len(w) > excerptFailedLines {
+				fmt.Fprintf(&b, "    ... %d lines left out ...\n", len(w)-excerptFailedLines)
+				w = w[len(w)-excerptFailedLines:]
+			}
+			for _, l := range w {
+				b.WriteString(l + "\n")
+			}
+		}
+		b.WriteString("the whole run:\n")
+	}
 	if len(own) > excerptHead+excerptTail {
 		fmt.Fprintf(&b, "%s\n... %d lines left out ...\n", strings.Join(own[:excerptHead], "\n"), len(own)-excerptHead-excerptTail)
 		own = own[len(own)-excerptTail:]

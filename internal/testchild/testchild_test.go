@@ -1,6 +1,7 @@
 package testchild
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -47,6 +48,25 @@ func TestFixturePanics(t *testing.T) {
 	panic("the fixture's own panic")
 }
 
+// TestFixtureFailsAmongMany fails in one parallel subtest of many, whose
+// lines fall far from the head and the tail of the run.
+func TestFixtureFailsAmongMany(t *testing.T) {
+	fixture(t)
+	t.Parallel()
+	if !Isolate(t) {
+		return
+	}
+	for i := range 300 {
+		t.Run(fmt.Sprintf("case-%03d", i), func(t *testing.T) {
+			t.Parallel()
+			t.Logf("case %d ran", i)
+			if i == 100 {
+				t.Error("the needle among the cases")
+			}
+		})
+	}
+}
+
 func TestIsolate(t *testing.T) {
 	for _, tc := range []struct {
 		test     string
@@ -56,6 +76,7 @@ func TestIsolate(t *testing.T) {
 		{"TestFixturePasses", true, []string{"passed in a child process"}},
 		{"TestFixtureFails", false, []string{"the test failed in its child process", "the fixture's own failure"}},
 		{"TestFixturePanics", false, []string{"the test failed in its child process", "panic: the fixture's own panic"}},
+		{"TestFixtureFailsAmongMany", false, []string{"--- FAIL: TestFixtureFailsAmongMany/case-100\n", "the needle among the cases"}},
 	} {
 		t.Run(tc.test, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^"+tc.test+"$", "-test.count=1", "-test.v")
