@@ -281,9 +281,12 @@ func TestSampleServerWatchListEndsInsteadOfStarving(t *testing.T) {
 			answers <- an
 		}()
 	}
+	// A wait the freshness timeout does not end lasts until the request's
+	// context does (the minute above); 30s leaves a loaded machine room
+	// over the 3s and still tells the two apart.
 	for range clients {
 		a := <-answers
-		if a.code != http.StatusGatewayTimeout || a.took > 8*time.Second {
+		if a.code != http.StatusGatewayTimeout || a.took > 30*time.Second {
 			t.Errorf("WatchList from an RV the cache cannot reach: %s after %v, want a 504 within the 3s freshness timeout", a.desc, a.took)
 		}
 	}
