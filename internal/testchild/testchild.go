@@ -123,6 +123,9 @@ func excerpt(out []byte) string {
 			panicAt = i
 		}
 	}
+	// Subtests first, the deepest first: a parent fails with its subtests,
+	// and its own last lines are often a summary of them.
+	slices.SortStableFunc(failed, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 	var b strings.Builder
 	if len(failed) > 0 {
 		fmt.Fprintf(&b, "failed: %d tests; the last lines of each:\n", len(failed))

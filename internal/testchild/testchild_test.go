@@ -69,14 +69,16 @@ func TestFixtureFailsAmongMany(t *testing.T) {
 
 func TestIsolate(t *testing.T) {
 	for _, tc := range []struct {
-		test     string
-		pass     bool
+		test string
+		pass bool
+		// contains: the parent's output has these, in this order.
 		contains []string
 	}{
 		{"TestFixturePasses", true, []string{"passed in a child process"}},
 		{"TestFixtureFails", false, []string{"the test failed in its child process", "the fixture's own failure"}},
 		{"TestFixturePanics", false, []string{"the test failed in its child process", "panic: the fixture's own panic"}},
-		{"TestFixtureFailsAmongMany", false, []string{"--- FAIL: TestFixtureFailsAmongMany/case-100\n", "the needle among the cases"}},
+		// The failed subtest's lines, and before its parent's.
+		{"TestFixtureFailsAmongMany", false, []string{"--- FAIL: TestFixtureFailsAmongMany/case-100\n", "the needle among the cases", "--- FAIL: TestFixtureFailsAmongMany\n"}},
 	} {
 		t.Run(tc.test, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^"+tc.test+"$", "-test.count=1", "-test.v")
@@ -85,10 +87,14 @@ func TestIsolate(t *testing.T) {
 			if pass := err == nil; pass != tc.pass {
 				t.Errorf("the parent passed: %v (%v), want %v", pass, err, tc.pass)
 			}
+			rest := string(out)
 			for _, want := range tc.contains {
-				if !strings.Contains(string(out), want) {
-					t.Errorf("the parent's output lacks %q", want)
+				i := strings.Index(rest, want)
+				if i < 0 {
+					t.Errorf("the parent's output lacks %q (after what came before it)", want)
+					continue
 				}
+				rest = rest[i+len(want):]
 			}
 			if t.Failed() {
 				t.Logf("the parent's output:\n%s", out)
