@@ -230,10 +230,7 @@ func aggStartSampleServer(t *testing.T, args ...string) *aggServer {
 	if errs := o.Validate(); len(errs) > 0 {
 		t.Fatalf("options %v: %v", all, errs)
 	}
-	s, err := server.New(o, io.Discard)
-	if err != nil {
-		t.Fatalf("building the server: %v", err)
-	}
+	s := newInProcessServer(t, o)
 	if s.KubeconfigPath != "" {
 		t.Errorf("aggregated server wrote an admin kubeconfig %s", s.KubeconfigPath)
 	}
@@ -259,7 +256,7 @@ func aggStartSampleServer(t *testing.T, args ...string) *aggServer {
 		body string
 		last error
 	)
-	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case err := <-done:
 			return false, fmt.Errorf("sample apiserver stopped before it was ready: %v", err)

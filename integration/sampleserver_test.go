@@ -10,11 +10,14 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/wait"
+	etcd3metrics "k8s.io/apiserver/pkg/storage/etcd3/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 	"github.com/watchkeeper/watchkeeper/internal/freeport"
+	"github.com/watchkeeper/watchkeeper/internal/testchild"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/server"
 )
@@ -52,10 +55,7 @@ func startSampleServer(t *testing.T, args ...string) *sampleServer {
 	if errs := o.Validate(); len(errs) > 0 {
 		t.Fatalf("options %v: %v", all, errs)
 	}
-	s, err := server.New(o, io.Discard)
-	if err != nil {
-		t.Fatalf("building the server: %v", err)
-	}
+	s := newInProcessServer(t, o)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
@@ -83,6 +83,27 @@ func startSampleServer(t *testing.T, args ...string) *sampleServer {
 	ss := &sampleServer{URL: s.URL, Kubeconfig: s.KubeconfigPath, Admin: admin, Client: client, Anonymous: anonymous, Stop: stop}
 	ss.waitReady(t)
 	return ss
+}
+
+// newInProcessServer builds a sample apiserver to run in this test process.
+//
+// Building it sets the storage monitor behind etcd_db_total_size_in_bytes
+// (k8s.io/apiserver's options/etcd.go): a process-wide getter whose monitors
+// are closed with the server only if something gathered them while it ran.
+// Otherwise, once the server and its etcd are gone, every gather of the
+// default registry in the process (a test's metricValue, another in-process
+// server's /metrics) dials the gone etcd and waits out a 20s dial timeout:
+// TestMetrics once took 182s that way, and its watch outlived its context.
+// No test reads that metric, and a process runs one server outside tests,
+// so in-process servers leave it unset.
+func newInProcessServer(t *testing.T, o *server.Options) *server.Server {
+	t.Helper()
+	s, err := server.New(o, io.Discard)
+	if err != nil {
+		t.Fatalf("building the server: %v", err)
+	}
+	etcd3metrics.SetStorageMonitorGetter(func() ([]etcd3metrics.Monitor, error) { return nil, nil })
+	return s
 }
 
 func (s *sampleServer) waitReady(t *testing.T) {
@@ -118,4 +139,28 @@ func freeLoopbackPort(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return port
+}
+
+// A stopped in-process server leaves nothing behind that a later gather of
+// the default registry waits on (newInProcessServer). It gathers nothing
+// while the server runs: a gather then would have closed the monitors with
+// the server and hidden the wait. A gather takes milliseconds; the wait it
+// guards against is the 20s dial timeout, so 10s tells them apart on any
+// machine.
+func TestStoppedServerLeavesGathersFast(t *testing.T) {
+	t.Parallel() // in a process of its own: it gathers the process's registry
+	if !testchild.Isolate(t) {
+		return
+	}
+	s := startSampleServer(t)
+	s.Stop()
+	start := time.Now()
+	if _, err := legacyregistry.DefaultGatherer.Gather(); err != nil {
+		t.Fatalf("gathering the default registry: %v", err)
+	}
+	took := time.Since(start)
+	t.Logf("a gather after the server stopped took %v", took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Errorf("a gather after the server stopped took %v: it waited on the stopped server's etcd", took)
+	}
 }
