@@ -11,9 +11,9 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/wait"
 	etcd3metrics "k8s.io/apiserver/pkg/storage/etcd3/metrics"
-	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 	"github.com/watchkeeper/watchkeeper/internal/freeport"
