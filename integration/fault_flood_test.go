@@ -24,20 +24,26 @@ const (
 	// starts behind. etcd hands an unsynced watcher at most 1,000 revisions
 	// per sync round and waits 100ms between rounds while the same watcher
 	// stays unsynced (server/v3 storage/mvcc watchable_store.go), so the
-	// watch lags for at least 5s on any machine: two and a half of
-	// floodSilence.
-	floodRevisions = 50_000
+	// watch lags for at least 3s on any machine: three of floodSilence.
+	floodRevisions = 30_000
 	floodObjects   = 500
 	floodWriters   = 32
 	// floodSilence is the idle cache's storage silence timeout. A check
 	// that finds etcd ahead waits as long again for an answer, so an idle
-	// cache whose progress requests went unanswered would have its watch
-	// called silent within two of it: inside the flooded watch's lag. At 1s
-	// a loaded machine (go test -count=2 ./integration beside a CPU burner)
-	// twice answered one progress request late, 2s after the flood's watch
-	// opened, and the re-opened watch at once while the flood lagged 22s
-	// more: the CPU the catch-up takes, not a starved stream.
-	floodSilence = 2 * time.Second
+	// cache whose progress requests went unanswered would relist within
+	// two of it: well inside the flooded watch's lag.
+	//
+	// Separate streams do not make the answer instant: each round of etcd's
+	// syncWatchers holds the watch store's lock while it reads the whole
+	// remaining backlog (server/v3 storage/mvcc watchable_store.go,
+	// rangeEvents), and progressIfSync waits for that lock. A machine loaded
+	// past make test (go test -count=2 ./integration beside a CPU burner)
+	// twice left one idle progress request unanswered for 2s right after the
+	// flood's watch opened, and with 50,000 revisions and 2s once for 4s;
+	// the re-opened watch was answered at once while the flood lagged on.
+	// Two shared streams stay unanswered for the whole lag (with 50,000
+	// revisions, 4 silent calls, 1,185 of 3,034 samples not ready).
+	floodSilence = time.Second
 )
 
 // gatedWatchStorage holds the cache's first storage watch until the test
