@@ -89,10 +89,11 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	sig := matchSignature(w)
 
 	var initial []watch.Event
+	var stateObjs []*object
 	fromState := sendInitial || (requestedRV == 0 && opts.SendInitialEvents == nil)
 	var stateRV uint64
 	if fromState {
-		if initial, stateRV, err = c.initialState(ctx, key, opts); err != nil {
+		if initial, stateObjs, stateRV, err = c.initialState(ctx, key, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -104,14 +105,14 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	switch {
 	case fromState:
 		// The state was read at stateRV; what the cache applied since is
-		// in the history, and follows it, so nothing is missed between the
-		// state and the first live event. When the history no longer
+		// in the history and is folded into it, so the client starts from
+		// the state at c.rv (initial_state.go). When the history no longer
 		// reaches back to stateRV (a relist, or a write storm at capacity
 		// while the state was built), the state is read again, here.
 		if events, ok := c.history.since(stateRV); ok && stateRV >= c.history.startRV {
-			initial = c.appendInterested(initial, w, events)
+			initial = c.fold(initial, stateObjs, w, events)
 		} else {
-			initial = c.initialAdded(c.objectsLocked(key, opts.Recursive), opts.Predicate, c.rv)
+			initial, _ = c.initialAdded(c.objectsLocked(key, opts.Recursive), opts.Predicate, c.rv)
 		}
 		w.startRV = c.rv
 	case requestedRV == 0:
@@ -169,57 +170,6 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	}
 	w.mu.Unlock()
 	return w, nil
-}
-
-// initialAdded turns cached objects, the state at rv, into the ADDED events
-// a watch starting from it begins with. No copy is made: the client's handle
-// copies on its first change.
-func (c *Cacher) initialAdded(objs []*object, pred storage.SelectionPredicate, rv uint64) []watch.Event {
-	out := make([]watch.Event, 0, len(objs))
-	for _, o := range objs {
-		if !matches(pred, o) {
-			continue
-		}
-		s, err := share(o.obj)
-		if err != nil {
-			c.dropped(dropInitialEvent, rv, err, "key", o.key)
-			continue
-		}
-		out = append(out, watch.Event{Type: watch.Added, Object: s.forWatcher()})
-	}
-	return out
-}
-
-// initialState is the state a watch starts from, as ADDED events, and the
-// RV it was read at. The cache's exclusive lock is held only to take a
-// copy-on-write clone of the ordered objects (O(1)), or for an index lookup
-// when the selector pins an indexed field (spec.nodeName for a kubelet's
-// pods: only that node's pods are read), or for a single key; the walk
-// under the prefix, the selector matches and the shared objects are built
-// outside it, so an informer start storm does not hold up the reflector,
-// lists and Gets for the length of a full scan each.
-func (c *Cacher) initialState(ctx context.Context, key string, opts storage.ListOptions) ([]watch.Event, uint64, error) {
-	c.mu.Lock()
-	if c.ready.state != stateReady {
-		c.mu.Unlock()
-		return nil, 0, notReadyError(c.clock.Now(), c.ready.since)
-	}
-	rv := c.rv
-	var objs []*object
-	var clone orderedObjects
-	switch indexed, index := c.indexedLocked(ctx, key, opts); {
-	case !opts.Recursive:
-		objs = c.objectsLocked(key, false)
-	case index != "":
-		objs = indexed
-	default:
-		clone = c.ordered.clone()
-	}
-	c.mu.Unlock()
-	if clone.tree != nil {
-		objs = clone.under(key)
-	}
-	return c.initialAdded(objs, opts.Predicate, rv), rv, nil
 }
 
 // appendInterested appends what w is sent of events, those that concern it.

@@ -2,18 +2,28 @@ package cacher
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/watchkeeper/watchkeeper/internal/fixtures"
 )
 
-// blockingSelector matches everything, but its first Matches waits until
-// released: it holds a watch's initial state half built.
+// blockingSelector selects as its Selector does, but its first Matches waits
+// until released: it holds a watch's initial state half built.
 type blockingSelector struct {
 	labels.Selector
 	entered, release chan struct{}
@@ -21,76 +31,147 @@ type blockingSelector struct {
 }
 
 func (s *blockingSelector) Empty() bool { return false }
-func (s *blockingSelector) Matches(labels.Labels) bool {
+func (s *blockingSelector) Matches(l labels.Labels) bool {
 	s.once.Do(func() {
 		close(s.entered)
 		<-s.release
 	})
-	return true
+	return s.Selector.Matches(l)
 }
 
-// A WatchList builds its initial state outside the cache's exclusive lock:
-// while it is half built the reflector goes on applying events, and the
-// watch misses none of them (they follow the state, before the end
-// bookmark).
-func TestWatchListInitialStateDoesNotBlockTheReflector(t *testing.T) {
-	fs := newFakeStorage(100, newTestPod("a", 90, nil, ""), newTestPod("b", 100, nil, ""))
-	c := newTestCacher(t, fs, nil)
-	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
-	sel := &blockingSelector{Selector: labels.Everything(), entered: make(chan struct{}), release: make(chan struct{})}
-	release := sync.OnceFunc(func() { close(sel.release) })
-	t.Cleanup(release) // before the cacher's Stop: a failed wait must not leave the watch blocked
-	pred := everything(true)
-	pred.Label = sel
-	done := make(chan watch.Interface, 1)
-	go func() {
-		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{
-			ResourceVersion: "0", SendInitialEvents: ptr.To(true), Recursive: true, Predicate: pred,
-		})
-		if err != nil {
-			t.Errorf("Watch: %v", err)
-		}
-		done <- w
-	}()
-	<-sel.entered
-	// The state is being built: the reflector applies a change meanwhile.
-	sw.send(t, watch.Modified, newTestPod("a", 101, map[string]string{"v": "1"}, ""))
-	// Wait aside: with the old code the wait itself blocks on the lock the
-	// half-built watch holds.
-	applied := make(chan struct{})
-	go func() {
-		for c.currentRV() < 101 {
-			time.Sleep(time.Millisecond)
-		}
-		close(applied)
-	}()
-	select {
-	case <-applied:
-	case <-time.After(waitFor):
-		release()
-		<-applied
-		t.Fatalf("the reflector could not apply an event while a WatchList's initial state was being built")
+// A watch from the state builds it outside the cache's exclusive lock: while
+// it is half built the reflector goes on applying events. The client still
+// gets one state, at one RV, as ADDED events (KEP-3157: the initial events
+// are ADDED, and a WatchList's end bookmark closes them at that RV), with
+// the changes applied meanwhile folded in: an update replaces its object's
+// ADDED, a deletion or a move out of the selector drops it, a creation or a
+// move into the selector adds one. Only changes after that RV follow.
+// Upstream (cache_watcher.go processInterval) sends the same.
+func TestWatchFromStateFoldsChangesWhileTheStateIsBuilt(t *testing.T) {
+	// in is a pod the watch selects (labelled app=web, on node n1), out one
+	// it does not.
+	in := func(name string, rv uint64) *example.Pod {
+		return newTestPod(name, rv, map[string]string{"app": "web", "rv": strconv.FormatUint(rv, 10)}, "n1")
 	}
-	release()
-	w := <-done
-	if w == nil {
-		return
+	out := func(name string, rv uint64) *example.Pod {
+		return newTestPod(name, rv, map[string]string{"app": "db"}, "n2")
 	}
-	defer w.Stop()
-	var got []string
-	for {
-		ev := nextEvent(t, w)
-		got = append(got, describe(ev))
-		if ev.Type == watch.Bookmark {
-			if rv := eventRV(t, ev); rv != 101 {
-				t.Errorf("end bookmark at %d, want 101", rv)
+	// block makes a selector's first match wait (blockingSelector).
+	type block func(labels.Selector) labels.Selector
+	byLabel := func(block block) storage.SelectionPredicate {
+		p := everything(false)
+		p.Label = block(labels.SelectorFromSet(labels.Set{"app": "web"}))
+		return p
+	}
+	// A kubelet's WatchList: its node's pods, read from the index.
+	byNode := func(block block) storage.SelectionPredicate {
+		p := everything(false)
+		p.Label = block(labels.Everything())
+		p.Field = fields.OneTermEqualSelector("spec.nodeName", "n1")
+		p.IndexFields = []string{"spec.nodeName"}
+		return p
+	}
+	for _, tc := range []struct {
+		name        string
+		sendInitial *bool
+		bookmarks   bool
+		pred        func(block) storage.SelectionPredicate
+	}{
+		{"watchlist", ptr.To(true), true, byLabel},
+		{"watchlist of a node's pods", ptr.To(true), true, byNode},
+		{"watchlist without bookmarks", ptr.To(true), false, byLabel},
+		{"watch from rv 0", nil, false, byLabel},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFakeStorage(100, in("a", 90), in("b", 95), in("c", 98), out("x", 100))
+			c := newTestCacher(t, fs, func(cfg *Config) {
+				cfg.Indexers = &cache.Indexers{fixtures.NodeNameIndex: fixtures.NodeNameIndexFunc}
+			})
+			c.waitReady(t)
+			sw, _ := fs.waitWatch(t, 1)
+			entered, unblock := make(chan struct{}), make(chan struct{})
+			release := sync.OnceFunc(func() { close(unblock) })
+			t.Cleanup(release) // before the cacher's Stop: a failed wait must not leave the watch blocked
+			pred := tc.pred(func(inner labels.Selector) labels.Selector {
+				return &blockingSelector{Selector: inner, entered: entered, release: unblock}
+			})
+			pred.AllowWatchBookmarks = tc.bookmarks
+			done := make(chan watch.Interface, 1)
+			go func() {
+				w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{
+					ResourceVersion: "0", SendInitialEvents: tc.sendInitial, Recursive: true, Predicate: pred,
+				})
+				if err != nil {
+					t.Errorf("Watch: %v", err)
+				}
+				done <- w
+			}()
+			<-entered
+			// The state at 100 is being built: the reflector applies changes
+			// meanwhile.
+			sw.send(t, watch.Modified, in("a", 101))
+			sw.send(t, watch.Modified, out("b", 102))
+			sw.send(t, watch.Deleted, in("c", 103))
+			sw.send(t, watch.Added, in("d", 104))
+			sw.send(t, watch.Modified, in("x", 105))
+			sw.send(t, watch.Added, in("e", 106))
+			sw.send(t, watch.Deleted, in("e", 107))
+			sw.send(t, watch.Modified, in("a", 108))
+			// Wait aside: with a watch that held the lock while building
+			// its state, the wait itself would block on it.
+			applied := make(chan struct{})
+			go func() {
+				for c.currentRV() < 108 {
+					time.Sleep(time.Millisecond)
+				}
+				close(applied)
+			}()
+			select {
+			case <-applied:
+			case <-time.After(waitFor):
+				release()
+				<-applied
+				t.Fatalf("the reflector could not apply an event while a watch's initial state was being built")
 			}
-			break
+			release()
+			w := <-done
+			if w == nil {
+				return
+			}
+			defer w.Stop()
+			want := []string{"ADDED a@108", "ADDED d@104", "ADDED x@105"}
+			if tc.bookmarks {
+				want = append(want, "BOOKMARK @108 end")
+			}
+			// A live change after the state follows it, and nothing else
+			// came between.
+			sw.send(t, watch.Modified, in("d", 109))
+			want = append(want, "MODIFIED d@109")
+			var got []string
+			for len(got) < len(want) {
+				got = append(got, shortEvent(t, nextEvent(t, w)))
+			}
+			if strings.Join(got, ", ") != strings.Join(want, ", ") {
+				t.Errorf("stream\n  %s\nwant\n  %s", strings.Join(got, ", "), strings.Join(want, ", "))
+			}
+		})
+	}
+}
+
+// shortEvent is "TYPE name@rv", or "BOOKMARK @rv" with " end" when it is
+// annotated as the end of the initial events.
+func shortEvent(t *testing.T, ev watch.Event) string {
+	t.Helper()
+	m, err := meta.Accessor(ev.Object)
+	if err != nil {
+		return describe(ev)
+	}
+	if ev.Type == watch.Bookmark {
+		s := "BOOKMARK @" + m.GetResourceVersion()
+		if m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+			s += " end"
 		}
+		return s
 	}
-	// The state at 100 (a@90, b@100), the change after it, then the end.
-	if len(got) != 4 || got[0][:5] != "ADDED" || got[1][:5] != "ADDED" || got[2][:8] != "MODIFIED" {
-		t.Errorf("stream %v, want ADDED a, ADDED b, MODIFIED a@101, BOOKMARK@101", got)
-	}
+	return fmt.Sprintf("%s %s@%s", ev.Type, m.GetName(), m.GetResourceVersion())
 }

@@ -1,0 +1,142 @@
+package cacher
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// A watch that starts from the state (a WatchList, or a watch from RV "0")
+// is sent that state as ADDED events, all of one RV. KEP-3157 clients count
+// on it: the initial events are ADDED only, and a WatchList's end bookmark
+// closes them at the state's RV. The state is read outside the cache's
+// exclusive lock, so the cache may apply events while it is being built;
+// those are folded into it (fold) before the watcher is registered, never
+// sent after it as MODIFIED or DELETED of objects the client was just given.
+
+// initialState is the state a watch starts from, as ADDED events, the
+// objects they carry (aligned with them), and the RV it was read at. The
+// cache's exclusive lock is held only to take a copy-on-write clone of the
+// ordered objects (O(1)), or for an index lookup when the selector pins an
+// indexed field (spec.nodeName for a kubelet's pods: only that node's pods
+// are read), or for a single key; the walk under the prefix, the selector
+// matches and the shared objects are built outside it, so an informer start
+// storm does not hold up the reflector, lists and Gets for the length of a
+// full scan each.
+func (c *Cacher) initialState(ctx context.Context, key string, opts storage.ListOptions) ([]watch.Event, []*object, uint64, error) {
+	c.mu.Lock()
+	if c.ready.state != stateReady {
+		c.mu.Unlock()
+		return nil, nil, 0, notReadyError(c.clock.Now(), c.ready.since)
+	}
+	rv := c.rv
+	var objs []*object
+	var clone orderedObjects
+	switch indexed, index := c.indexedLocked(ctx, key, opts); {
+	case !opts.Recursive:
+		objs = c.objectsLocked(key, false)
+	case index != "":
+		objs = indexed
+	default:
+		clone = c.ordered.clone()
+	}
+	c.mu.Unlock()
+	if clone.tree != nil {
+		objs = clone.under(key)
+	}
+	events, objs := c.initialAdded(objs, opts.Predicate, rv)
+	return events, objs, rv, nil
+}
+
+// initialAdded turns cached objects, the state at rv sorted by key, into the
+// ADDED events a watch starting from it begins with, and returns the objects
+// sent, aligned with the events (objs is filtered in place: every caller
+// passes a slice of its own). No copy of an object is made: the client's
+// handle copies on its first change.
+func (c *Cacher) initialAdded(objs []*object, pred storage.SelectionPredicate, rv uint64) ([]watch.Event, []*object) {
+	out := make([]watch.Event, 0, len(objs))
+	sent := objs[:0]
+	for _, o := range objs {
+		if !matches(pred, o) {
+			continue
+		}
+		if ev, ok := c.addedEvent(o, rv); ok {
+			out = append(out, ev)
+			sent = append(sent, o)
+		}
+	}
+	return out, sent
+}
+
+func (c *Cacher) addedEvent(o *object, rv uint64) (watch.Event, bool) {
+	s, err := share(o.obj)
+	if err != nil {
+		c.dropped(dropInitialEvent, rv, err, "key", o.key)
+		return watch.Event{}, false
+	}
+	return watch.Event{Type: watch.Added, Object: s.forWatcher()}, true
+}
+
+// fold brings a state read earlier (events and the objects they carry,
+// sorted by key) up to the newest of changes, the events the cache applied
+// since, oldest first, as w sees them: an update replaces its object's
+// ADDED, a deletion or a move out of w's selector drops it, a creation or a
+// move into the selector adds one in key order. The result is the state at
+// the newest change's RV, as ADDED events. It costs one pass over changes,
+// and one over the state only when a change concerns w.
+func (c *Cacher) fold(events []watch.Event, objs []*object, w *watcher, changes []*event) []watch.Event {
+	// now is each changed key's object as w sees it after the changes, nil
+	// where w sees none.
+	var now map[string]*object
+	for _, e := range changes {
+		sel := w.selects(e)
+		if sel == 0 {
+			// Outside w's key, or outside its selector before and after:
+			// w's state has no object for it either way.
+			continue
+		}
+		if now == nil {
+			now = make(map[string]*object)
+		}
+		if e.typ != watch.Deleted && sel&selectsCur != 0 {
+			now[e.cur.key] = e.cur
+		} else {
+			now[e.prev.key] = nil
+		}
+	}
+	if now == nil {
+		return events
+	}
+	// One merge of two lists sorted by key: the state, and the objects w
+	// sees after the changes.
+	upserts := make([]*object, 0, len(now))
+	for _, o := range now {
+		if o != nil {
+			upserts = append(upserts, o)
+		}
+	}
+	sortObjects(upserts)
+	rv := changes[len(changes)-1].rv
+	out := make([]watch.Event, 0, len(events)+len(upserts))
+	i, j := 0, 0
+	for i < len(objs) || j < len(upserts) {
+		if j < len(upserts) && (i == len(objs) || upserts[j].key <= objs[i].key) {
+			if i < len(objs) && objs[i].key == upserts[j].key {
+				i++ // its newer version replaces it
+			}
+			if ev, ok := c.addedEvent(upserts[j], rv); ok {
+				out = append(out, ev)
+			}
+			j++
+			continue
+		}
+		// A changed key still here was deleted for w: a replaced one went
+		// with its upsert above.
+		if _, changed := now[objs[i].key]; !changed {
+			out = append(out, events[i])
+		}
+		i++
+	}
+	return out
+}
