@@ -121,7 +121,9 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 			"Must be >= 0 and < --"+FlagBookmarkFrequency+". Unless given, it is 2s or half of --"+FlagBookmarkFrequency+
 			", whichever is less, so that setting only the frequency is always valid. Upstream hardcodes 2s.")
 	fs.DurationVar(&o.EventsHistoryWindow, FlagEventsHistoryWindow, o.EventsHistoryWindow,
-		"How long past events are kept for clients resuming a watch; older resourceVersions get 410 Gone. "+
+		"The least time past events are kept for clients resuming a watch (a floor, not a cut): a watch from a resourceVersion "+
+			"inside the window always resumes. Older events stay while the history has room (at least 100 events, up to --"+FlagEventsHistoryCapacity+") "+
+			"and leave only to make room, as in upstream's cache; a resume from before the oldest event kept gets 410 Gone. "+
 			"0 means --"+FlagBookmarkFrequency+" + 15s. When set, must be >= --"+FlagBookmarkFrequency+" + --"+FlagBookmarkGranularity+
 			" so the newest bookmark is always resumable. Upstream hardcodes 75s (1m + 15s).")
 	fs.DurationVar(&o.BookmarkGranularity, FlagBookmarkGranularity, o.BookmarkGranularity,
