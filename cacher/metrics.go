@@ -179,11 +179,19 @@ func (m *resourceMetrics) freshnessTimedOut(kind string, err error) {
 	}
 }
 
+// The fallback label of apiserver_watch_cache_consistent_read_total, as
+// upstream sets it.
+const (
+	fallbackNo      = "false"
+	fallbackYes     = "true"
+	fallbackSkipped = "skipped" // ConsistentListFromCacheSkipTimeoutFallback refused it
+)
+
 // consistentRead counts a consistent list as upstream's
 // apiserver_watch_cache_consistent_read_total does: served (success) or not,
 // and whether it fell back to etcd.
-func (m *resourceMetrics) consistentRead(success, fallback bool) {
-	upstream.ConsistentReadTotal.WithLabelValues(m.gr.Group, m.gr.Resource, strconv.FormatBool(success), strconv.FormatBool(fallback)).Inc()
+func (m *resourceMetrics) consistentRead(success bool, fallback string) {
+	upstream.ConsistentReadTotal.WithLabelValues(m.gr.Group, m.gr.Resource, strconv.FormatBool(success), fallback).Inc()
 }
 
 func (m *resourceMetrics) watcherArrived(s watchlist.State) { m.byState[s].Inc() }

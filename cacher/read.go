@@ -14,9 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/conversion"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/cacher/delegator"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 )
 
 // Get implements storage.Interface. Any RV but "" is served from the cache
@@ -113,28 +115,64 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 	}
 	if decision.ConsistentRead {
 		if rv, err = c.consistentRV(ctx); err != nil {
+			if skipConsistentFallback() {
+				c.metrics.consistentRead(false, fallbackNo)
+				return err
+			}
 			err = c.storage.GetList(ctx, key, opts, listObj)
-			c.metrics.consistentRead(err == nil, true)
+			c.metrics.consistentRead(err == nil, fallbackYes)
 			return err
 		}
 	}
 	if err := c.waitFresh(ctx, rv); err != nil {
 		if decision.ConsistentRead && storage.IsTooLargeResourceVersion(err) {
+			if skipConsistentFallback() {
+				c.metrics.freshnessTimedOut(requestList, err)
+				c.metrics.consistentRead(false, fallbackSkipped)
+				return errors.NewTooManyRequests(err.Error(), tooLargeRVRetrySeconds)
+			}
 			err = c.storage.GetList(ctx, key, opts, listObj)
-			c.metrics.consistentRead(err == nil, true)
+			c.metrics.consistentRead(err == nil, fallbackYes)
 			return err
 		}
 		c.metrics.freshnessTimedOut(requestList, err)
 		if decision.ConsistentRead {
-			c.metrics.consistentRead(false, false)
+			c.metrics.consistentRead(false, fallbackNo)
 		}
 		return err
 	}
 	err = c.listFromCache(ctx, preparedKey, opts, listObj)
 	if decision.ConsistentRead {
-		c.metrics.consistentRead(err == nil, false)
+		c.metrics.consistentRead(err == nil, fallbackNo)
 	}
 	return err
+}
+
+// tooLargeRVRetrySeconds is the Retry-After of a read the cache could not
+// catch up for in time (upstream's resourceVersionTooHighRetrySeconds).
+const tooLargeRVRetrySeconds = 1
+
+// skipConsistentFallback is whether the operator turned on
+// ConsistentListFromCacheSkipTimeoutFallback: a consistent list the cache
+// cannot serve is answered 429, for the client to retry, instead of being
+// sent to etcd, so a cache that falls behind does not turn every consistent
+// list into a full etcd range read. Upstream honours the gate for a cache
+// that timed out catching up; with it on, watchkeeper also sends no list to
+// etcd when etcd's current revision could not be read (upstream answers
+// that one with the error too).
+func skipConsistentFallback() bool {
+	return utilfeature.DefaultFeatureGate.Enabled(features.ConsistentListFromCacheSkipTimeoutFallback)
+}
+
+// listLimit is the page size a list from the cache honours. A limit on RV
+// "0" is ignored, as upstream's computeListLimit does: such a list accepts
+// any state, so the cache answers it whole, later pages included (a
+// continue token with RV "0" gets the rest in one page).
+func listLimit(opts storage.ListOptions) int64 {
+	if opts.ResourceVersion == "0" {
+		return 0
+	}
+	return opts.Predicate.Limit
 }
 
 func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
@@ -176,15 +214,9 @@ func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.Lis
 		walk, hint = slices.Values(objs), len(objs)
 	}
 
-	// A limit on RV "0" is ignored, as upstream does: such a list accepts
-	// any state, and the first page from the cache is as good as all of it.
-	limit := opts.Predicate.Limit
-	if opts.ResourceVersion == "0" {
-		limit = 0
-	}
 	// Later pages carry the RV in their continue token: the snapshot of
 	// that state serves them (or etcd, which has its revisions).
-	return c.fillList(listObj, walk, hint, index, key, cacheRV, limit, opts)
+	return c.fillList(listObj, walk, hint, index, key, cacheRV, listLimit(opts), opts)
 }
 
 // sizeHint is how many objects a list of everything under key in tree may

@@ -149,5 +149,5 @@ func (c *Cacher) listFromSnapshot(key, fromKey string, rv uint64, opts storage.L
 		return errNoSnapshot
 	}
 	// A checkpoint is never written: it is read without the lock.
-	return c.fillList(listObj, state.ascend(key, fromKey), c.sizeHint(key, state.tree), "", key, rv, opts.Predicate.Limit, opts)
+	return c.fillList(listObj, state.ascend(key, fromKey), c.sizeHint(key, state.tree), "", key, rv, listLimit(opts), opts)
 }
