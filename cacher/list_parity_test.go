@@ -9,8 +9,8 @@ import (
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
-	etcdfeature "k8s.io/apiserver/pkg/storage/feature"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
+	etcdfeature "k8s.io/apiserver/pkg/storage/feature"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 )
@@ -87,7 +87,9 @@ func withConsistentReads(t *testing.T) {
 	t.Cleanup(func() { etcdfeature.DefaultFeatureSupportChecker = saved })
 }
 
-type progressSupported struct{ etcdfeature.FeatureSupportChecker }
+type progressSupported struct {
+	etcdfeature.FeatureSupportChecker
+}
 
 func (p progressSupported) Supports(f storage.Feature) bool {
 	return f == storage.RequestWatchProgress || p.FeatureSupportChecker.Supports(f)
