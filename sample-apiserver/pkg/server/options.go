@@ -34,10 +34,6 @@ const (
 	// their clients before the watches end, and is short next to the HTTP
 	// server's 60s shutdown timeout that would end them otherwise.
 	DefaultShutdownWatchTerminationGracePeriod = 2 * time.Second
-
-	DecoratorWatchkeeper = "watchkeeper"
-	DecoratorUpstream    = "upstream"
-	DecoratorNone        = "none"
 )
 
 func init() {
@@ -78,7 +74,7 @@ func NewOptions() *Options {
 		WatchCache:  wkoptions.NewWatchCacheOptions(),
 		Logs:        logsapi.NewLoggingConfiguration(),
 		DataDir:     DefaultDataDir,
-		Decorator:   DecoratorWatchkeeper,
+		Decorator:   wkoptions.DecoratorWatchkeeper,
 
 		ShutdownWatchTerminationGracePeriod: DefaultShutdownWatchTerminationGracePeriod,
 	}
@@ -102,9 +98,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	r.Admission.AddFlags(fss.FlagSet("admission"))
 	wc := fss.FlagSet("watch cache")
 	o.WatchCache.AddFlags(wc)
-	wc.StringVar(&o.Decorator, "watch-cache-decorator", o.Decorator,
-		"Which watch cache serves the resources: watchkeeper, upstream (k8s.io/apiserver's own, for comparisons; "+
-			"the other --watch-cache-* flags do not apply to it) or none (straight from etcd).")
+	wkoptions.AddDecoratorFlag(wc, &o.Decorator)
 	wc.DurationVar(&o.ShutdownWatchTerminationGracePeriod, "shutdown-watch-termination-grace-period", o.ShutdownWatchTerminationGracePeriod,
 		"When the server is told to stop, how long its watches go on before watchkeeper ends them (each after its client read "+
 			"what is queued), so clients resume from their last event or bookmark on another replica in seconds rather than "+
@@ -181,10 +175,8 @@ func (o *Options) Validate() []error {
 	if g := o.ShutdownWatchTerminationGracePeriod; g < 0 || g > time.Minute {
 		errs = append(errs, fmt.Errorf("--shutdown-watch-termination-grace-period=%v: must be between 0 and 1m (the HTTP server's shutdown timeout)", g))
 	}
-	switch o.Decorator {
-	case DecoratorWatchkeeper, DecoratorUpstream, DecoratorNone:
-	default:
-		errs = append(errs, fmt.Errorf("--watch-cache-decorator=%q: must be one of watchkeeper, upstream, none", o.Decorator))
+	if err := wkoptions.ValidateDecorator(o.Decorator); err != nil {
+		errs = append(errs, err)
 	}
 	if o.Standalone() && o.DataDir == "" {
 		errs = append(errs, fmt.Errorf("--data-dir must not be empty in standalone mode"))

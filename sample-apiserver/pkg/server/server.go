@@ -15,8 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
-	"k8s.io/apiserver/pkg/registry/generic"
-	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/apiserver/pkg/util/compatibility"
@@ -27,6 +25,7 @@ import (
 	"github.com/watchkeeper/watchkeeper/cacher"
 	"github.com/watchkeeper/watchkeeper/debugview"
 	"github.com/watchkeeper/watchkeeper/decorator"
+	wkoptions "github.com/watchkeeper/watchkeeper/options"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo"
 	demoopenapi "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/openapi"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/registry"
@@ -62,25 +61,8 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 // is queued), so the generic server's shutdown does not wait out its 60s
 // timeout for them and their clients resume elsewhere at once.
 func (s *Server) Run(ctx context.Context) error {
-	served := make(chan struct{})
-	defer close(served)
 	if d := s.decorator; d != nil {
-		go func() {
-			select {
-			case <-ctx.Done():
-			case <-served:
-				return
-			}
-			t := time.NewTimer(s.watchGrace)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-served:
-				return
-			}
-			n := d.EndWatches()
-			klog.InfoS("Shutting down: ended the watch caches' watches", "watches", n, "grace", s.watchGrace)
-		}()
+		defer d.EndWatchesOnShutdown(ctx, s.watchGrace)()
 	}
 	return s.Generic.PrepareRun().RunWithContext(ctx)
 }
@@ -113,7 +95,11 @@ func New(o *Options, out io.Writer) (_ *Server, err error) {
 		o.Recommended.Etcd.StorageConfig.Transport.ServerList = e.Endpoints()
 	}
 
-	d, err := decorator.NewDecorator(o.WatchCache)
+	name := o.Decorator
+	if !o.Recommended.Etcd.EnableWatchCache {
+		name = wkoptions.DecoratorNone
+	}
+	d, err := decorator.Choose(name, o.WatchCache)
 	if err != nil {
 		return nil, err
 	}
@@ -171,21 +157,16 @@ func New(o *Options, out io.Writer) (_ *Server, err error) {
 		config.Authentication.Authenticator = standaloneAuthenticator(token, fileTokens)
 		config.Authorization.Authorizer = authz
 	}
-	switch {
-	case !o.Recommended.Etcd.EnableWatchCache || o.Decorator == DecoratorNone:
+	switch name {
+	case wkoptions.DecoratorNone:
 		klog.InfoS("No watch cache: resources are served straight from etcd")
-		config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, generic.UndecoratedStorage)
-		d = nil
-	case o.Decorator == DecoratorUpstream:
+	case wkoptions.DecoratorUpstream:
 		// For side-by-side measurements: the same server with upstream's
 		// cache, its readiness checked the same way.
 		klog.InfoS("Using upstream's watch cache (registry.StorageWithCacher) instead of watchkeeper")
-		d = decorator.Track(genericregistry.StorageWithCacher())
-		config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, d.Decorate)
-	default:
-		// The one line that makes watchkeeper every resource's watch cache.
-		config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, d.Decorate)
 	}
+	// The one line that makes watchkeeper every resource's watch cache.
+	config.RESTOptionsGetter = decorator.Install(config.RESTOptionsGetter, d)
 
 	gs, err := config.Complete().New("watchkeeper-sample-apiserver", genericapiserver.NewEmptyDelegate())
 	if err != nil {
@@ -202,7 +183,7 @@ func New(o *Options, out io.Writer) (_ *Server, err error) {
 		return nil, err
 	}
 	var caches debugview.Source = noCaches{}
-	if d != nil && o.Decorator != DecoratorUpstream {
+	if d != nil && name == wkoptions.DecoratorWatchkeeper {
 		s.decorator, s.watchGrace = d, o.ShutdownWatchTerminationGracePeriod
 	}
 	if d != nil {
