@@ -57,6 +57,19 @@ type Config struct {
 	// NoFsync turns fsync off, for members whose data is thrown away or
 	// outlives only graceful restarts.
 	NoFsync bool
+
+	// For a member of a cluster assembled by the caller, one member per
+	// process (package etcdproc), rather than by StartCluster:
+	//
+	// AdvertisePeerURL is the peer URL the member gives its peers, when
+	// they reach it through something else than its listener (a proxy);
+	// "" advertises the listener.
+	AdvertisePeerURL string
+	// InitialCluster is every member's name=advertised peer URL, comma
+	// separated, and ClusterToken the cluster's token; "" for a cluster of
+	// one. On a restart the data directory names the cluster and etcd
+	// ignores both.
+	InitialCluster, ClusterToken string
 }
 
 // NewLogger is the logger members use unless told otherwise: etcd's
@@ -94,7 +107,19 @@ func (c Config) config(clientPort, peerPort int, stopping *atomic.Bool) (*embed.
 	cfg.AdvertiseClientUrls = []url.URL{clientURL}
 	cfg.ListenPeerUrls = []url.URL{peerURL}
 	cfg.AdvertisePeerUrls = []url.URL{peerURL}
+	if c.AdvertisePeerURL != "" {
+		u, err := url.Parse(c.AdvertisePeerURL)
+		if err != nil {
+			return nil, fmt.Errorf("advertised peer URL: %w", err)
+		}
+		cfg.AdvertisePeerUrls = []url.URL{*u}
+	}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if c.InitialCluster != "" {
+		cfg.InitialCluster = c.InitialCluster
+		cfg.InitialClusterToken = c.ClusterToken
+		cfg.ClusterState = embed.ClusterStateFlagNew
+	}
 	if c.ProgressNotifyInterval > 0 {
 		cfg.WatchProgressNotifyInterval = c.ProgressNotifyInterval
 	}
