@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/internal/etcdlaunch"
+	"github.com/watchkeeper/watchkeeper/internal/etcdproc"
 )
 
 // haFaults counts the HA shape's faults and keeps the replicas' stop times.
@@ -46,7 +46,7 @@ func (f *haFaults) stopTimesString() string {
 // Replicas are taken in turn too. Compactions run on their own schedule
 // (compactor). Waits end with chaosCtx; restarts use runCtx, so a fault
 // under way when the duration ends still puts back what it took away.
-func haChaos(chaosCtx, runCtx context.Context, c config, set *replicaSet, cluster *etcdlaunch.Cluster, f *haFaults) (err error) {
+func haChaos(chaosCtx, runCtx context.Context, c config, set *replicaSet, cluster *etcdproc.Cluster, f *haFaults) (err error) {
 	pause := func(d time.Duration) {
 		select {
 		case <-chaosCtx.Done():
@@ -109,7 +109,7 @@ func haChaos(chaosCtx, runCtx context.Context, c config, set *replicaSet, cluste
 				}
 			})
 		case 2, 3:
-			lead, err := cluster.WaitLeader(30 * time.Second)
+			lead, err := cluster.WaitLeader(runCtx, 30*time.Second)
 			if err != nil {
 				return err
 			}
@@ -132,7 +132,7 @@ func haChaos(chaosCtx, runCtx context.Context, c config, set *replicaSet, cluste
 			if err := m.Start(); err != nil {
 				return fmt.Errorf("etcd member %d: %w", i, err)
 			}
-			if l, err := cluster.WaitLeader(30 * time.Second); err == nil {
+			if l, err := cluster.WaitLeader(runCtx, 30*time.Second); err == nil {
 				logf("etcd member %d back; leader member %d", i, l)
 			}
 		}

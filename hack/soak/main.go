@@ -57,7 +57,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/watchkeeper/watchkeeper/internal/etcdlaunch"
+	"github.com/watchkeeper/watchkeeper/internal/etcdproc"
+	"github.com/watchkeeper/watchkeeper/internal/netfault"
 
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 )
@@ -65,6 +66,9 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == serveCommand {
 		os.Exit(serve(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == etcdCommand {
+		os.Exit(etcdproc.Main(os.Args[2:]))
 	}
 	os.Exit(run())
 }
@@ -210,7 +214,16 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	set := &replicaSet{}
 	defer set.stop()
 	for i := range c.replicas {
-		r := &replica{index: i, name: "server", dir: dir, etcd: env.endpoints(), extra: extra}
+		links, err := newEtcdLinks(env, i)
+		if err != nil {
+			return false, err
+		}
+		front, err := netfault.New(netfault.Config{Seed: uint64(10000 + i)})
+		if err != nil {
+			links.close()
+			return false, err
+		}
+		r := &replica{index: i, name: "server", dir: dir, links: links, front: front, extra: extra}
 		if c.replicas > 1 {
 			r.name = fmt.Sprintf("server-%d", i)
 		}
@@ -297,14 +310,14 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	comp := &compaction{}
 	var chaosErr atomic.Value
 	faults := &haFaults{}
-	if env.cluster != nil {
+	if c.etcdMembers > 1 {
 		chaosWG.Go(func() {
 			if err := haChaos(chaosCtx, ctx, c, set, env.cluster, faults); err != nil {
 				chaosErr.Store(err)
 			}
 		})
 	} else {
-		chaosWG.Go(func() { singleChaos(chaosCtx, c, env.single, client, tr, comp, &restarts, &compactions, &chaosErr) })
+		chaosWG.Go(func() { singleChaos(chaosCtx, c, env.members()[0], client, tr, comp, &restarts, &compactions, &chaosErr) })
 	}
 	// The servers' counters, read now and then (and before each fault).
 	chaosWG.Go(func() {
@@ -449,7 +462,7 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	}
 
 	faultFigures := fmt.Sprintf("etcd_restarts=%d", restarts.Load())
-	if env.cluster != nil {
+	if c.etcdMembers > 1 {
 		faultFigures = fmt.Sprintf("replica_kills=%d replica_sigterms=%d replica_stop_times=%s etcd_leader_kills=%d etcd_follower_stops=%d",
 			faults.kills.Load(), faults.sigterms.Load(), faults.stopTimesString(), faults.leaderStops.Load(), faults.followerStops.Load())
 	}
@@ -468,7 +481,7 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 // singleChaos is the single member's fault schedule: etcd restarted every
 // c.restartEvery, alternately c.downtime and c.longDowntime down, and after
 // every other long outage compacted at once.
-func singleChaos(chaosCtx context.Context, c config, etcd *etcdlaunch.Member, client *clientv3.Client, tr *truth, comp *compaction,
+func singleChaos(chaosCtx context.Context, c config, etcd *etcdproc.Member, client *clientv3.Client, tr *truth, comp *compaction,
 	restarts, compactions *atomic.Int64, chaosErr *atomic.Value) {
 	t := time.NewTicker(c.restartEvery)
 	defer t.Stop()

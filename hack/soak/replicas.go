@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchkeeper/watchkeeper/internal/childserver"
+	"github.com/watchkeeper/watchkeeper/internal/netfault"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
 )
 
@@ -29,8 +31,11 @@ type replica struct {
 	index int
 	name  string // "server" for the single server, "server-<i>" in the HA shape
 	dir   string // the soak's work directory
-	etcd  []string
 	extra []string
+	// links are its ways to etcd, front the way its clients reach it: proxies
+	// the faults cut or slow.
+	links etcdLinks
+	front *netfault.Proxy
 
 	mu   sync.Mutex
 	proc *childserver.Process
@@ -57,7 +62,7 @@ func (r *replica) start(ctx context.Context) error {
 	var proc *childserver.Process
 	var err error
 	for range 3 { // a free port taken in the meantime: another try gets another
-		proc, err = startServer(ctx, filepath.Join(r.dir, r.name), filepath.Join(r.dir, logName), r.etcd, r.extra)
+		proc, err = startServer(ctx, filepath.Join(r.dir, r.name), filepath.Join(r.dir, logName), r.links.endpoints(), r.extra)
 		if err == nil || ctx.Err() != nil {
 			break
 		}
@@ -65,8 +70,14 @@ func (r *replica) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", r.name, err)
 	}
+	u, err := url.Parse(proc.URL)
+	if err != nil {
+		proc.Kill()
+		return err
+	}
+	r.front.SetTarget(u.Host)
 	cfg := rest.CopyConfig(proc.Admin)
-	cfg.Host = proc.URL // the kubeconfig on disk may be the previous process's
+	cfg.Host = "https://" + r.front.Addr() // through the front proxy, to this process
 	cfg.QPS, cfg.Burst = -1, 0
 	cs, err := clientset.NewForConfig(cfg)
 	if err != nil {
@@ -186,4 +197,8 @@ func (s *replicaSet) stop() {
 		}
 	}
 	wg.Wait()
+	for _, r := range s.rs {
+		r.front.Close()
+		r.links.close()
+	}
 }
