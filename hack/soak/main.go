@@ -317,7 +317,9 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 			}
 		})
 	} else {
-		chaosWG.Go(func() { singleChaos(chaosCtx, c, env.members()[0], client, tr, comp, &restarts, &compactions, &chaosErr) })
+		chaosWG.Go(func() {
+			singleChaos(chaosCtx, c, env.members()[0], client, tr, comp, &restarts, &compactions, &chaosErr)
+		})
 	}
 	// The servers' counters, read now and then (and before each fault).
 	chaosWG.Go(func() {
