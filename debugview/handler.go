@@ -1,8 +1,9 @@
 // Package debugview serves a view into watchkeeper's watch caches: per
 // resource, watchers by WatchList state, how many watchers are filed in each
 // slot of the next bookmark period, the history's span and age, the cache's
-// RV against etcd's and the last tick's duration. JSON for tools, a plain
-// HTML page with the calendar drawn for people.
+// RV against etcd's and the last tick's duration. JSON for tools; for
+// people, an HTML page read at a glance, the calendar drawn as a labelled
+// chart (inline SVG, no scripts), optionally refreshing itself.
 //
 // Mount it behind the server's authentication and authorization, e.g. on
 // the generic apiserver's NonGoRestfulMux:
@@ -39,7 +40,8 @@ type Source interface {
 }
 
 // Handler serves the caches of src. JSON when asked for with ?format=json
-// or an Accept header naming application/json; HTML otherwise.
+// or an Accept header naming application/json; HTML otherwise, reloading
+// itself every N seconds with ?refresh=N (1 to 3600).
 func Handler(src Source) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -62,7 +64,7 @@ func Handler(src Source) http.Handler {
 			return
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		if err := pageTemplate.Execute(w, newHTMLPage(page)); err != nil {
+		if err := pageTemplate.Execute(w, newHTMLPage(page, refreshSeconds(r.URL.Query().Get("refresh")))); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 		}
 	})
