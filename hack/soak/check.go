@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/watch"
 )
@@ -45,20 +46,112 @@ import (
 // Events are matched by revision: etcd gives every write its own, and a
 // widget's resourceVersion is the revision of its last write (of its
 // deletion, for a DELETED).
+//
+// Every fault found is also filed under the guarantee it breaks, etcd's
+// watch guarantees (tests/robustness in etcd-io/etcd) as a watch cache owes
+// them to its clients, plus the states':
+//
+//   - ordered: a stream's events come in strictly rising RVs.
+//   - unique: no event comes twice in a stream, nor at or below the RV the
+//     stream started from.
+//   - reliable: a stream delivers every event the truth has for its spec
+//     between where it started and the last RV it acknowledged.
+//   - resumable: a watch resumed from a delivered event's or bookmark's RV
+//     (the last, or an earlier one: watchers rewind on purpose now and then)
+//     continues with no gap (it starts at or below where the previous left
+//     off) and no repeat (nothing at or below its start).
+//   - bookmarkable: a bookmark's RV is at least every earlier event's of its
+//     stream and below every later one's.
+//   - watchlist: a WatchList's initial events are ADDED only, then the end
+//     bookmark at an RV at or above every initial event's, then only events
+//     above it; its state is the truth at that RV.
+//   - state: a LIST's items are the truth at its RV.
+//   - unexpected: an event the truth does not have for the spec.
 type result struct {
 	written, delivered           int64
 	lost, duplicated, unexpected int64
 	states, streams              int64
-	examples                     []string
+	// rewinds are streams that resumed below where the previous one left
+	// off (from an earlier delivered RV).
+	rewinds    int64
+	violations [numGuarantees]int64
+	examples   []string
+
+	events []truthEvent // the truth, for the history around an example
+	keys   *keyTable
 }
 
-const maxExamples = 20
+type guarantee int
 
-func (r *result) note(format string, args ...any) {
+const (
+	gOrdered guarantee = iota
+	gUnique
+	gReliable
+	gResumable
+	gBookmarkable
+	gWatchList
+	gState
+	gUnexpected
+	numGuarantees
+)
+
+var guaranteeNames = [numGuarantees]string{"ordered", "unique", "reliable", "resumable", "bookmarkable", "watchlist", "state", "unexpected"}
+
+// totalViolations is every guarantee's violations together.
+func (r *result) totalViolations() int64 {
+	var n int64
+	for _, v := range r.violations {
+		n += v
+	}
+	return n
+}
+
+// violationsString is "ordered=0 unique=0 ...".
+func (r *result) violationsString() string {
+	var b strings.Builder
+	for g, v := range r.violations {
+		if g > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s=%d", guaranteeNames[g], v)
+	}
+	return b.String()
+}
+
+// violate files one fault under g, with an example that shows etcd's
+// history around rev.
+func (r *result) violate(g guarantee, rev uint64, format string, args ...any) {
+	r.violations[g]++
 	if len(r.examples) < maxExamples {
-		r.examples = append(r.examples, fmt.Sprintf(format, args...))
+		r.examples = append(r.examples, fmt.Sprintf("[%s] ", guaranteeNames[g])+fmt.Sprintf(format, args...)+"; etcd around it: "+r.around(rev))
 	}
 }
+
+// around is the truth's events nearest rev: three before, the one at or
+// after it and two more.
+func (r *result) around(rev uint64) string {
+	if r.keys == nil {
+		return "-"
+	}
+	i := sort.Search(len(r.events), func(i int) bool { return r.events[i].rev >= rev })
+	var parts []string
+	for j := max(0, i-3); j < min(len(r.events), i+3); j++ {
+		e := r.events[j]
+		mark := ""
+		if e.rev == rev {
+			mark = "*"
+		}
+		parts = append(parts, fmt.Sprintf("%s%d %s %s", mark, e.rev, truthTypeNames[e.typ], r.keys.name(e.key)))
+	}
+	if len(parts) == 0 {
+		return "(none)"
+	}
+	return strings.Join(parts, ", ")
+}
+
+var truthTypeNames = map[watch.EventType]string{watch.Added: "created", watch.Modified: "updated", watch.Deleted: "deleted"}
+
+const maxExamples = 20
 
 type expEvent struct {
 	rev uint64
@@ -90,10 +183,10 @@ func expected(events []truthEvent, sp *spec) []expEvent {
 	return out
 }
 
-var typeNames = map[uint8]string{evAdded: "ADDED", evModified: "MODIFIED", evDeleted: "DELETED"}
+var typeNames = map[uint8]string{evAdded: "ADDED", evModified: "MODIFIED", evDeleted: "DELETED", evBookmark: "BOOKMARK"}
 
 func check(events []truthEvent, recs []*watcherRec, final uint64, keys *keyTable) *result {
-	res := &result{written: int64(len(events))}
+	res := &result{written: int64(len(events)), events: events, keys: keys}
 	exp := map[*spec][]expEvent{}
 	type stateCheck struct {
 		w   int
@@ -111,19 +204,29 @@ func check(events []truthEvent, recs []*watcherRec, final uint64, keys *keyTable
 		// stream owes nothing below its own start, so the next must start at
 		// or below leftOff, or what lies between is lost.
 		var leftOff uint64
+		var prev *segment
 		for si, seg := range rec.segs {
 			if seg.state {
 				res.states++
-				states = append(states, stateCheck{w: wi, rec: rec, seg: seg})
-				leftOff = seg.rv
+				if seg.watchList {
+					checkWatchListStart(res, wi, rec, seg)
+				}
+				if !seg.incomplete {
+					states = append(states, stateCheck{w: wi, rec: rec, seg: seg})
+					leftOff = seg.rv
+					prev = seg
+				}
 				continue
 			}
 			res.streams++
-			res.delivered += int64(len(seg.events))
 			if si > 0 && seg.rv > leftOff {
 				checkGap(res, wi, rec, leftOff, seg.rv, want, keys)
 			}
-			leftOff = checkStream(res, wi, rec, seg, want, final, keys)
+			if prev != nil && !prev.state && seg.rv < leftOff {
+				res.rewinds++
+			}
+			leftOff = checkStream(res, wi, rec, seg, prev, want, final, keys)
+			prev = seg
 		}
 	}
 
@@ -141,11 +244,15 @@ func check(events []truthEvent, recs []*watcherRec, final uint64, keys *keyTable
 			}
 			next++
 		}
+		g, what := gState, "state"
+		if sc.seg.watchList {
+			g, what = gWatchList, "WatchList state"
+		}
 		have := make(map[int32]uint64, len(sc.seg.items))
 		for _, it := range sc.seg.items {
 			if _, dup := have[it.key]; dup {
 				res.duplicated++
-				res.note("watcher %d (%s %v) state at %d holds %s twice", sc.w, sc.rec.kind, sc.rec.spec, sc.seg.rv, keys.name(it.key))
+				res.violate(g, sc.seg.rv, "watcher %d (%s %v) %s at %d holds %s twice", sc.w, sc.rec.kind, sc.rec.spec, what, sc.seg.rv, keys.name(it.key))
 			}
 			have[it.key] = it.rv
 		}
@@ -157,19 +264,37 @@ func check(events []truthEvent, recs []*watcherRec, final uint64, keys *keyTable
 			switch {
 			case !ok:
 				res.lost++
-				res.note("watcher %d (%s %v) state at %d lacks %s@%d", sc.w, sc.rec.kind, sc.rec.spec, sc.seg.rv, keys.name(key), a.rv)
+				res.violate(g, sc.seg.rv, "watcher %d (%s %v) %s at %d lacks %s@%d", sc.w, sc.rec.kind, sc.rec.spec, what, sc.seg.rv, keys.name(key), a.rv)
 			case rv != a.rv:
 				res.lost++
-				res.note("watcher %d (%s %v) state at %d has %s@%d, truth @%d", sc.w, sc.rec.kind, sc.rec.spec, sc.seg.rv, keys.name(key), rv, a.rv)
+				res.violate(g, sc.seg.rv, "watcher %d (%s %v) %s at %d has %s@%d, truth @%d", sc.w, sc.rec.kind, sc.rec.spec, what, sc.seg.rv, keys.name(key), rv, a.rv)
 			}
 			delete(have, key)
 		}
 		for key, rv := range have {
 			res.unexpected++
-			res.note("watcher %d (%s %v) state at %d has %s@%d, which the truth has not there", sc.w, sc.rec.kind, sc.rec.spec, sc.seg.rv, keys.name(key), rv)
+			res.violate(g, sc.seg.rv, "watcher %d (%s %v) %s at %d has %s@%d, which the truth has not there", sc.w, sc.rec.kind, sc.rec.spec, what, sc.seg.rv, keys.name(key), rv)
 		}
 	}
 	return res
+}
+
+// checkWatchListStart checks what a WatchList sent before its end
+// bookmark: ADDED events only, none above the bookmark's RV.
+func checkWatchListStart(res *result, wi int, rec *watcherRec, seg *segment) {
+	for _, e := range seg.preEnd {
+		res.unexpected++
+		res.violate(gWatchList, e.rv, "watcher %d (%s %v) WatchList sent %s %s@%d before its initial-events-end bookmark", wi, rec.kind, rec.spec, typeNames[e.typ], res.keys.name(e.key), e.rv)
+	}
+	if seg.incomplete {
+		return
+	}
+	for _, it := range seg.items {
+		if it.rv > seg.rv {
+			res.unexpected++
+			res.violate(gWatchList, it.rv, "watcher %d (%s %v) WatchList initial event %s@%d above its end bookmark's RV %d", wi, rec.kind, rec.spec, res.keys.name(it.key), it.rv, seg.rv)
+		}
+	}
 }
 
 // checkGap counts as lost every event the watcher's spec sees in (from, to]:
@@ -178,7 +303,7 @@ func check(events []truthEvent, recs []*watcherRec, final uint64, keys *keyTable
 func checkGap(res *result, wi int, rec *watcherRec, from, to uint64, exp []expEvent, keys *keyTable) {
 	for _, e := range between(exp, from, to) {
 		res.lost++
-		res.note("watcher %d (%s %v) stream from %d after the previous left off at %d: lost %s %s@%d", wi, rec.kind, rec.spec, to, from, typeNames[e.typ], keys.name(e.key), e.rev)
+		res.violate(gResumable, e.rev, "watcher %d (%s %v) stream from %d after the previous left off at %d: lost %s %s@%d", wi, rec.kind, rec.spec, to, from, typeNames[e.typ], keys.name(e.key), e.rev)
 	}
 }
 
@@ -190,48 +315,76 @@ func between(exp []expEvent, from, to uint64) []expEvent {
 }
 
 // checkStream checks one stream and returns the RV it left off at: every
-// event up to it was owed.
-func checkStream(res *result, wi int, rec *watcherRec, seg *segment, exp []expEvent, final uint64, keys *keyTable) uint64 {
+// event up to it was owed. prev is the watcher's segment before it (nil
+// for its first): after a WatchList's state, an event at or below the
+// stream's start breaks the WatchList contract; after a stream, the
+// resume's.
+func checkStream(res *result, wi int, rec *watcherRec, seg, prev *segment, exp []expEvent, final uint64, keys *keyTable) uint64 {
 	end := seg.ack
 	if seg.openAtEnd {
 		end = max(end, final)
 	}
 	want := between(exp, seg.rv, end)
 	seen := make(map[uint64]bool, len(seg.events))
+	repeat := gUnique
+	switch {
+	case prev != nil && prev.state && prev.watchList:
+		repeat = gWatchList
+	case prev != nil && !prev.state:
+		repeat = gResumable
+	}
 	last, i := seg.rv, 0
+	var lastEvent, lastBookmark uint64
 	for _, g := range seg.events {
-		if g.rv <= seg.rv || seen[g.rv] {
+		if g.typ == evBookmark {
+			if g.rv < lastEvent {
+				res.violate(gBookmarkable, g.rv, "watcher %d (%s %v) stream from %d: bookmark @%d after an event @%d", wi, rec.kind, rec.spec, seg.rv, g.rv, lastEvent)
+			}
+			lastBookmark = max(lastBookmark, g.rv)
+			continue
+		}
+		res.delivered++
+		if g.rv <= lastBookmark {
+			res.violate(gBookmarkable, g.rv, "watcher %d (%s %v) stream from %d: %s %s@%d after a bookmark @%d", wi, rec.kind, rec.spec, seg.rv, typeNames[g.typ], keys.name(g.key), g.rv, lastBookmark)
+		}
+		lastEvent = max(lastEvent, g.rv)
+		if g.rv <= seg.rv {
 			res.duplicated++
-			res.note("watcher %d (%s %v) stream from %d: %s %s@%d again", wi, rec.kind, rec.spec, seg.rv, typeNames[g.typ], keys.name(g.key), g.rv)
+			res.violate(repeat, g.rv, "watcher %d (%s %v) stream from %d: %s %s@%d, at or below where it started", wi, rec.kind, rec.spec, seg.rv, typeNames[g.typ], keys.name(g.key), g.rv)
+			continue
+		}
+		if seen[g.rv] {
+			res.duplicated++
+			res.violate(gUnique, g.rv, "watcher %d (%s %v) stream from %d: %s %s@%d again", wi, rec.kind, rec.spec, seg.rv, typeNames[g.typ], keys.name(g.key), g.rv)
 			continue
 		}
 		seen[g.rv] = true
 		if g.rv < last {
 			res.unexpected++
-			res.note("watcher %d (%s %v) stream from %d: %s %s@%d after @%d", wi, rec.kind, rec.spec, seg.rv, typeNames[g.typ], keys.name(g.key), g.rv, last)
+			res.violate(gOrdered, g.rv, "watcher %d (%s %v) stream from %d: %s %s@%d after @%d", wi, rec.kind, rec.spec, seg.rv, typeNames[g.typ], keys.name(g.key), g.rv, last)
 			continue
 		}
 		last = g.rv
 		for i < len(want) && want[i].rev < g.rv {
 			res.lost++
-			res.note("watcher %d (%s %v) stream from %d to %d: lost %s %s@%d", wi, rec.kind, rec.spec, seg.rv, end, typeNames[want[i].typ], keys.name(want[i].key), want[i].rev)
+			res.violate(gReliable, want[i].rev, "watcher %d (%s %v) stream from %d to %d: lost %s %s@%d", wi, rec.kind, rec.spec, seg.rv, end, typeNames[want[i].typ], keys.name(want[i].key), want[i].rev)
 			i++
 		}
 		if i < len(want) && want[i].rev == g.rv {
 			if want[i].key != g.key || want[i].typ != g.typ {
 				res.unexpected++
-				res.note("watcher %d (%s %v) stream from %d: got %s %s@%d, truth %s %s", wi, rec.kind, rec.spec, seg.rv,
+				res.violate(gUnexpected, g.rv, "watcher %d (%s %v) stream from %d: got %s %s@%d, truth %s %s", wi, rec.kind, rec.spec, seg.rv,
 					typeNames[g.typ], keys.name(g.key), g.rv, typeNames[want[i].typ], keys.name(want[i].key))
 			}
 			i++
 			continue
 		}
 		res.unexpected++
-		res.note("watcher %d (%s %v) stream from %d: got %s %s@%d, which the truth has not for it", wi, rec.kind, rec.spec, seg.rv, typeNames[g.typ], keys.name(g.key), g.rv)
+		res.violate(gUnexpected, g.rv, "watcher %d (%s %v) stream from %d: got %s %s@%d, which the truth has not for it", wi, rec.kind, rec.spec, seg.rv, typeNames[g.typ], keys.name(g.key), g.rv)
 	}
 	for ; i < len(want); i++ {
 		res.lost++
-		res.note("watcher %d (%s %v) stream from %d to %d: lost %s %s@%d", wi, rec.kind, rec.spec, seg.rv, end, typeNames[want[i].typ], keys.name(want[i].key), want[i].rev)
+		res.violate(gReliable, want[i].rev, "watcher %d (%s %v) stream from %d to %d: lost %s %s@%d", wi, rec.kind, rec.spec, seg.rv, end, typeNames[want[i].typ], keys.name(want[i].key), want[i].rev)
 	}
 	return max(end, seg.rv)
 }

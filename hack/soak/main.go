@@ -98,6 +98,7 @@ type config struct {
 	etcdMembers     int
 	faultEvery      time.Duration
 	replicaDowntime time.Duration
+	rewind          float64
 }
 
 func run() int {
@@ -126,7 +127,13 @@ func run() int {
 	fs.IntVar(&c.etcdMembers, "etcd-members", 1, "etcd members; with more than one, the faults are the HA shape's (-fault-every) instead of the single member's restarts")
 	fs.DurationVar(&c.faultEvery, "fault-every", 30*time.Second, "HA shape: one fault every so often, in turn: a replica killed (kill -9), a replica stopped (SIGTERM) and started again, etcd's leader killed, a follower stopped")
 	fs.DurationVar(&c.replicaDowntime, "replica-downtime", 5*time.Second, "HA shape: how long a killed replica stays down")
+	fs.Float64Var(&c.rewind, "rewind", 0.25, "the share of plain watchers' resumes that start from an earlier RV their stream delivered (within 20s) rather than the last: resumption from any RV, checked")
+	plant := fs.String("plant", "", "bugs to put in on purpose, to see the checkers catch them: drop-event, repeat-event, stale-read (comma separated)")
 	_ = fs.Parse(os.Args[1:])
+	if err := planted.set(*plant); err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		return 2
+	}
 	if c.replicas < 1 || c.etcdMembers < 1 || (c.etcdMembers > 1 && c.etcdMembers < 3) {
 		fmt.Fprintln(os.Stderr, "soak: -replicas must be at least 1, -etcd-members 1 or at least 3 (a cluster that survives a member's loss)")
 		return 2
@@ -271,7 +278,7 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 			r.kind = "informer"
 			informers = append(informers, &informerHandle{rec: r, informer: informer(watchCtx, set, i%c.replicas, keys, r, st, isStopping, &watchersWG)})
 		} else {
-			watchersWG.Go(func() { plainWatcher(watchCtx, set, i%c.replicas, keys, r, st, isStopping) })
+			watchersWG.Go(func() { plainWatcher(watchCtx, set, i%c.replicas, keys, r, st, isStopping, c.rewind) })
 		}
 		recs = append(recs, r)
 		time.Sleep(5 * time.Millisecond) // a ramp, not a stampede
@@ -469,14 +476,16 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 			faults.kills.Load(), faults.sigterms.Load(), faults.stopTimesString(), faults.leaderStops.Load(), faults.followerStops.Load())
 	}
 	fmt.Printf("soak: decorator=%s replicas=%d etcd_members=%d duration=%v written=%d delivered=%d lost=%d duplicated=%d unexpected=%d "+
+		"violations=%d (%s) rewinds=%d "+
 		"410s=%d resume_410s=%d relists=%d cache_relists=%.0f terminated_watchers=%.0f streams_ended_early=%d resumed_elsewhere=%d "+
 		"watchers=%d informers=%d behind=%d store_mismatches=%d streams=%d %s compactions=%d "+
 		"max_rss=%.0fMiB goroutines_before=%.0f goroutines_after=%.0f soak_max_rss=%.0fMiB\n",
 		c.decorator, c.replicas, c.etcdMembers, c.duration, res.written, res.delivered, res.lost, res.duplicated, res.unexpected,
+		res.totalViolations(), res.violationsString(), res.rewinds,
 		st.gone.Load(), st.resumeGone.Load(), st.relists.Load(), cacheRelists, terminated, st.endedEarly.Load(), st.resumedElsewhere.Load(),
 		c.watchers, c.informers, behind, storeMismatch, res.streams, faultFigures, compactions.Load(),
 		float64(maxRSS)/(1<<20), goroutinesBefore, goroutinesAfter, float64(self.Maxrss)/1024)
-	ok = res.lost == 0 && res.duplicated == 0 && res.unexpected == 0 && behind == 0 && storeMismatch == 0 && res.written > 0
+	ok = res.lost == 0 && res.duplicated == 0 && res.unexpected == 0 && res.totalViolations() == 0 && behind == 0 && storeMismatch == 0 && res.written > 0
 	return ok, nil
 }
 

@@ -50,11 +50,13 @@ func (s *spec) String() string {
 	return ns + " {" + s.labelStr + "} {" + s.fieldStr + "}"
 }
 
-// Event types as recorded.
+// Event types as recorded; a stream records its bookmarks among its
+// events, in the order they came, for the bookmark check.
 const (
 	evAdded uint8 = iota + 1
 	evModified
 	evDeleted
+	evBookmark
 )
 
 type recEvent struct {
@@ -75,7 +77,14 @@ type segment struct {
 	state  bool
 	rv     uint64 // the state's RV, or the RV the stream resumed from
 	items  []item
-	events []recEvent
+	events []recEvent // a stream's events and bookmarks, as they came
+	// watchList marks a state made of a WatchList's initial events; preEnd
+	// holds what such a stream sent before its end bookmark that was not
+	// an ADDED (the contract allows none), and incomplete a WatchList that
+	// ended before its end bookmark (its state is not checked, its preEnd
+	// is).
+	watchList, incomplete bool
+	preEnd                []recEvent
 	// ack is the highest RV the stream acknowledged: by an event, or by a
 	// bookmark (which promises every event at or below it was sent).
 	ack uint64
@@ -90,7 +99,10 @@ func (s *segment) event(typ uint8, key int32, rv uint64) {
 	s.ack = max(s.ack, rv)
 }
 
-func (s *segment) bookmark(rv uint64) { s.ack = max(s.ack, rv) }
+func (s *segment) bookmark(rv uint64) {
+	s.events = append(s.events, recEvent{rv: rv, typ: evBookmark})
+	s.ack = max(s.ack, rv)
+}
 
 // watcherRec is one logical watcher's record: every state and stream it
 // had, in order.
@@ -111,6 +123,15 @@ func (r *watcherRec) addState(rv uint64, items []item) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.segs = append(r.segs, &segment{state: true, rv: rv, items: items})
+}
+
+// addWatchListState records a WatchList's initial events: complete (ended
+// by the end bookmark at rv) or not, with whatever else came before the
+// end.
+func (r *watcherRec) addWatchListState(rv uint64, items []item, preEnd []recEvent, complete bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.segs = append(r.segs, &segment{state: true, rv: rv, items: items, watchList: true, preEnd: preEnd, incomplete: !complete})
 }
 
 func (r *watcherRec) beginStream(from uint64) *segment {
@@ -164,6 +185,8 @@ type stats struct {
 	// before.
 	resumedElsewhere atomic.Int64
 	relists          atomic.Int64 // states after a watcher's first
+	// rewinds are resumes from an earlier delivered RV than the last.
+	rewinds atomic.Int64
 	streams          atomic.Int64
 	writes           atomic.Int64 // writes the writers got an answer for
 	writeErrs        atomic.Int64

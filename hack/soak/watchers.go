@@ -19,6 +19,10 @@ import (
 
 const initialEventsEnd = "k8s.io/initial-events-end"
 
+// rewindWindow is how far back a rewinding watcher may resume from: far
+// inside both caches' history, so a rewind tests resumption, not 410s.
+const rewindWindow = 20 * time.Second
+
 // backoff is a client's pause before retrying, jittered so thousands of
 // watchers do not retry in step.
 func backoff(ctx context.Context) {
@@ -54,8 +58,24 @@ func eventType(t watch.EventType) uint8 {
 // talks to its home replica; when a connection breaks (an error, or a
 // stream the server ended before its timeout) it goes on with the next
 // replica, resuming there.
-func plainWatcher(ctx context.Context, set *replicaSet, home int, keys *keyTable, r *watcherRec, st *stats, stopping func() bool) {
+//
+// With probability rewind a resume starts not from the last RV but from an
+// earlier one the stream delivered (an event's or a bookmark's, of its last
+// rewindWindow, well inside the history window): a watch must resume from
+// any RV it was given.
+func plainWatcher(ctx context.Context, set *replicaSet, home int, keys *keyTable, r *watcherRec, st *stats, stopping func() bool, rewind float64) {
 	sel := metav1.ListOptions{LabelSelector: r.spec.labelStr, FieldSelector: r.spec.fieldStr}
+	type rvAt struct {
+		rv uint64
+		at time.Time
+	}
+	var recent []rvAt // the stream's last RVs, for a rewind
+	delivered := func(rv uint64) {
+		if len(recent) == 64 {
+			recent = append(recent[:0], recent[1:]...)
+		}
+		recent = append(recent, rvAt{rv, time.Now()})
+	}
 	needList, listed := true, false
 	var known string
 	cur, lastStream, resuming := home, -1, false
@@ -112,6 +132,7 @@ func plainWatcher(ctx context.Context, set *replicaSet, home int, keys *keyTable
 		}
 		lastStream = cur
 		gone := false
+		recent = recent[:0]
 		seg := r.beginStream(parseRV(known))
 		for ev := range w.ResultChan() {
 			switch ev.Type {
@@ -120,16 +141,27 @@ func plainWatcher(ctx context.Context, set *replicaSet, home int, keys *keyTable
 				if !ok {
 					continue
 				}
-				seg.event(eventType(ev.Type), key, rv)
+				switch {
+				case take(&planted.dropEvent):
+					logf("planted bug: watcher %v's record drops %s@%d", r.spec, ev.Type, rv)
+				case take(&planted.repeatEvent):
+					logf("planted bug: watcher %v's record holds %s@%d twice", r.spec, ev.Type, rv)
+					seg.event(eventType(ev.Type), key, rv)
+					fallthrough
+				default:
+					seg.event(eventType(ev.Type), key, rv)
+				}
 				r.acked(seg)
 				st.delivered.Add(1)
 				known = strconvRV(rv, known)
+				delivered(rv)
 			case watch.Bookmark:
 				if _, rv, ok := widgetKey(keys, ev.Object); ok {
 					seg.bookmark(rv)
 					r.acked(seg)
 					st.bookmarks.Add(1)
 					known = strconvRV(rv, known)
+					delivered(rv)
 				}
 			case watch.Error:
 				err := apierrors.FromObject(ev.Object)
@@ -144,6 +176,18 @@ func plainWatcher(ctx context.Context, set *replicaSet, home int, keys *keyTable
 		w.Stop()
 		r.endStream(seg, stopping())
 		resuming = true
+		if !gone && rewind > 0 && rand.Float64() < rewind {
+			var fresh []uint64
+			for _, x := range recent {
+				if time.Since(x.at) < rewindWindow && x.rv < parseRV(known) {
+					fresh = append(fresh, x.rv)
+				}
+			}
+			if len(fresh) > 0 {
+				known = uintString(fresh[rand.IntN(len(fresh))])
+				st.rewinds.Add(1)
+			}
+		}
 		// A stream that ends well before its timeout, with no 410, was
 		// ended by the server or its connection broke: resume elsewhere.
 		if !gone && ctx.Err() == nil && !stopping() && time.Since(opened) < time.Duration(timeout-2)*time.Second {
@@ -173,8 +217,12 @@ func informer(ctx context.Context, set *replicaSet, home int, keys *keyTable, r 
 	var mu sync.Mutex
 	states := 0
 	cur, lastStream := home, -1
-	noteState := func(rv uint64, items []item) {
-		r.addState(rv, items)
+	noteState := func(rv uint64, items []item, watchList bool, preEnd []recEvent) {
+		if watchList {
+			r.addWatchListState(rv, items, preEnd, true)
+		} else {
+			r.addState(rv, items)
+		}
 		mu.Lock()
 		if states > 0 {
 			st.relists.Add(1)
@@ -229,7 +277,7 @@ func informer(ctx context.Context, set *replicaSet, home int, keys *keyTable, r 
 			done, items := l.Continue == "", pending
 			mu.Unlock()
 			if done {
-				noteState(parseRV(l.ResourceVersion), items)
+				noteState(parseRV(l.ResourceVersion), items, false, nil)
 			}
 			return l, nil
 		},
@@ -286,7 +334,7 @@ type tap struct {
 }
 
 func newTap(inner watch.Interface, keys *keyTable, r *watcherRec, st *stats, listing, resuming bool, from uint64,
-	noteState func(uint64, []item), stopping func() bool, onEnd func(gone, stoppedByClient bool)) *tap {
+	noteState func(uint64, []item, bool, []recEvent), stopping func() bool, onEnd func(gone, stoppedByClient bool)) *tap {
 	t := &tap{inner: inner, out: make(chan watch.Event), stopped: make(chan struct{})}
 	go func() {
 		defer close(t.out)
@@ -309,6 +357,12 @@ func newTap(inner watch.Interface, keys *keyTable, r *watcherRec, st *stats, lis
 			}
 		}()
 		var initial []item
+		var preEnd []recEvent // what came before the end bookmark that is no ADDED
+		defer func() {
+			if listing && len(preEnd) > 0 {
+				r.addWatchListState(0, initial, preEnd, false)
+			}
+		}()
 		for ev := range inner.ResultChan() {
 			switch {
 			case ev.Type == watch.Error:
@@ -328,17 +382,16 @@ func newTap(inner watch.Interface, keys *keyTable, r *watcherRec, st *stats, lis
 				if ok && w.Annotations[initialEventsEnd] == "true" {
 					// The state is complete: the stream goes on from its RV.
 					rv := parseRV(w.ResourceVersion)
-					noteState(rv, initial)
-					listing, initial = false, nil
+					noteState(rv, initial, true, preEnd)
+					listing, initial, preEnd = false, nil, nil
 					seg = r.beginStream(rv)
 				}
 			case listing:
-				// Nothing but ADDED and bookmarks comes before the end of
-				// the initial events; a stream that says otherwise is
-				// recorded as a stream of its own, for the checker to judge.
-				seg = r.beginStream(from)
-				listing = false
-				fallthrough
+				// Nothing but ADDED and bookmarks may come before the end
+				// of the initial events: what does is kept for the checker.
+				if key, rv, ok := widgetKey(keys, ev.Object); ok {
+					preEnd = append(preEnd, recEvent{rv: rv, key: key, typ: eventType(ev.Type)})
+				}
 			default:
 				key, rv, ok := widgetKey(keys, ev.Object)
 				if !ok {
