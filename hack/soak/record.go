@@ -186,10 +186,10 @@ type stats struct {
 	resumedElsewhere atomic.Int64
 	relists          atomic.Int64 // states after a watcher's first
 	// rewinds are resumes from an earlier delivered RV than the last.
-	rewinds atomic.Int64
-	streams          atomic.Int64
-	writes           atomic.Int64 // writes the writers got an answer for
-	writeErrs        atomic.Int64
+	rewinds   atomic.Int64
+	streams   atomic.Int64
+	writes    atomic.Int64 // writes the writers got an answer for
+	writeErrs atomic.Int64
 
 	mu       sync.Mutex
 	errors   map[string]int    // other errors, by status code or kind
