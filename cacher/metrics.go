@@ -112,6 +112,7 @@ type resourceMetrics struct {
 	terminatedWatchers   compbasemetrics.CounterMetric
 	initializations      compbasemetrics.CounterMetric
 	initializationErrors compbasemetrics.CounterMetric
+	initDuration         compbasemetrics.ObserverMetric
 	initEvents           compbasemetrics.CounterMetric
 	readWait             compbasemetrics.ObserverMetric
 	gr                   schema.GroupResource
@@ -139,6 +140,7 @@ func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
 		terminatedWatchers:     upstream.TerminatedWatchersCounter.WithLabelValues(g, r),
 		initializations:        upstream.WatchCacheInitializations.WithLabelValues(g, r),
 		initializationErrors:   upstream.WatchCacheInitializationErrors.WithLabelValues(g, r),
+		initDuration:           upstream.WatchCacheInitializationDuration.WithLabelValues(g, r),
 		initEvents:             upstream.InitCounter.WithLabelValues(g, r),
 		readWait:               upstream.WatchCacheReadWait.WithLabelValues(g, r),
 		gr:                     gr,

@@ -118,3 +118,24 @@ func gathered(t *testing.T, name string, want map[string]string) float64 {
 	}
 	return total
 }
+
+// Each initialization (the list that makes the cache's state) is timed in
+// upstream's apiserver_watch_cache_initialization_duration_seconds, as
+// upstream's cacher does: one observation per apiserver_watch_cache_
+// initializations_total.
+func TestInitializationDurationIsObserved(t *testing.T) {
+	gr := schema.GroupResource{Group: "metrics.test", Resource: "initpods"}
+	c := newTestCacher(t, newFakeStorage(100, newTestPod("a", 100, nil, "")), func(cfg *Config) { cfg.GroupResource = gr })
+	c.waitReady(t)
+	inits, err := testutil.GetCounterMetricValue(upstream.WatchCacheInitializations.WithLabelValues(gr.Group, gr.Resource))
+	if err != nil {
+		t.Fatal(err)
+	}
+	timed, err := testutil.GetHistogramMetricCount(upstream.WatchCacheInitializationDuration.WithLabelValues(gr.Group, gr.Resource))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inits != 1 || timed != 1 {
+		t.Errorf("after one initialization: initializations_total %v, initialization_duration_seconds count %d; want 1 and 1", inits, timed)
+	}
+}

@@ -156,6 +156,7 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	c.mu.Unlock()
 	c.push(progress(rv))
 	c.metrics.initializations.Inc()
+	c.metrics.initDuration.Observe(c.clock.Since(start).Seconds())
 	c.logger.Info("Watch cache listed", "objects", len(objs), "resourceVersion", rv, "took", c.clock.Since(start))
 	return rv, nil
 }
