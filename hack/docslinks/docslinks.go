@@ -114,21 +114,8 @@ type link struct {
 // code spans.
 func links(doc string) []link {
 	var out []link
-	fence := ""
-	for i, line := range strings.Split(doc, "\n") {
-		if m := fenceStart.FindStringSubmatch(line); m != nil {
-			switch {
-			case fence == "":
-				fence = m[1]
-			case strings.HasPrefix(m[1], fence):
-				fence = ""
-			}
-			continue
-		}
-		if fence != "" {
-			continue
-		}
-		text := codeSpan.ReplaceAllString(line, "")
+	for _, l := range proseLines(doc) {
+		text := codeSpan.ReplaceAllString(l.text, "")
 		var targets []string
 		for _, m := range inlineLink.FindAllStringSubmatch(text, -1) {
 			targets = append(targets, m[1])
@@ -140,7 +127,33 @@ func links(doc string) []link {
 			targets = append(targets, m[1])
 		}
 		for _, t := range targets {
-			out = append(out, link{line: i + 1, target: t})
+			out = append(out, link{line: l.number, target: t})
+		}
+	}
+	return out
+}
+
+type line struct {
+	number int
+	text   string
+}
+
+// proseLines returns the lines of a page outside fenced code blocks.
+func proseLines(doc string) []line {
+	var out []line
+	fence := ""
+	for i, text := range strings.Split(doc, "\n") {
+		if m := fenceStart.FindStringSubmatch(text); m != nil {
+			switch {
+			case fence == "":
+				fence = m[1]
+			case strings.HasPrefix(m[1], fence):
+				fence = ""
+			}
+			continue
+		}
+		if fence == "" {
+			out = append(out, line{number: i + 1, text: text})
 		}
 	}
 	return out
@@ -151,21 +164,8 @@ func links(doc string) []link {
 func headingIDs(doc string) map[string]bool {
 	ids := map[string]bool{}
 	seen := map[string]int{}
-	fence := ""
-	for _, line := range strings.Split(doc, "\n") {
-		if m := fenceStart.FindStringSubmatch(line); m != nil {
-			switch {
-			case fence == "":
-				fence = m[1]
-			case strings.HasPrefix(m[1], fence):
-				fence = ""
-			}
-			continue
-		}
-		if fence != "" {
-			continue
-		}
-		m := heading.FindStringSubmatch(line)
+	for _, l := range proseLines(doc) {
+		m := heading.FindStringSubmatch(l.text)
 		if m == nil {
 			continue
 		}
