@@ -41,6 +41,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,6 +50,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -99,6 +101,9 @@ type config struct {
 	faultEvery      time.Duration
 	replicaDowntime time.Duration
 	rewind          float64
+	linClients      int
+	linKeys         int
+	linTimeout      time.Duration
 }
 
 func run() int {
@@ -128,6 +133,9 @@ func run() int {
 	fs.DurationVar(&c.faultEvery, "fault-every", 30*time.Second, "HA shape: one fault every so often, in turn: a replica killed (kill -9), a replica stopped (SIGTERM) and started again, etcd's leader killed, a follower stopped")
 	fs.DurationVar(&c.replicaDowntime, "replica-downtime", 5*time.Second, "HA shape: how long a killed replica stays down")
 	fs.Float64Var(&c.rewind, "rewind", 0.25, "the share of plain watchers' resumes that start from an earlier RV their stream delivered (within 20s) rather than the last: resumption from any RV, checked")
+	fs.IntVar(&c.linClients, "lin-clients", 6, "linearizability clients: writes, consistent reads and RV \"0\" reads of their own widgets through every replica, checked with porcupine")
+	fs.IntVar(&c.linKeys, "lin-keys", 8, "widgets the linearizability clients share")
+	fs.DurationVar(&c.linTimeout, "lin-timeout", 5*time.Minute, "how long porcupine may take for one key's history before the verdict is Unknown")
 	plant := fs.String("plant", "", "bugs to put in on purpose, to see the checkers catch them: drop-event, repeat-event, stale-read (comma separated)")
 	_ = fs.Parse(os.Args[1:])
 	if err := planted.set(*plant); err != nil {
@@ -308,6 +316,12 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	for id := range c.writers {
 		writersWG.Go(func() { writer(writeCtx, set, id%c.replicas, id, c.objects, tokens, st) })
 	}
+	// The linearizability clients, through every replica in turn.
+	linRec := newLinRecorder()
+	linStart := time.Now()
+	for id := range c.linClients {
+		writersWG.Go(func() { linClient(writeCtx, set, id%c.replicas, id, c.linKeys, linRec, tr.seen.Load) })
+	}
 
 	// The faults: etcd restarts and compactions.
 	chaosCtx, stopChaos := context.WithCancel(ctx)
@@ -456,10 +470,21 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 
 	checkStart := time.Now()
 	events := tr.snapshot()
-	res := check(events, recs, final, keys)
+	linOps := linRec.snapshot()
+	res := check(events, append(slices.Clone(recs), linStates(linOps, keys)...), final, keys)
 	logf("checked %d watchers' %d states and %d streams against %d etcd events in %v", len(recs), res.states, res.streams, len(events), time.Since(checkStart).Round(time.Millisecond))
 	for _, ex := range res.examples {
 		logf("  %s", ex)
+	}
+	linStartCheck := time.Now()
+	lin := checkLinearizability(linOps, events, keys, c.linKeys, linStart, dir, c.linTimeout)
+	logf("checked %d operations of %d linearizability clients for linearizability in %v: %s (read errors by code: %v)",
+		lin.ops, c.linClients, time.Since(linStartCheck).Round(time.Millisecond), lin.verdict, linRec.errors)
+	if len(lin.failing) > 0 {
+		logf("not linearizable:\n%s", lin.failure())
+	}
+	if lin.visualization != "" {
+		logf("porcupine's visualization of it: %s", lin.visualization)
 	}
 	if errs := st.errorSummary(); errs != "{}" {
 		logf("errors clients saw (by where:code): %s", errs)
@@ -479,13 +504,13 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 		"violations=%d (%s) rewinds=%d "+
 		"410s=%d resume_410s=%d relists=%d cache_relists=%.0f terminated_watchers=%.0f streams_ended_early=%d resumed_elsewhere=%d "+
 		"watchers=%d informers=%d behind=%d store_mismatches=%d streams=%d %s compactions=%d "+
-		"max_rss=%.0fMiB goroutines_before=%.0f goroutines_after=%.0f soak_max_rss=%.0fMiB\n",
+		"max_rss=%.0fMiB goroutines_before=%.0f goroutines_after=%.0f soak_max_rss=%.0fMiB %s\n",
 		c.decorator, c.replicas, c.etcdMembers, c.duration, res.written, res.delivered, res.lost, res.duplicated, res.unexpected,
 		res.totalViolations(), res.violationsString(), res.rewinds,
 		st.gone.Load(), st.resumeGone.Load(), st.relists.Load(), cacheRelists, terminated, st.endedEarly.Load(), st.resumedElsewhere.Load(),
 		c.watchers, c.informers, behind, storeMismatch, res.streams, faultFigures, compactions.Load(),
-		float64(maxRSS)/(1<<20), goroutinesBefore, goroutinesAfter, float64(self.Maxrss)/1024)
-	ok = res.lost == 0 && res.duplicated == 0 && res.unexpected == 0 && res.totalViolations() == 0 && behind == 0 && storeMismatch == 0 && res.written > 0
+		float64(maxRSS)/(1<<20), goroutinesBefore, goroutinesAfter, float64(self.Maxrss)/1024, lin)
+	ok = lin.verdict != porcupine.Illegal && lin.staleConsistent == 0 && res.lost == 0 && res.duplicated == 0 && res.unexpected == 0 && res.totalViolations() == 0 && behind == 0 && storeMismatch == 0 && res.written > 0
 	return ok, nil
 }
 

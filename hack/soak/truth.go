@@ -56,6 +56,9 @@ type attrs struct {
 	rv     uint64
 	labels labels.Set
 	fields fields.Set
+	// token is the linearizability client's operation that wrote this
+	// version (opAnnotation), "" for the writers' widgets.
+	token string
 }
 
 // truthEvent is one change to a widget as etcd recorded it.
@@ -64,6 +67,8 @@ type truthEvent struct {
 	key       int32
 	typ       watch.EventType // Added (created), Modified or Deleted
 	cur, prev *attrs          // cur nil for a deletion, prev nil for a creation
+	// at is when the checker's watch got it: etcd had committed it by then.
+	at time.Time
 }
 
 // truth is the history of widgets, recorded live from an etcd watch of the
@@ -139,7 +144,7 @@ func (t *truth) apply(ev *clientv3.Event) error {
 	key := strings.TrimPrefix(string(ev.Kv.Key), widgetsPrefix)
 	id := t.keys.id(key)
 	rev := uint64(ev.Kv.ModRevision)
-	te := truthEvent{rev: rev, key: id}
+	te := truthEvent{rev: rev, key: id, at: time.Now()}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	te.prev = t.state[id]
@@ -182,7 +187,7 @@ func decodeAttrs(data []byte) (*attrs, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &attrs{ns: w.Namespace, labels: l, fields: f}, nil
+	return &attrs{ns: w.Namespace, labels: l, fields: f, token: w.Annotations[opAnnotation]}, nil
 }
 
 // requestProgress asks etcd to confirm the checker's watch is current.
