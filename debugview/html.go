@@ -337,6 +337,7 @@ table { border-collapse: collapse; margin: .4em 0 .8em; }
 td, th { border-bottom: 1px solid #dde2e6; padding: 4px 10px 4px 0; text-align: left; vertical-align: top; font-size: 92%; }
 th { color: #4a5560; font-weight: 600; white-space: nowrap; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
+td.nowrap { white-space: nowrap; }
 .state { display: inline-block; padding: 1px 8px; border-radius: 9px; font-size: 85%; font-weight: 600; }
 .ready { background: #dcf2e0; color: #17622b; }
 .notready { background: #fadbd8; color: #8f1d14; }
@@ -356,8 +357,9 @@ svg rect.slot { fill: #3b6ea8; }
 {{if .Resources}}
 <table class="summary">
 <tr><th>resource</th><th>state</th><th>against etcd</th><th>last heard from etcd</th><th>history</th><th>watchers</th></tr>
-{{range .Resources}}<tr><td><a href="#{{.ID}}">{{.Name}}</a></td><td>{{if .Ready}}<span class="state ready">ready</span>{{else}}<span class="state notready">not ready</span>{{end}}</td><td{{if .RVProblem}} class="problem"{{end}}>{{.RV}}</td><td>{{.LastHeard}}</td><td>{{.History}}</td><td class="n">{{.Total}}</td></tr>
+{{range .Resources}}<tr><td><a href="#{{.ID}}">{{.Name}}</a></td><td>{{if .Ready}}<span class="state ready">ready</span>{{else}}<span class="state notready">not ready</span>{{end}}</td><td class="nowrap{{if .RVProblem}} problem{{end}}">{{.RV}}</td><td class="nowrap">{{.LastHeard}}</td><td>{{.History}}</td><td class="n">{{.Total}}</td></tr>
 {{end}}</table>
+<p class="muted">etcd's revision moves with every resource's writes; a quiet resource's cache catches up at etcd's next progress notification, so a few revisions behind with a recent "last heard" is normal.</p>
 {{range .Resources}}
 <section id="{{.ID}}">
 <h2>{{.Name}} {{if .Ready}}<span class="state ready">ready</span>{{else}}<span class="state notready">not ready</span>{{end}}</h2>
