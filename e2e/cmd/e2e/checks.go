@@ -28,6 +28,7 @@ import (
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"k8s.io/utils/ptr"
 
+	"github.com/watchkeeper/watchkeeper/e2e/internal/kubecluster"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
 	demov1alpha1 "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned/typed/demo/v1alpha1"
@@ -45,13 +46,13 @@ func (c *cluster) writeSampleKubeconfig(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	caData, err := os.ReadFile(c.pki.path("ca.crt"))
+	caData, err := os.ReadFile(c.pki.Path("ca.crt"))
 	if err != nil {
 		return "", err
 	}
 	c.sampleKubeconfig = filepath.Join(c.dir, "sample-apiserver.kubeconfig")
 	user := "system:serviceaccount:" + sampleNamespace + ":" + sampleService
-	if err := writeKubeconfig(c.sampleKubeconfig, c.kasURL, caData, &clientcmdapi.AuthInfo{Token: strings.TrimSpace(out)}, user); err != nil {
+	if err := kubecluster.WriteKubeconfig(c.sampleKubeconfig, c.kasURL, caData, &clientcmdapi.AuthInfo{Token: strings.TrimSpace(out)}, user); err != nil {
 		return "", err
 	}
 	return "kubectl -n " + sampleNamespace + " create token " + sampleService + ": " + user, nil
@@ -95,19 +96,19 @@ func (c *cluster) registerService(ctx context.Context) (string, error) {
 }
 
 // checks are issue 14's checks, through kube-apiserver only.
-func (c *cluster) checks(ctx context.Context, r *report) {
+func (c *cluster) checks(ctx context.Context, r *kubecluster.Report) {
 	cs, err := clientset.NewForConfig(c.admin)
 	if err != nil {
-		r.step("clients", func() (string, error) { return "", err })
+		r.Step("clients", func() (string, error) { return "", err })
 		return
 	}
 	widgets := cs.DemoV1alpha1().Widgets(ns)
 
-	r.step("APIService Available", func() (string, error) {
+	r.Step("APIService Available", func() (string, error) {
 		took, reason, err := c.waitAvailable(ctx, true, 90*time.Second)
 		return fmt.Sprintf("Available=True (%s) %v after it was applied", reason, took.Round(100*time.Millisecond)), err
 	})
-	r.step("kubectl api-resources lists widgets and gadgets", func() (string, error) {
+	r.Step("kubectl api-resources lists widgets and gadgets", func() (string, error) {
 		out, err := c.kubectl(ctx, c.adminKubeconfig, "api-resources", "--api-group=demo.watchkeeper.io", "--no-headers")
 		if err != nil {
 			return "", err
@@ -136,17 +137,17 @@ func (c *cluster) writeFile(name, content string) (string, error) {
 
 // crudChecks: create, get, chunked list, patch, server-side apply, delete,
 // with kubectl (the chunked list with client-go too).
-func (c *cluster) crudChecks(ctx context.Context, r *report, widgets demov1alpha1.WidgetInterface) {
+func (c *cluster) crudChecks(ctx context.Context, r *kubecluster.Report, widgets demov1alpha1.WidgetInterface) {
 	kc := c.adminKubeconfig
-	r.step("kubectl create widget", func() (string, error) {
+	r.Step("kubectl create widget", func() (string, error) {
 		path, err := c.writeFile("widget.yaml", "apiVersion: demo.watchkeeper.io/v1alpha1\nkind: Widget\nmetadata:\n  name: demo\n  labels: {app: demo}\nspec:\n  size: 3\n  nodeName: node-1\n")
 		if err != nil {
 			return "", err
 		}
 		out, err := c.kubectl(ctx, kc, "create", "-f", path)
-		return oneLine(out), err
+		return kubecluster.OneLine(out), err
 	})
-	r.step("kubectl get widget", func() (string, error) {
+	r.Step("kubectl get widget", func() (string, error) {
 		out, err := c.kubectl(ctx, kc, "get", "widget", "demo", "-o", "jsonpath={.spec.size} {.spec.color} {.metadata.resourceVersion}")
 		if err != nil {
 			return "", err
@@ -157,7 +158,7 @@ func (c *cluster) crudChecks(ctx context.Context, r *report, widgets demov1alpha
 		}
 		return fmt.Sprintf("size=%s color=%s (defaulted) resourceVersion=%s", f[0], f[1], f[2]), nil
 	})
-	r.step("list in chunks (kubectl --chunk-size=5, client-go limit=5)", func() (string, error) {
+	r.Step("list in chunks (kubectl --chunk-size=5, client-go limit=5)", func() (string, error) {
 		for i := range 11 {
 			w := &v1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("chunk-%02d", i)}, Spec: v1alpha1.WidgetSpec{Size: int32(i + 1)}}
 			if _, err := widgets.Create(ctx, w, metav1.CreateOptions{}); err != nil {
@@ -195,7 +196,7 @@ func (c *cluster) crudChecks(ctx context.Context, r *report, widgets demov1alpha
 		}
 		return fmt.Sprintf("kubectl: 12 rows in 3 GETs ?limit=5&continue=...; client-go pages %v", pages), nil
 	})
-	r.step("kubectl patch widget", func() (string, error) {
+	r.Step("kubectl patch widget", func() (string, error) {
 		if _, err := c.kubectl(ctx, kc, "patch", "widget", "demo", "--type=merge", "-p", `{"spec":{"size":5}}`); err != nil {
 			return "", err
 		}
@@ -208,7 +209,7 @@ func (c *cluster) crudChecks(ctx context.Context, r *report, widgets demov1alpha
 		}
 		return "size 3 -> 5, resourceVersion " + w.ResourceVersion, nil
 	})
-	r.step("kubectl apply --server-side widget", func() (string, error) {
+	r.Step("kubectl apply --server-side widget", func() (string, error) {
 		apply := func(size int) error {
 			path, err := c.writeFile("widget-ssa.yaml", fmt.Sprintf("apiVersion: demo.watchkeeper.io/v1alpha1\nkind: Widget\nmetadata:\n  name: applied\nspec:\n  size: %d\n  color: red\n", size))
 			if err != nil {
@@ -236,7 +237,7 @@ func (c *cluster) crudChecks(ctx context.Context, r *report, widgets demov1alpha
 		}
 		return fmt.Sprintf("created then updated (size 7 -> 9), managedFields %v", managers), nil
 	})
-	r.step("kubectl delete widget", func() (string, error) {
+	r.Step("kubectl delete widget", func() (string, error) {
 		out, err := c.kubectl(ctx, kc, "delete", "widget", "demo")
 		if err != nil {
 			return "", err
@@ -244,7 +245,7 @@ func (c *cluster) crudChecks(ctx context.Context, r *report, widgets demov1alpha
 		if _, err := widgets.Get(ctx, "demo", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return "", fmt.Errorf("get after delete: %v, want 404", err)
 		}
-		return oneLine(out) + "; get: 404 NotFound", nil
+		return kubecluster.OneLine(out) + "; get: 404 NotFound", nil
 	})
 }
 
@@ -347,8 +348,8 @@ func sameEvents(got, want []seen) error {
 
 // watchChecks: a watch from an RV, bookmarks through the proxy, a
 // WatchList informer.
-func (c *cluster) watchChecks(ctx context.Context, r *report, cs *clientset.Clientset, widgets demov1alpha1.WidgetInterface) {
-	r.step("watch from an RV receives every change", func() (string, error) {
+func (c *cluster) watchChecks(ctx context.Context, r *kubecluster.Report, cs *clientset.Clientset, widgets demov1alpha1.WidgetInterface) {
+	r.Step("watch from an RV receives every change", func() (string, error) {
 		l, w, err := listThenWatch(ctx, widgets, false)
 		if err != nil {
 			return "", err
@@ -364,7 +365,7 @@ func (c *cluster) watchChecks(ctx context.Context, r *report, cs *clientset.Clie
 		}
 		return fmt.Sprintf("from RV %s: %d of %d events (ADDED, MODIFIED, DELETED), in order, RVs %s..%s", l.ResourceVersion, len(got), len(want), got[0].rv, got[len(got)-1].rv), nil
 	})
-	r.step("bookmarks through the proxy at the configured frequency", func() (string, error) {
+	r.Step("bookmarks through the proxy at the configured frequency", func() (string, error) {
 		freq := c.cfg.bookmarkFrequency
 		_, w, err := listThenWatch(ctx, widgets, true)
 		if err != nil {
@@ -403,7 +404,7 @@ func (c *cluster) watchChecks(ctx context.Context, r *report, cs *clientset.Clie
 		}
 		return figure, nil
 	})
-	r.step("client-go informer with WatchList syncs without a LIST", func() (string, error) {
+	r.Step("client-go informer with WatchList syncs without a LIST", func() (string, error) {
 		// The watches of the steps before are closed; wait until the
 		// server has seen them go, so the count below is this informer's.
 		var before metrics
@@ -515,13 +516,13 @@ func (c *cluster) sampleMetrics(ctx context.Context) (metrics, error) {
 
 // authChecks: RBAC get-only, unauthenticated, a request that bypasses the
 // aggregator.
-func (c *cluster) authChecks(ctx context.Context, r *report) {
-	r.step("RBAC get-only user: get 200, list 403, watch 403", func() (string, error) {
+func (c *cluster) authChecks(ctx context.Context, r *kubecluster.Report) {
+	r.Step("RBAC get-only user: get 200, list 403, watch 403", func() (string, error) {
 		kc := c.adminKubeconfig
 		if _, err := c.kubectl(ctx, kc, "-n", ns, "create", "role", "widget-getter", "--verb=get", "--resource=widgets.demo.watchkeeper.io"); err != nil {
 			return "", err
 		}
-		if _, err := c.kubectl(ctx, kc, "-n", ns, "create", "rolebinding", "widget-getter", "--role=widget-getter", "--user="+getterUser); err != nil {
+		if _, err := c.kubectl(ctx, kc, "-n", ns, "create", "rolebinding", "widget-getter", "--role=widget-getter", "--user="+kubecluster.GetterUser); err != nil {
 			return "", err
 		}
 		getterCfg, err := clientcmd.BuildConfigFromFlags("", c.getterKubeconfig)
@@ -538,23 +539,23 @@ func (c *cluster) authChecks(ctx context.Context, r *report) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		if getErr != nil {
-			return "", fmt.Errorf("get as %s: %w", getterUser, getErr)
+			return "", fmt.Errorf("get as %s: %w", kubecluster.GetterUser, getErr)
 		}
 		out, listErr := c.kubectl(ctx, c.getterKubeconfig, "get", "widgets")
 		if listErr == nil || !strings.Contains(out, "Forbidden") {
-			return "", fmt.Errorf("kubectl get widgets as %s: %v %q, want Forbidden", getterUser, listErr, out)
+			return "", fmt.Errorf("kubectl get widgets as %s: %v %q, want Forbidden", kubecluster.GetterUser, listErr, out)
 		}
 		w, watchErr := getter.Watch(ctx, metav1.ListOptions{})
 		if watchErr == nil {
 			w.Stop()
 		}
 		if !apierrors.IsForbidden(watchErr) {
-			return "", fmt.Errorf("watch as %s: %v, want 403", getterUser, watchErr)
+			return "", fmt.Errorf("watch as %s: %v, want 403", kubecluster.GetterUser, watchErr)
 		}
-		return fmt.Sprintf("%s: get 200; list: %s; watch: 403", getterUser, oneLine(out)), nil
+		return fmt.Sprintf("%s: get 200; list: %s; watch: 403", kubecluster.GetterUser, kubecluster.OneLine(out)), nil
 	})
-	r.step("unauthenticated request 401", func() (string, error) {
-		caData, err := os.ReadFile(c.pki.path("ca.crt"))
+	r.Step("unauthenticated request 401", func() (string, error) {
+		caData, err := os.ReadFile(c.pki.Path("ca.crt"))
 		if err != nil {
 			return "", err
 		}
@@ -577,14 +578,14 @@ func (c *cluster) authChecks(ctx context.Context, r *report) {
 		}
 		return figure, nil
 	})
-	r.step("the sample apiserver rejects a request that bypasses the aggregator", func() (string, error) {
+	r.Step("the sample apiserver rejects a request that bypasses the aggregator", func() (string, error) {
 		path := c.sampleURL() + "/apis/demo.watchkeeper.io/v1alpha1/namespaces/default/widgets"
-		hdr := map[string]string{"X-Remote-User": adminUser, "X-Remote-Group": "system:masters"}
+		hdr := map[string]string{"X-Remote-User": kubecluster.AdminUser, "X-Remote-Group": "system:masters"}
 		direct, err := status(ctx, &http.Client{Transport: &http.Transport{TLSClientConfig: insecureTLS}, Timeout: 10 * time.Second}, path, hdr)
 		if err != nil {
 			return "", err
 		}
-		hc, err := rest.HTTPClientFor(c.frontProxyConfig(adminUser, "system:masters"))
+		hc, err := rest.HTTPClientFor(c.frontProxyConfig(kubecluster.AdminUser, "system:masters"))
 		if err != nil {
 			return "", err
 		}
@@ -657,12 +658,12 @@ func (c *cluster) waitAvailable(ctx context.Context, want bool, timeout time.Dur
 // killRestartChecks: kill the sample apiserver (SIGKILL), see the
 // APIService go unavailable and requests get 503; restart it, see it
 // available again, and resume a watch from its last bookmark's RV.
-func (c *cluster) killRestartChecks(ctx context.Context, r *report, widgets demov1alpha1.WidgetInterface) {
+func (c *cluster) killRestartChecks(ctx context.Context, r *kubecluster.Report, widgets demov1alpha1.WidgetInterface) {
 	var (
 		bookmarkRV string
 		want       []seen
 	)
-	ok := r.step("before the kill: a watch's bookmark after writes", func() (string, error) {
+	ok := r.Step("before the kill: a watch's bookmark after writes", func() (string, error) {
 		_, w, err := listThenWatch(ctx, widgets, true)
 		if err != nil {
 			return "", err
@@ -703,13 +704,13 @@ func (c *cluster) killRestartChecks(ctx context.Context, r *report, widgets demo
 	if !ok {
 		return
 	}
-	r.step("kill -9 the sample apiserver: APIService unavailable", func() (string, error) {
-		pid := c.sample.pid()
-		c.sample.kill()
+	r.Step("kill -9 the sample apiserver: APIService unavailable", func() (string, error) {
+		pid := c.sample.PID()
+		c.sample.Kill()
 		took, reason, err := c.waitAvailable(ctx, false, 90*time.Second)
 		return fmt.Sprintf("pid %d killed; Available=False (%s) after %v", pid, reason, took.Round(100*time.Millisecond)), err
 	})
-	r.step("requests while it is down get 503", func() (string, error) {
+	r.Step("requests while it is down get 503", func() (string, error) {
 		_, err := widgets.List(ctx, metav1.ListOptions{})
 		if !apierrors.IsServiceUnavailable(err) {
 			return "", fmt.Errorf("list widgets: %v, want 503", err)
@@ -720,16 +721,16 @@ func (c *cluster) killRestartChecks(ctx context.Context, r *report, widgets demo
 		}
 		return fmt.Sprintf("client-go list: 503 %q; kubectl: %s", err.Error(), lastLine(out)), nil
 	})
-	r.step("restart: APIService available again", func() (string, error) {
+	r.Step("restart: APIService available again", func() (string, error) {
 		start := time.Now()
 		if err := c.startSample(ctx); err != nil {
 			return "", err
 		}
 		ready := time.Since(start)
 		took, reason, err := c.waitAvailable(ctx, true, 90*time.Second)
-		return fmt.Sprintf("sample ready in %v (pid %d); Available=True (%s) %v later", ready.Round(100*time.Millisecond), c.sample.pid(), reason, took.Round(100*time.Millisecond)), err
+		return fmt.Sprintf("sample ready in %v (pid %d); Available=True (%s) %v later", ready.Round(100*time.Millisecond), c.sample.PID(), reason, took.Round(100*time.Millisecond)), err
 	})
-	r.step("a watch resumed from the last bookmark's RV loses nothing", func() (string, error) {
+	r.Step("a watch resumed from the last bookmark's RV loses nothing", func() (string, error) {
 		after, err := writes(ctx, widgets, "after-restart", 3)
 		if err != nil {
 			return "", err

@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/e2e/internal/kubecluster"
 	"github.com/watchkeeper/watchkeeper/internal/freeport"
 )
 
@@ -67,13 +68,13 @@ func run(ctx context.Context, cfg config) int {
 		return 1
 	}
 	c := &cluster{dir: dir, cfg: cfg}
-	r := &report{}
+	r := &kubecluster.Report{}
 	defer func() {
 		c.stop()
-		if r.failed > 0 {
-			for _, ch := range []*child{c.kas, c.sample} {
+		if r.Failed > 0 {
+			for _, ch := range []*kubecluster.Child{c.kas, c.sample} {
 				if ch != nil {
-					fmt.Printf("--- end of %s\n%s\n", ch.logPath, ch.logTail())
+					fmt.Printf("--- end of %s\n%s\n", ch.LogPath, ch.LogTail())
 				}
 			}
 		}
@@ -85,7 +86,7 @@ func run(ctx context.Context, cfg config) int {
 	}()
 
 	if !c.setup(ctx, r) {
-		r.close(start)
+		r.Close(start)
 		return 1
 	}
 	if cfg.hold {
@@ -93,40 +94,40 @@ func run(ctx context.Context, cfg config) int {
 		fmt.Printf("  export KUBECONFIG=%s\n  kubectl api-resources --api-group=demo.watchkeeper.io\n", c.adminKubeconfig)
 		fmt.Printf("a user with no rights yet (make e2e binds it get-only on widgets): kubectl --kubeconfig=%s ...\n", c.getterKubeconfig)
 		fmt.Printf("the sample apiserver (pid %d) was started as (to restart it by hand after a kill):\n  %s %s\n",
-			c.sample.pid(), c.cfg.sample, strings.Join(c.sampleArgs(), " "))
+			c.sample.PID(), c.cfg.sample, strings.Join(c.sampleArgs(), " "))
 		fmt.Println("Ctrl-C stops everything and removes", dir)
 		<-ctx.Done()
 		fmt.Println()
 		return 0
 	}
 	c.checks(ctx, r)
-	return r.close(start)
+	return r.Close(start)
 }
 
 // setup brings the cluster up; each part is a step. It returns false when
 // a step failed, and nothing after it can run.
-func (c *cluster) setup(ctx context.Context, r *report) bool {
-	return r.step("setup: certificates", func() (string, error) {
+func (c *cluster) setup(ctx context.Context, r *kubecluster.Report) bool {
+	return r.Step("setup: certificates", func() (string, error) {
 		var err error
-		c.pki, err = newPKI(c.dir)
+		c.pki, err = kubecluster.NewPKI(c.dir)
 		return "cluster CA, serving cert, front-proxy CA and client cert, service-account key, admin and getter client certs", err
-	}) && r.step("setup: etcd", func() (string, error) {
+	}) && r.Step("setup: etcd", func() (string, error) {
 		if err := c.startEtcd(); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("kube-apiserver's %s, the sample's %s", c.kubeEtcd.Endpoint(), c.sampleEtcd.Endpoint()), nil
-	}) && r.step("setup: kube-apiserver ready", func() (string, error) {
+	}) && r.Step("setup: kube-apiserver ready", func() (string, error) {
 		if err := c.startKubeAPIServer(ctx); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%s, pid %d", c.kasURL, c.kas.pid()), nil
-	}) && r.step("setup: deploy/ namespace and RBAC applied", func() (string, error) {
+		return fmt.Sprintf("%s, pid %d", c.kasURL, c.kas.PID()), nil
+	}) && r.Step("setup: deploy/ namespace and RBAC applied", func() (string, error) {
 		out, err := c.kubectl(ctx, c.adminKubeconfig, "apply",
 			"-f", filepath.Join(c.cfg.deployDir, "namespace.yaml"), "-f", filepath.Join(c.cfg.deployDir, "rbac.yaml"))
-		return oneLine(out), err
-	}) && r.step("setup: sample apiserver's service-account token", func() (string, error) {
+		return kubecluster.OneLine(out), err
+	}) && r.Step("setup: sample apiserver's service-account token", func() (string, error) {
 		return c.writeSampleKubeconfig(ctx)
-	}) && r.step("setup: sample apiserver ready (aggregated)", func() (string, error) {
+	}) && r.Step("setup: sample apiserver ready (aggregated)", func() (string, error) {
 		port, err := freeport.Port()
 		if err != nil {
 			return "", err
@@ -135,8 +136,8 @@ func (c *cluster) setup(ctx context.Context, r *report) bool {
 		if err := c.startSample(ctx); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%s, pid %d, --watch-cache-bookmark-frequency=%v", c.sampleURL(), c.sample.pid(), c.cfg.bookmarkFrequency), nil
-	}) && r.step("setup: Service and deploy/ APIService applied", func() (string, error) {
+		return fmt.Sprintf("%s, pid %d, --watch-cache-bookmark-frequency=%v", c.sampleURL(), c.sample.PID(), c.cfg.bookmarkFrequency), nil
+	}) && r.Step("setup: Service and deploy/ APIService applied", func() (string, error) {
 		return c.registerService(ctx)
 	})
 }

@@ -1,4 +1,4 @@
-package main
+package kubecluster
 
 import (
 	"fmt"
@@ -10,20 +10,22 @@ import (
 	"time"
 )
 
-// child is a server the driver runs: kube-apiserver or the sample
-// apiserver. Its output goes to a log file in the run's directory.
-type child struct {
-	name    string
-	logPath string
+// Child is a process the driver runs: kube-apiserver, the sample
+// apiserver, a controller. Its output goes to a log file in the run's
+// directory.
+type Child struct {
+	Name    string
+	LogPath string
 	cmd     *exec.Cmd
 	exited  chan struct{}
-	waitErr error
+	// WaitErr is how it exited, once Running is false.
+	WaitErr error
 }
 
-// startChild starts path with args. The kernel kills the child if the driver
+// StartChild starts path with args. The kernel kills the child if the driver
 // dies without stopping it (Pdeathsig, which follows the OS thread that
 // forked: that thread stays locked until the child is reaped).
-func startChild(name, logPath, path string, args ...string) (*child, error) {
+func StartChild(name, logPath, path string, args ...string) (*Child, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -33,7 +35,7 @@ func startChild(name, logPath, path string, args ...string) (*child, error) {
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	c := &child{name: name, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
+	c := &Child{Name: name, LogPath: logPath, cmd: cmd, exited: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: see above
@@ -42,7 +44,7 @@ func startChild(name, logPath, path string, args ...string) (*child, error) {
 			return
 		}
 		started <- nil
-		c.waitErr = cmd.Wait()
+		c.WaitErr = cmd.Wait()
 		close(c.exited)
 	}()
 	if err := <-started; err != nil {
@@ -51,9 +53,14 @@ func startChild(name, logPath, path string, args ...string) (*child, error) {
 	return c, nil
 }
 
-func (c *child) pid() int { return c.cmd.Process.Pid }
+// PID is the child's process id.
+func (c *Child) PID() int { return c.cmd.Process.Pid }
 
-func (c *child) running() bool {
+// Exited is closed when the child has exited and been reaped.
+func (c *Child) Exited() <-chan struct{} { return c.exited }
+
+// Running is whether the child has not exited yet.
+func (c *Child) Running() bool {
 	select {
 	case <-c.exited:
 		return false
@@ -62,26 +69,26 @@ func (c *child) running() bool {
 	}
 }
 
-// stop sends SIGTERM, then SIGKILL after grace, and reaps the child.
-func (c *child) stop(grace time.Duration) {
+// Stop sends SIGTERM, then SIGKILL after grace, and reaps the child.
+func (c *Child) Stop(grace time.Duration) {
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.exited:
 		return
 	case <-time.After(grace):
 	}
-	c.kill()
+	c.Kill()
 }
 
-// kill ends the child at once (kill -9) and reaps it.
-func (c *child) kill() {
+// Kill ends the child at once (kill -9) and reaps it.
+func (c *Child) Kill() {
 	_ = c.cmd.Process.Kill()
 	<-c.exited
 }
 
-// logTail is the end of the child's log, for error messages.
-func (c *child) logTail() string {
-	data, err := os.ReadFile(c.logPath)
+// LogTail is the end of the child's log, for error messages.
+func (c *Child) LogTail() string {
+	data, err := os.ReadFile(c.LogPath)
 	if err != nil {
 		return err.Error()
 	}

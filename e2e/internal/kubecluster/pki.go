@@ -1,4 +1,7 @@
-package main
+// Package kubecluster is what the e2e drivers share to run Kubernetes on
+// loopback: the certificates of a cluster, child processes, and
+// kube-apiserver's flags, kubeconfigs and readiness.
+package kubecluster
 
 import (
 	"crypto"
@@ -16,17 +19,19 @@ import (
 	"time"
 )
 
-// pki is every certificate and key of the e2e cluster, as files in dir:
+// PKI is every certificate and key of the e2e cluster, as files in Dir:
 //
-//	ca.crt/.key                   the cluster CA: kube-apiserver's serving cert and client certs
-//	apiserver.crt/.key            kube-apiserver's serving cert (127.0.0.1, localhost, kubernetes.default.svc)
-//	front-proxy-ca.crt/.key       the front-proxy CA (--requestheader-client-ca-file)
-//	front-proxy-client.crt/.key   the aggregator's client cert (--proxy-client-*), CN front-proxy-client
-//	sa.key/sa.pub                 the service-account signing key pair
-//	admin.crt/.key                the e2e admin, CN e2e-admin, O system:masters
-//	getter.crt/.key               a user with no groups, CN e2e-getter (RBAC: get widgets only)
-type pki struct {
-	dir string
+//	ca.crt/.key                       the cluster CA: kube-apiserver's serving cert and client certs
+//	apiserver.crt/.key                kube-apiserver's serving cert (127.0.0.1, localhost, kubernetes.default.svc)
+//	front-proxy-ca.crt/.key           the front-proxy CA (--requestheader-client-ca-file)
+//	front-proxy-client.crt/.key       the aggregator's client cert (--proxy-client-*), CN front-proxy-client
+//	sa.key/sa.pub                     the service-account signing key pair
+//	admin.crt/.key                    the e2e admin, CN e2e-admin, O system:masters
+//	getter.crt/.key                   a user with no groups, CN e2e-getter (RBAC: get widgets only)
+//	kube-controller-manager.crt/.key  CN system:kube-controller-manager (its built-in RBAC)
+//	kube-scheduler.crt/.key           CN system:kube-scheduler (its built-in RBAC)
+type PKI struct {
+	Dir string
 
 	ca, frontProxyCA *keyPair
 }
@@ -38,16 +43,17 @@ type keyPair struct {
 
 // Names of the client identities.
 const (
-	frontProxyClientName = "front-proxy-client"
-	adminUser            = "e2e-admin"
-	getterUser           = "e2e-getter"
+	FrontProxyClientName = "front-proxy-client"
+	AdminUser            = "e2e-admin"
+	GetterUser           = "e2e-getter"
 )
 
-func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
+// Path is the file name in the PKI's directory.
+func (p *PKI) Path(name string) string { return filepath.Join(p.Dir, name) }
 
-// newPKI generates the lot; ECDSA P-256 keys, valid for a day.
-func newPKI(dir string) (*pki, error) {
-	p := &pki{dir: dir}
+// NewPKI generates the lot in dir; ECDSA P-256 keys, valid for a day.
+func NewPKI(dir string) (*PKI, error) {
+	p := &PKI{Dir: dir}
 	var err error
 	if p.ca, err = p.newCA("e2e-cluster-ca", "ca"); err != nil {
 		return nil, err
@@ -58,7 +64,7 @@ func newPKI(dir string) (*pki, error) {
 	serving := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(serviceClusterIP)},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(ServiceClusterIP)},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	if err := p.issue(p.ca, serving, "apiserver"); err != nil {
@@ -70,9 +76,11 @@ func newPKI(dir string) (*pki, error) {
 		groups []string
 		file   string
 	}{
-		{p.frontProxyCA, frontProxyClientName, nil, "front-proxy-client"},
-		{p.ca, adminUser, []string{"system:masters"}, "admin"},
-		{p.ca, getterUser, nil, "getter"},
+		{p.frontProxyCA, FrontProxyClientName, nil, "front-proxy-client"},
+		{p.ca, AdminUser, []string{"system:masters"}, "admin"},
+		{p.ca, GetterUser, nil, "getter"},
+		{p.ca, "system:kube-controller-manager", nil, "kube-controller-manager"},
+		{p.ca, "system:kube-scheduler", nil, "kube-scheduler"},
 	}
 	for _, c := range clients {
 		tmpl := &x509.Certificate{
@@ -87,17 +95,17 @@ func newPKI(dir string) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeKey(p.path("sa.key"), saKey); err != nil {
+	if err := writeKey(p.Path("sa.key"), saKey); err != nil {
 		return nil, err
 	}
 	pub, err := x509.MarshalPKIXPublicKey(saKey.Public())
 	if err != nil {
 		return nil, err
 	}
-	return p, writePEM(p.path("sa.pub"), "PUBLIC KEY", pub, 0o644)
+	return p, writePEM(p.Path("sa.pub"), "PUBLIC KEY", pub, 0o644)
 }
 
-func (p *pki) newCA(cn, file string) (*keyPair, error) {
+func (p *PKI) newCA(cn, file string) (*keyPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -119,14 +127,14 @@ func (p *pki) newCA(cn, file string) (*keyPair, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writePEM(p.path(file+".crt"), "CERTIFICATE", der, 0o644); err != nil {
+	if err := writePEM(p.Path(file+".crt"), "CERTIFICATE", der, 0o644); err != nil {
 		return nil, err
 	}
-	return &keyPair{cert, key}, writeKey(p.path(file+".key"), key)
+	return &keyPair{cert, key}, writeKey(p.Path(file+".key"), key)
 }
 
 // issue signs tmpl with ca and writes file.crt and file.key.
-func (p *pki) issue(ca *keyPair, tmpl *x509.Certificate, file string) error {
+func (p *PKI) issue(ca *keyPair, tmpl *x509.Certificate, file string) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -140,10 +148,10 @@ func (p *pki) issue(ca *keyPair, tmpl *x509.Certificate, file string) error {
 	if err != nil {
 		return fmt.Errorf("signing %s: %w", file, err)
 	}
-	if err := writePEM(p.path(file+".crt"), "CERTIFICATE", der, 0o644); err != nil {
+	if err := writePEM(p.Path(file+".crt"), "CERTIFICATE", der, 0o644); err != nil {
 		return err
 	}
-	return writeKey(p.path(file+".key"), key)
+	return writeKey(p.Path(file+".key"), key)
 }
 
 func serial() *big.Int {
