@@ -23,7 +23,7 @@ const (
 	MaxDuration = 365 * 24 * time.Hour
 	// DefaultStorageSilenceTimeout is how long etcd may say nothing on a
 	// resource's watch, progress requests included, before its cache goes not
-	// ready and relists.
+	// ready and re-opens that watch.
 	DefaultStorageSilenceTimeout = 15 * time.Second
 	// DefaultHistoryMargin is what the history keeps beyond one bookmark
 	// period when no window is set, so the newest bookmark is still resumable.
@@ -53,8 +53,10 @@ type WatchCacheOptions struct {
 	// on the command line, and still DefaultBookmarkPreDeadlineOffset), it
 	// follows the frequency: see EffectiveBookmarkPreDeadlineOffset.
 	BookmarkPreDeadlineOffset time.Duration
-	// EventsHistoryWindow is how long past events are kept for clients
-	// resuming a watch. 0 means BookmarkFrequency + 15s, upstream's rule.
+	// EventsHistoryWindow is the least time past events are kept for
+	// clients resuming a watch: a floor, not a cut. Older events stay until
+	// the history needs their room, as in upstream's cache. 0 means
+	// BookmarkFrequency + 15s, upstream's rule.
 	EventsHistoryWindow time.Duration
 	// BookmarkGranularity is the width of a bookmark calendar slot and the
 	// base period of its tick: a bookmark due at X goes out within
@@ -76,9 +78,10 @@ type WatchCacheOptions struct {
 	// StorageSilenceTimeout is how long a resource's etcd watch may deliver
 	// nothing before the cache calls it lost: after a third of it the cache
 	// asks etcd for progress, and after all of it without an answer it goes
-	// not ready (reads get 429, /readyz fails), closes its watchers and
-	// relists once etcd answers. etcd's client otherwise retries a dead
-	// stream silently and the cache would keep serving a stale state.
+	// not ready (reads get 429, /readyz fails; client watches stay open) and
+	// re-opens its etcd watch from its resourceVersion, relisting only on a
+	// 410 or when the re-opens keep failing. etcd's client otherwise retries
+	// a dead stream silently and the cache would keep serving a stale state.
 	// 0 turns the check off.
 	StorageSilenceTimeout time.Duration
 	// BookmarkMaxStaleness bounds how long before it is sent a bookmark's RV
