@@ -11,7 +11,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 25m -parallel 8
 FUZZTIME ?= 15s
 FUZZ_FLAGS ?= -run XXX -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 
-.PHONY: all build test fuzz verify lint run bench-bookmarks bench bench-quick update-codegen soak e2e image
+.PHONY: all build test fuzz verify lint run bench-bookmarks bench bench-quick update-codegen soak e2e image kube-apiserver kube-e2e kube-e2e-build
 
 all: build
 
@@ -78,6 +78,34 @@ e2e:
 	$(GO) build -o bin/sample-apiserver ./sample-apiserver
 	$(GO) -C e2e build -o ../bin/e2e ./cmd/e2e
 	bin/e2e $(E2E_FLAGS)
+
+# kube-apiserver v1.37.2 with watchkeeper as the watch cache of every
+# resource it caches (e2e/kubeapiserver; docs/kube-apiserver.md):
+# bin/kube-apiserver-watchkeeper. --watch-cache-decorator=upstream runs the
+# stock cache from the same binary.
+kube-apiserver:
+	$(GO) -C e2e build -ldflags '$(KUBE_VERSION_LDFLAGS)' -o ../bin/kube-apiserver-watchkeeper ./cmd/kube-apiserver-watchkeeper
+
+# That kube-apiserver judged on loopback: first its own properties (flags,
+# caches, metrics, /readyz, shutdown), then Kubernetes' own e2e tests of
+# [sig-api-machinery] on a cluster of etcd, it, kube-controller-manager,
+# kube-scheduler and kwok's simulated nodes, once with the stock cache and
+# once with watchkeeper, printed side by side (docs/kube-apiserver.md).
+# Everything is built from k8s.io/kubernetes v1.37.2 in e2e/ and kwok
+# v0.8.0 in e2e/kwok/: long the first time, then from the Go build cache.
+# make kube-e2e KUBE_E2E_FLAGS="-checks=false -procs 2"; bin/kube-e2e -help.
+KWOK_STAGES = $(shell $(GO) -C e2e/kwok list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
+kube-e2e: kube-e2e-build
+	bin/kube-e2e -kwok-stages=$(KWOK_STAGES) $(KUBE_E2E_FLAGS)
+
+kube-e2e-build: kube-apiserver
+	$(GO) -C e2e build -ldflags '$(KUBE_VERSION_LDFLAGS)' -o ../bin/kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
+	$(GO) -C e2e build -ldflags '$(KUBE_VERSION_LDFLAGS)' -o ../bin/kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+	$(GO) -C e2e build -ldflags '$(KUBE_VERSION_LDFLAGS)' -o ../bin/kubectl k8s.io/kubernetes/cmd/kubectl
+	$(GO) -C e2e/kwok build -o ../../bin/kwok sigs.k8s.io/kwok/cmd/kwok
+	$(GO) -C e2e build -o ../bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
+	$(GO) -C e2e test -c -ldflags '$(KUBE_VERSION_LDFLAGS)' -o ../bin/kubetests.test ./kubetests
+	$(GO) -C e2e build -o ../bin/kube-e2e ./cmd/kube-e2e
 
 # The sample apiserver's OCI image, without Docker: a static binary
 # (CGO_ENABLED=0) FROM scratch, user 65532, tagged
