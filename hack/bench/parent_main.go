@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,6 +34,7 @@ func parentMain(args []string) error {
 	outDir := fs.String("out", "docs/bench", "where results.jsonl, results.md and the charts go")
 	workDir := fs.String("workdir", "_output/bench", "scratch: etcd data, run logs, the sample apiserver binary")
 	profDir := fs.String("cpuprofiles", "", "if set, each run writes a CPU profile of its process here (<run>.pprof), for go tool pprof with the bench binary")
+	memoryObjects := fs.String("memory-objects", "", "comma-separated object counts of the memory scenario, instead of the mode's (full: 10000,100000; quick: 2000)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -47,6 +49,11 @@ func parentMain(args []string) error {
 	sz, mode := fullSizes, "full"
 	if *quick {
 		sz, mode = quickSizes, "quick"
+	}
+	if *memoryObjects != "" {
+		if sz.memoryObjects, err = parseCounts(*memoryObjects); err != nil {
+			return fmt.Errorf("-memory-objects: %w", err)
+		}
 	}
 	if slices.Contains(levels, "http") && !httpLevelAvailable {
 		fmt.Fprintln(os.Stderr, "bench: the http level is not available in this build; running storage only")
@@ -103,7 +110,12 @@ func parentMain(args []string) error {
 			if err := os.MkdirAll(*profDir, 0o755); err != nil {
 				return err
 			}
-			if c.cpuProfile, err = filepath.Abs(filepath.Join(*profDir, strings.NewReplacer("/", "_").Replace(r.String())+".pprof")); err != nil {
+			if c.cpuProfile, err = filepath.Abs(filepath.Join(*profDir, runFileName(r)+".pprof")); err != nil {
+				return err
+			}
+		}
+		if takesHeapProfile(r, sz) {
+			if c.heapProfile, err = filepath.Abs(filepath.Join(*outDir, runFileName(r)+".heap.pprof")); err != nil {
 				return err
 			}
 		}
@@ -162,6 +174,19 @@ func pickList(list string, known []string, what string) ([]string, error) {
 			return nil, fmt.Errorf("unknown %s %q (known: %s)", what, s, strings.Join(known, ", "))
 		}
 		out = append(out, s)
+	}
+	return out, nil
+}
+
+// parseCounts parses a comma-separated list of positive counts.
+func parseCounts(list string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive count", f)
+		}
+		out = append(out, n)
 	}
 	return out, nil
 }

@@ -5,12 +5,17 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/watchkeeper/watchkeeper/hack/bench/internal/storagebench"
 )
 
 // Scenario and level names, as in result.Result.
 var (
-	allScenarios = []string{"idle", "bookmarks", "fanout", "list", "watchlist", "exactkey", "storm"}
+	allScenarios = []string{"idle", "bookmarks", "fanout", "list", "watchlist", "exactkey", "storm", "memory"}
 	allLevels    = []string{"storage", "http"}
+	// withBaseline are the storage-level scenarios that also run the
+	// baseline none, no cache.
+	withBaseline = []string{"idle", "exactkey", "memory"}
 	// httpScenarios are the ones package httpbench provides.
 	httpScenarios = []string{"idle", "bookmarks", "fanout"}
 )
@@ -28,7 +33,9 @@ type runSpec struct {
 	Watchers, Events           int
 	Objects, Repeats           int
 	// Rate is writes per second (storm).
-	Rate   int
+	Rate int
+	// Kind is the kind of object (memory: storagebench.MemoryKinds).
+	Kind   string
 	Period time.Duration
 	// Timeout is the child's own deadline; the parent allows a margin more.
 	Timeout time.Duration
@@ -47,6 +54,9 @@ func (r runSpec) String() string {
 		if p.v > 0 {
 			s += "-" + p.name + strconv.Itoa(p.v)
 		}
+	}
+	if r.Kind != "" {
+		s += "-" + r.Kind
 	}
 	if r.Pairs > 1 {
 		s += "-p" + strconv.Itoa(r.Pair+1)
@@ -80,8 +90,11 @@ type sizes struct {
 	// storm (issue 13.2): stormPods over stormNodes nodes, one WatchList
 	// per node, writes at stormRate per second.
 	stormPods, stormNodes, stormRate int
-	httpIdleWatchers                 []int
-	httpBookmarkWatch                []int
+	// memory (issue 29.2): objects of each kind, cached; the heap profile
+	// is taken at the largest.
+	memoryObjects     []int
+	httpIdleWatchers  []int
+	httpBookmarkWatch []int
 	// httpBookmarkPeriod is the HTTP level's own: each run there also
 	// starts and stops a server.
 	httpBookmarkPeriod time.Duration
@@ -110,6 +123,7 @@ var (
 		stormPods:        50_000,
 		stormNodes:       500,
 		stormRate:        200,
+		memoryObjects:    []int{10_000, 100_000},
 		// HTTP watches each hold a stream in the server and in the client
 		// process, so the HTTP level stops an order of magnitude lower.
 		httpIdleWatchers:   []int{1_000, 10_000},
@@ -134,6 +148,7 @@ var (
 		stormPods:        5_000,
 		stormNodes:       50,
 		stormRate:        50,
+		memoryObjects:    []int{2_000},
 		httpIdleWatchers: []int{1_000},
 		// Each watch's deadline makes it due one bookmark a period after it
 		// opened, as at the storage level (see httpbench.Bookmarks); the
@@ -150,8 +165,8 @@ var (
 // hits both alike, and which of the two goes first alternating from pair to
 // pair, so that what a place in the order costs (etcd's database grown by
 // the run before, the page cache) falls on each cache as often. The storage
-// level's idle and exactkey also run the baseline none, no cache, before
-// each pair. skipped names the selected scenarios this mode does not run,
+// level's idle, exactkey and memory also run the baseline none, no cache,
+// before each pair. skipped names the selected scenarios this mode does not run,
 // for the report.
 func plan(sz sizes, scenarios, levels []string) (runs []runSpec, skipped []string) {
 	orders := [2][]string{{decUpstream, decWatchkeeper}, {decWatchkeeper, decUpstream}}
@@ -169,7 +184,7 @@ func plan(sz sizes, scenarios, levels []string) (runs []runSpec, skipped []strin
 				for p := range max(r.Pairs, 1) {
 					decs := orders[pairs%2]
 					pairs++
-					if level == "storage" && (sc == "idle" || sc == "exactkey") {
+					if level == "storage" && slices.Contains(withBaseline, sc) {
 						decs = append([]string{decNone}, decs...)
 					}
 					r.Pair = p
@@ -223,8 +238,24 @@ func scenarioRuns(sz sizes, sc, level string) []runSpec {
 	case "storm":
 		runs = append(runs, runSpec{Scenario: sc, Level: level, Watchers: sz.stormNodes, Objects: sz.stormPods,
 			Rate: sz.stormRate, Timeout: 5 * time.Minute})
+	case "memory":
+		for _, kind := range storagebench.MemoryKinds {
+			for _, n := range sz.memoryObjects {
+				// Writing 100k realistic pods twice, and a GC of
+				// a heap of a few GB, take minutes.
+				runs = append(runs, runSpec{Scenario: sc, Level: level, Objects: n, Kind: kind,
+					Timeout: 2*time.Minute + time.Minute*time.Duration(n/10_000)})
+			}
+		}
 	}
 	return runs
+}
+
+// takesHeapProfile is whether run r writes a heap profile: the memory
+// scenario's realistic pods at its largest size, each decorator once.
+func takesHeapProfile(r runSpec, sz sizes) bool {
+	return r.Scenario == "memory" && r.Kind == storagebench.RealisticPods &&
+		len(sz.memoryObjects) > 0 && r.Objects == slices.Max(sz.memoryObjects)
 }
 
 // scaled grows a timeout with the number of watches: base, plus base per

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -32,6 +33,9 @@ type childFlags struct {
 	// window only (storagebench.Env.WindowProfile); by hand, not with
 	// cpuProfile.
 	windowProfile string
+	// heapProfile, when set, is where the memory scenario writes a heap
+	// profile of the state it measures (storagebench.Env.HeapProfile).
+	heapProfile string
 }
 
 func (c childFlags) args() []string {
@@ -53,6 +57,12 @@ func (c childFlags) args() []string {
 	if c.cpuProfile != "" {
 		a = append(a, "--cpuprofile", c.cpuProfile)
 	}
+	if r.Kind != "" {
+		a = append(a, "--kind", r.Kind)
+	}
+	if c.heapProfile != "" {
+		a = append(a, "--heapprofile", c.heapProfile)
+	}
 	return a
 }
 
@@ -62,12 +72,13 @@ func runMain(args []string) error {
 	var c childFlags
 	var watchParent bool
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	fs.StringVar(&c.spec.Scenario, "scenario", "", "idle, bookmarks, fanout, list, watchlist, exactkey or storm")
+	fs.StringVar(&c.spec.Scenario, "scenario", "", "idle, bookmarks, fanout, list, watchlist, exactkey, storm or memory")
 	fs.StringVar(&c.spec.Level, "level", "storage", "storage or http")
 	fs.StringVar(&c.spec.Decorator, "decorator", "", "upstream, watchkeeper, or none (idle baseline)")
 	fs.IntVar(&c.spec.Watchers, "watchers", 0, "watches to open (storm: nodes, one WatchList each)")
 	fs.IntVar(&c.spec.Events, "events", 0, "events to write (fanout, exactkey)")
-	fs.IntVar(&c.spec.Objects, "objects", 0, "objects in the resource (list, watchlist, exactkey, storm)")
+	fs.IntVar(&c.spec.Objects, "objects", 0, "objects in the resource (list, watchlist, exactkey, storm, memory)")
+	fs.StringVar(&c.spec.Kind, "kind", "", "kind of object (memory): "+strings.Join(storagebench.MemoryKinds, ", "))
 	fs.IntVar(&c.spec.Repeats, "repeats", 0, "timed repetitions (list, watchlist)")
 	fs.IntVar(&c.spec.Rate, "rate", 0, "writes per second (storm)")
 	fs.DurationVar(&c.spec.Period, "period", time.Minute, "bookmark period (bookmarks); how old the exact-RV list's RV is (list)")
@@ -80,6 +91,7 @@ func runMain(args []string) error {
 	fs.BoolVar(&watchParent, "exit-on-stdin-eof", false, "exit when stdin closes (set by the parent)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the run here")
 	fs.StringVar(&c.windowProfile, "cpuprofile-window", "", "write a CPU profile of the measured window only here (exactkey); not with --cpuprofile")
+	fs.StringVar(&c.heapProfile, "heapprofile", "", "write a heap profile of the measured state here (memory)")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -131,6 +143,7 @@ var storageScenarios = scenarioFuncs[storagebench.Env]{
 	watchlist: storagebench.WatchList,
 	exactkey:  storagebench.ExactKey,
 	storm:     storagebench.Storm,
+	memory:    storagebench.Memory,
 }
 
 func runScenario(ctx context.Context, c childFlags) ([]result.Result, error) {
@@ -141,7 +154,7 @@ func runScenario(ctx context.Context, c childFlags) ([]result.Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		env := storagebench.Env{EtcdEndpoint: c.etcd, Prefix: c.prefix, WindowProfile: c.windowProfile, Self: self}
+		env := storagebench.Env{EtcdEndpoint: c.etcd, Prefix: c.prefix, WindowProfile: c.windowProfile, HeapProfile: c.heapProfile, Self: self}
 		if rs, ok, err := storageScenarios.run(ctx, env, r); ok {
 			return rs, err
 		}

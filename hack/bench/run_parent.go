@@ -24,7 +24,7 @@ const childKillMargin = 30 * time.Second
 // results it printed. A failed run may still have printed some; the error
 // carries the end of its log.
 func runChild(ctx context.Context, self string, c childFlags, logDir string) ([]result.Result, error) {
-	logPath := filepath.Join(logDir, strings.NewReplacer("/", "_").Replace(c.spec.String())+".log")
+	logPath := filepath.Join(logDir, runFileName(c.spec)+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -65,6 +65,9 @@ func runChild(ctx context.Context, self string, c childFlags, logDir string) ([]
 	}
 	return results, nil
 }
+
+// runFileName is r's name as a file name: its log's, its profiles'.
+func runFileName(r runSpec) string { return strings.NewReplacer("/", "_").Replace(r.String()) }
 
 // lastLines is the end of a log, for an error message.
 func lastLines(path string, n int) string {

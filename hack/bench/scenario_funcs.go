@@ -18,6 +18,8 @@ type scenarioFuncs[E any] struct {
 	exactkey  func(ctx context.Context, env E, decorator string, watchers, objects, events int) ([]result.Result, error)
 	// storm's nodes are also its WatchLists, one per node.
 	storm func(ctx context.Context, env E, decorator string, objects, nodes, rate int) ([]result.Result, error)
+	// memory's kind is the kind of object (storagebench.MemoryKinds).
+	memory func(ctx context.Context, env E, decorator string, objects int, kind string) ([]result.Result, error)
 }
 
 // run runs r's scenario with env, at r's sizes; ok is false when the level
@@ -38,6 +40,8 @@ func (l scenarioFuncs[E]) run(ctx context.Context, env E, r runSpec) (rs []resul
 		rs, err = l.exactkey(ctx, env, r.Decorator, r.Watchers, r.Objects, r.Events)
 	case r.Scenario == "storm" && l.storm != nil:
 		rs, err = l.storm(ctx, env, r.Decorator, r.Objects, r.Watchers, r.Rate)
+	case r.Scenario == "memory" && l.memory != nil:
+		rs, err = l.memory(ctx, env, r.Decorator, r.Objects, r.Kind)
 	default:
 		return nil, false, nil
 	}

@@ -27,11 +27,19 @@ func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6
 // heapStackBytes is live heap plus goroutine stacks after two collections:
 // the first may leave finalizer-reachable garbage that the second frees.
 func heapStackBytes() uint64 {
+	m := memStatsAfterGC()
+	return m.HeapAlloc + m.StackInuse
+}
+
+// memStatsAfterGC are the memory statistics after two collections (see
+// heapStackBytes): HeapAlloc is then the live heap, what a heap profile's
+// inuse_space samples.
+func memStatsAfterGC() runtime.MemStats {
 	runtime.GC()
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return m.HeapAlloc + m.StackInuse
+	return m
 }
 
 // waitGoroutinesSettle returns once the goroutine count has not changed for

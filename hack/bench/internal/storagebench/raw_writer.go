@@ -14,8 +14,6 @@ import (
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
-
-	"github.com/watchkeeper/watchkeeper/internal/fixtures"
 )
 
 // setupWriters create a scenario's objects concurrently: the load is not
@@ -26,9 +24,12 @@ const setupWriters = 32
 // same config as the cache under test: the exactkey and storm scenarios
 // create their objects through it before the cache starts, so the cache
 // loads them with its first list.
-func openRawStorage(env Env) (storage.Interface, func(), error) {
-	s, destroy, err := generic.UndecoratedStorage(storageConfig(env), resourcePrefix, podKey,
-		fixtures.NewPod, fixtures.NewPodList, fixtures.PodAttrs, fixtures.PodTriggers(), podIndexers())
+func openRawStorage(env Env) (storage.Interface, func(), error) { return openRawStorageOf(env, pods) }
+
+// openRawStorageOf is res's etcd3 storage with no cache.
+func openRawStorageOf(env Env, res resource) (storage.Interface, func(), error) {
+	s, destroy, err := generic.UndecoratedStorage(res.config(env), resourcePrefix, podKey,
+		res.newFunc, res.newListFunc, res.attrs, res.triggers(), res.indexers())
 	if err != nil {
 		return nil, nil, fmt.Errorf("raw etcd3 storage: %w", err)
 	}
@@ -62,19 +63,26 @@ func (w *podWriter) put(ctx context.Context, pod *example.Pod) (uint64, error) {
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[writtenAtAnnotation] = strconv.FormatInt(time.Now().UnixNano(), 10)
-	data, err := runtime.Encode(codec, pod)
+	rv, _, err := w.putObject(ctx, codec, pod)
+	return rv, err
+}
+
+// putObject stores obj encoded with c over the object of its name, and
+// returns the resourceVersion etcd gave the write and the bytes stored.
+func (w *podWriter) putObject(ctx context.Context, c runtime.Codec, obj runtime.Object) (rv uint64, size int, err error) {
+	data, err := runtime.Encode(c, obj)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	key, err := podKey(pod)
+	key, err := podKey(obj)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	resp, err := w.client.Put(ctx, w.keyPrefix+strings.TrimPrefix(key, "/"), string(data))
 	if err != nil {
-		return 0, fmt.Errorf("writing %s: %w", pod.Name, err)
+		return 0, 0, fmt.Errorf("writing %s: %w", key, err)
 	}
-	return uint64(resp.Header.Revision), nil
+	return uint64(resp.Header.Revision), len(data), nil
 }
 
 func (w *podWriter) close() { _ = w.client.Close() }

@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/watchkeeper/watchkeeper/decorator"
 	"github.com/watchkeeper/watchkeeper/internal/fixtures"
@@ -41,6 +43,9 @@ type Env struct {
 	// window of work (exactkey's writes) writes a CPU profile of just that
 	// window: a whole-run profile is mostly setup.
 	WindowProfile string
+	// HeapProfile, when set, is where a scenario that measures the heap
+	// (memory) writes a heap profile of the state it measures.
+	HeapProfile string
 	// Self is the bench binary, which a scenario starts again as a helper
 	// process (WriterCommand).
 	Self string
@@ -52,20 +57,56 @@ const Level = "storage"
 // readyTimeout bounds the wait for the cache's first list and watch.
 const readyTimeout = 60 * time.Second
 
+// resource is what the storage of one kind of object is built from, the
+// same for both caches, the floor and the raw storage that writes.
+type resource struct {
+	codec                runtime.Codec
+	newFunc, newListFunc func() runtime.Object
+	attrs                storage.AttrFunc
+	triggers             func() storage.IndexerFuncs
+	indexers             func() *cache.Indexers
+}
+
+var (
+	// pods is example.Pod (package fixtures), every scenario's resource.
+	pods = resource{codec: codec, newFunc: fixtures.NewPod, newListFunc: fixtures.NewPodList,
+		attrs: fixtures.PodAttrs, triggers: fixtures.PodTriggers, indexers: podIndexers}
+	// corePods is core/v1 Pod, the memory scenario's realistic pods.
+	corePods = resource{codec: fixtures.CorePodCodec, newFunc: fixtures.NewCorePod, newListFunc: fixtures.NewCorePodList,
+		attrs: fixtures.CorePodAttrs, triggers: fixtures.CorePodTriggers, indexers: func() *cache.Indexers {
+			return &cache.Indexers{fixtures.NodeNameIndex: fixtures.CorePodNodeNameIndexFunc}
+		}}
+)
+
 // openStorage builds the pods storage through the named decorator exactly as
 // an apiserver's registry would (the decorator creates the raw etcd3 storage
 // itself), waits until the cache serves reads, and returns it with its
 // DestroyFunc. None is exactkey's floor, floorStorage over the raw storage.
 func openStorage(ctx context.Context, env Env, name string) (storage.Interface, func(), error) {
-	var d generic.StorageDecorator
-	switch name {
-	case None:
+	if name == None {
 		raw, rawDestroy, err := openRawStorage(env)
 		if err != nil {
 			return nil, nil, err
 		}
 		f := newFloorStorage(raw)
 		return f, func() { f.destroy(); rawDestroy() }, nil
+	}
+	s, destroy, err := buildCache(env, name, pods)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := waitReady(ctx, s, pods); err != nil {
+		destroy()
+		return nil, nil, fmt.Errorf("%s cache: %w", name, err)
+	}
+	return s, destroy, nil
+}
+
+// buildCache builds res's storage through the named cache's decorator and
+// returns it at once, the cache still starting.
+func buildCache(env Env, name string, res resource) (storage.Interface, func(), error) {
+	var d generic.StorageDecorator
+	switch name {
 	case Upstream:
 		d = registry.StorageWithCacher()
 	case Watchkeeper:
@@ -76,22 +117,18 @@ func openStorage(ctx context.Context, env Env, name string) (storage.Interface, 
 	default:
 		return nil, nil, fmt.Errorf("unknown decorator %q", name)
 	}
-	s, destroy, err := d(storageConfig(env), resourcePrefix,
-		podKey, fixtures.NewPod, fixtures.NewPodList, fixtures.PodAttrs, fixtures.PodTriggers(), podIndexers())
+	s, destroy, err := d(res.config(env), resourcePrefix,
+		podKey, res.newFunc, res.newListFunc, res.attrs, res.triggers(), res.indexers())
 	if err != nil {
 		return nil, nil, fmt.Errorf("building %s storage: %w", name, err)
-	}
-	if err := waitReady(ctx, s); err != nil {
-		destroy()
-		return nil, nil, fmt.Errorf("%s cache: %w", name, err)
 	}
 	return s, destroy, nil
 }
 
-// storageConfig is the pods' storage config both decorators (and the
-// writers' raw storage) are built from.
-func storageConfig(env Env) *storagebackend.ConfigForResource {
-	cfg := storagebackend.NewDefaultConfig(env.Prefix, codec)
+// config is res's storage config, which both decorators (and the writers'
+// raw storage) are built from.
+func (res resource) config(env Env) *storagebackend.ConfigForResource {
+	cfg := storagebackend.NewDefaultConfig(env.Prefix, res.codec)
 	cfg.Transport.ServerList = []string{env.EtcdEndpoint}
 	return cfg.ForResource(schema.GroupResource{Resource: "pods"})
 }
@@ -99,7 +136,7 @@ func storageConfig(env Env) *storagebackend.ConfigForResource {
 // waitReady returns once the storage reports ready and a list from the cache
 // succeeds: readiness alone does not promise the first list has landed in
 // every implementation.
-func waitReady(ctx context.Context, s storage.Interface) error {
+func waitReady(ctx context.Context, s storage.Interface, res resource) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	for {
@@ -107,7 +144,7 @@ func waitReady(ctx context.Context, s storage.Interface) error {
 		if err == nil {
 			err = s.GetList(ctx, resourcePrefix, storage.ListOptions{
 				ResourceVersion: "0", Predicate: storage.Everything, Recursive: true,
-			}, fixtures.NewPodList())
+			}, res.newListFunc())
 		}
 		if err == nil {
 			return nil
