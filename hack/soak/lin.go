@@ -90,7 +90,8 @@ type linRecorder struct {
 	ops []linOp
 	// errors are reads that failed (not in the history: a failed read
 	// has no effect) by code.
-	errors map[string]int
+	errors  map[string]int
+	lastErr string
 }
 
 func newLinRecorder() *linRecorder { return &linRecorder{errors: map[string]int{}} }
@@ -104,6 +105,7 @@ func (r *linRecorder) add(op linOp) {
 func (r *linRecorder) failed(err error) {
 	r.mu.Lock()
 	r.errors[errorCode(err)]++
+	r.lastErr = err.Error()
 	r.mu.Unlock()
 }
 
@@ -113,11 +115,15 @@ func (r *linRecorder) snapshot() []linOp {
 	return append([]linOp(nil), r.ops...)
 }
 
-// errorCode is an error's HTTP status, or "transport".
+// errorCode is an error's HTTP status, "timeout" for the client's own
+// deadline, or "transport".
 func errorCode(err error) string {
 	var st apierrors.APIStatus
-	if errors.As(err, &st) {
+	switch {
+	case errors.As(err, &st):
 		return strconv.Itoa(int(st.Status().Code))
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
 	}
 	return "transport"
 }

@@ -104,6 +104,15 @@ type config struct {
 	linClients      int
 	linKeys         int
 	linTimeout      time.Duration
+
+	chaos              bool
+	chaosFaults        []string
+	chaosGap           time.Duration
+	cutMin, cutMax     time.Duration
+	isolation, slowFor time.Duration
+	slowLatency        time.Duration
+	slowLoss           float64
+	seed               uint64
 }
 
 func run() int {
@@ -136,11 +145,48 @@ func run() int {
 	fs.IntVar(&c.linClients, "lin-clients", 6, "linearizability clients: writes, consistent reads and RV \"0\" reads of their own widgets through every replica, checked with porcupine")
 	fs.IntVar(&c.linKeys, "lin-keys", 8, "widgets the linearizability clients share")
 	fs.DurationVar(&c.linTimeout, "lin-timeout", 5*time.Minute, "how long porcupine may take for one key's history before the verdict is Unknown")
+	fs.BoolVar(&c.chaos, "chaos", false, "the chaos schedule (chaos.go): partitions (a replica cut from etcd, etcd's leader or a follower cut from its peers), a slow lossy link and the HA shape's crashes, each held and healed in turn on a clock drawn from -seed; implies -replicas 3 -etcd-members 3 and -compact-lag 5m unless given")
+	chaosFaults := fs.String("chaos-faults", strings.Join(allChaosFaults, ","), "the chaos schedule's faults, taken in this order, round and round")
+	fs.DurationVar(&c.chaosGap, "chaos-gap", 15*time.Second, "chaos: the pause after each fault healed")
+	fs.DurationVar(&c.cutMin, "cut-min", 30*time.Second, "chaos: the shortest cut of a replica from etcd")
+	fs.DurationVar(&c.cutMax, "cut-max", 90*time.Second, "chaos: the longest cut of a replica from etcd")
+	fs.DurationVar(&c.isolation, "isolation", 30*time.Second, "chaos: how long an etcd member stays cut from its peers")
+	fs.DurationVar(&c.slowFor, "slow-for", 2*time.Minute, "chaos: how long a link stays slow")
+	fs.DurationVar(&c.slowLatency, "slow-latency", 200*time.Millisecond, "chaos: a slow link's latency, each way")
+	fs.Float64Var(&c.slowLoss, "slow-loss", 0.01, "chaos: a slow link's segment loss")
+	fs.Uint64Var(&c.seed, "seed", 1, "chaos: the seed of the fault plan (the same for both caches, for the same faults at the same times)")
 	plant := fs.String("plant", "", "bugs to put in on purpose, to see the checkers catch them: drop-event, repeat-event, stale-read (comma separated)")
 	_ = fs.Parse(os.Args[1:])
 	if err := planted.set(*plant); err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		return 2
+	}
+	if c.chaos {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		if !given["replicas"] {
+			c.replicas = 3
+		}
+		if !given["etcd-members"] {
+			c.etcdMembers = 3
+		}
+		if !given["compact-lag"] {
+			// kube-apiserver's compactor cuts every 5 minutes at the revision
+			// of the previous round: a cut shorter than that heals with the
+			// cache's revision still in etcd's history.
+			c.compactLag = 5 * time.Minute
+		}
+		for _, f := range strings.Split(*chaosFaults, ",") {
+			if !slices.Contains(allChaosFaults, f) {
+				fmt.Fprintf(os.Stderr, "soak: unknown chaos fault %q; known: %s\n", f, strings.Join(allChaosFaults, ","))
+				return 2
+			}
+			c.chaosFaults = append(c.chaosFaults, f)
+		}
+		if c.cutMax < c.cutMin || c.etcdMembers < 3 {
+			fmt.Fprintln(os.Stderr, "soak: -chaos needs -cut-max >= -cut-min and at least 3 etcd members")
+			return 2
+		}
 	}
 	if c.replicas < 1 || c.etcdMembers < 1 || (c.etcdMembers > 1 && c.etcdMembers < 3) {
 		fmt.Fprintln(os.Stderr, "soak: -replicas must be at least 1, -etcd-members 1 or at least 3 (a cluster that survives a member's loss)")
@@ -331,13 +377,22 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	comp := &compaction{}
 	var chaosErr atomic.Value
 	faults := &haFaults{}
-	if c.etcdMembers > 1 {
+	chaosStats := newChaosStats()
+	switch {
+	case c.chaos:
+		h := &faultRunner{c: c, set: set, env: env, f: faults, chaosCtx: chaosCtx, runCtx: ctx}
 		chaosWG.Go(func() {
-			if err := haChaos(chaosCtx, ctx, c, set, env.cluster, faults); err != nil {
+			if err := chaosSchedule(h, chaosStats, linRec, c.linKeys, tr.seen.Load); err != nil {
 				chaosErr.Store(err)
 			}
 		})
-	} else {
+	case c.etcdMembers > 1:
+		chaosWG.Go(func() {
+			if err := haChaos(chaosCtx, ctx, c, set, env, faults); err != nil {
+				chaosErr.Store(err)
+			}
+		})
+	default:
 		chaosWG.Go(func() {
 			singleChaos(chaosCtx, c, env.members()[0], client, tr, comp, &restarts, &compactions, &chaosErr)
 		})
@@ -476,6 +531,9 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	for _, ex := range res.examples {
 		logf("  %s", ex)
 	}
+	for code, msg := range chaosStats.messages {
+		logf("a cut replica's answer %s, e.g.: %.300s", code, msg)
+	}
 	linStartCheck := time.Now()
 	lin := checkLinearizability(linOps, events, keys, c.linKeys, linStart, dir, c.linTimeout)
 	logf("checked %d operations of %d linearizability clients for linearizability in %v: %s (read errors by code: %v)",
@@ -496,21 +554,27 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	}
 
 	faultFigures := fmt.Sprintf("etcd_restarts=%d", restarts.Load())
-	if c.etcdMembers > 1 {
+	if c.chaos {
+		faultFigures = fmt.Sprintf("chaos_seed=%d %s replica_stop_times=%s etcd_crashes=%d", c.seed, chaosStats, faults.stopTimesString(), env.crashes.Load())
+	} else if c.etcdMembers > 1 {
 		faultFigures = fmt.Sprintf("replica_kills=%d replica_sigterms=%d replica_stop_times=%s etcd_leader_kills=%d etcd_follower_stops=%d",
 			faults.kills.Load(), faults.sigterms.Load(), faults.stopTimesString(), faults.leaderStops.Load(), faults.followerStops.Load())
 	}
-	fmt.Printf("soak: decorator=%s replicas=%d etcd_members=%d duration=%v written=%d delivered=%d lost=%d duplicated=%d unexpected=%d "+
+	mode := ""
+	if c.chaos {
+		mode = "chaos "
+	}
+	fmt.Printf("soak: %sdecorator=%s replicas=%d etcd_members=%d duration=%v written=%d delivered=%d lost=%d duplicated=%d unexpected=%d "+
 		"violations=%d (%s) rewinds=%d "+
 		"410s=%d resume_410s=%d relists=%d cache_relists=%.0f terminated_watchers=%.0f streams_ended_early=%d resumed_elsewhere=%d "+
 		"watchers=%d informers=%d behind=%d store_mismatches=%d streams=%d %s compactions=%d "+
 		"max_rss=%.0fMiB goroutines_before=%.0f goroutines_after=%.0f soak_max_rss=%.0fMiB %s\n",
-		c.decorator, c.replicas, c.etcdMembers, c.duration, res.written, res.delivered, res.lost, res.duplicated, res.unexpected,
+		mode, c.decorator, c.replicas, c.etcdMembers, c.duration, res.written, res.delivered, res.lost, res.duplicated, res.unexpected,
 		res.totalViolations(), res.violationsString(), res.rewinds,
 		st.gone.Load(), st.resumeGone.Load(), st.relists.Load(), cacheRelists, terminated, st.endedEarly.Load(), st.resumedElsewhere.Load(),
 		c.watchers, c.informers, behind, storeMismatch, res.streams, faultFigures, compactions.Load(),
 		float64(maxRSS)/(1<<20), goroutinesBefore, goroutinesAfter, float64(self.Maxrss)/1024, lin)
-	ok = lin.verdict != porcupine.Illegal && lin.staleConsistent == 0 && res.lost == 0 && res.duplicated == 0 && res.unexpected == 0 && res.totalViolations() == 0 && behind == 0 && storeMismatch == 0 && res.written > 0
+	ok = lin.verdict != porcupine.Illegal && lin.staleConsistent == 0 && chaosStats.cutStale == 0 && res.lost == 0 && res.duplicated == 0 && res.unexpected == 0 && res.totalViolations() == 0 && behind == 0 && storeMismatch == 0 && res.written > 0
 	return ok, nil
 }
 

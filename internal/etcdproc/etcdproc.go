@@ -404,18 +404,33 @@ func (c *Cluster) status(ctx context.Context, i int) (id, leader uint64, err err
 // names as its leader, or -1 when they do not agree (an election, a member
 // cut from the others).
 func (c *Cluster) Leader(ctx context.Context) int {
+	all := make([]int, len(c.Members))
+	for i := range all {
+		all[i] = i
+	}
+	return c.LeaderOf(ctx, all...)
+}
+
+// LeaderOf is the index of the member that the running ones of members
+// that answer agree is the leader, or -1: the majority's leader while a
+// member is cut off and still believes it leads.
+func (c *Cluster) LeaderOf(ctx context.Context, members ...int) int {
 	ids := map[uint64]int{}
-	var leaders []uint64
 	for i, m := range c.Members {
-		if !m.Running() {
+		if m.Running() {
+			if id, _, err := c.status(ctx, i); err == nil {
+				ids[id] = i
+			}
+		}
+	}
+	var leaders []uint64
+	for _, i := range members {
+		if !c.Members[i].Running() {
 			continue
 		}
-		id, lead, err := c.status(ctx, i)
-		if err != nil {
-			continue
+		if _, lead, err := c.status(ctx, i); err == nil {
+			leaders = append(leaders, lead)
 		}
-		ids[id] = i
-		leaders = append(leaders, lead)
 	}
 	if len(leaders) == 0 || leaders[0] == 0 {
 		return -1
