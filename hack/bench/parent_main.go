@@ -95,6 +95,7 @@ func parentMain(args []string) error {
 
 	var results []result.Result
 	var failures []failure
+	var heapProfiles []string
 	for i, r := range runs {
 		if ctx.Err() != nil {
 			failures = append(failures, failure{r, fmt.Errorf("not run: interrupted")})
@@ -118,6 +119,10 @@ func parentMain(args []string) error {
 			if c.heapProfile, err = filepath.Abs(filepath.Join(*outDir, runFileName(r)+".heap.pprof")); err != nil {
 				return err
 			}
+			// Listed in the report only if this run writes it anew.
+			if err := os.Remove(c.heapProfile); err != nil && !os.IsNotExist(err) {
+				return err
+			}
 		}
 		if r.Level == "http" {
 			c.serverBinary = serverBinary
@@ -131,6 +136,9 @@ func parentMain(args []string) error {
 		t := time.Now()
 		fmt.Fprintf(os.Stderr, "bench: [%d/%d] %s ... ", i+1, len(runs), r)
 		got, err := runChild(ctx, self, c, logDir)
+		if _, statErr := os.Stat(c.heapProfile); c.heapProfile != "" && statErr == nil {
+			heapProfiles = append(heapProfiles, c.heapProfile)
+		}
 		tagPair(got, r)
 		results = append(results, got...)
 		if err != nil {
@@ -151,7 +159,7 @@ func parentMain(args []string) error {
 		return fmt.Errorf("charts: %w", err)
 	}
 	md := markdownReport(reportHeader{mode: mode, command: commandLine(args), took: time.Since(started),
-		skipped: skipped, charts: charts}, results, failures)
+		skipped: skipped, charts: charts, heapProfiles: heapProfiles}, results, failures)
 	fmt.Print(md)
 	if err := os.WriteFile(filepath.Join(*outDir, "results.md"), []byte(md), 0o644); err != nil {
 		return err

@@ -1,20 +1,27 @@
 package main
 
 import (
-	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
 )
 
-// netOfBaseline are the idle figures that have a `none` baseline. What a
-// watch costs at minimum (a consumer goroutine and a channel) is paid with
-// or without a cache, so the cache's own cost per idle watcher is the figure
-// minus the baseline at the same size.
-var netOfBaseline = []string{"heap_stack_bytes_per_watcher", "goroutines_per_watcher"}
+// netOfBaseline are the figures that have a `none` baseline, by scenario.
+// What a watch costs at minimum (a consumer goroutine and a channel) is paid
+// with or without a cache, so the cache's own cost per idle watcher is the
+// figure minus the baseline at the same size; and what the process holds
+// without a cache (its etcd clients, its types) is no cached object's, so
+// the memory per cached object is the heap per object minus the baseline's
+// at the same size.
+var netOfBaseline = map[string][]string{
+	"idle":   {"heap_stack_bytes_per_watcher", "goroutines_per_watcher"},
+	"memory": {"heap_bytes_per_object_filled", "heap_bytes_per_object_updated"},
+}
 
 // withNetFigures returns results with a <metric>_net figure inserted after
-// each idle figure that has a baseline measured at the same size. Both
-// operands are measurements of this run; none is made up.
+// each figure that has a baseline measured at the same size. Both operands
+// are measurements of this run; none is made up.
 func withNetFigures(results []result.Result) []result.Result {
 	baseline := map[string]float64{}
 	for _, r := range results {
@@ -25,24 +32,24 @@ func withNetFigures(results []result.Result) []result.Result {
 	out := make([]result.Result, 0, len(results)+len(results)/2)
 	for _, r := range results {
 		out = append(out, r)
-		if r.Decorator == decNone || r.Scenario != "idle" {
+		if r.Decorator == decNone || !slices.Contains(netOfBaseline[r.Scenario], r.Metric) {
 			continue
 		}
-		for _, m := range netOfBaseline {
-			if r.Metric != m {
-				continue
-			}
-			if b, ok := baseline[baselineKey(r)]; ok {
-				net := r
-				net.Metric = m + "_net"
-				net.Value = r.Value - b
-				out = append(out, net)
-			}
+		if b, ok := baseline[baselineKey(r)]; ok {
+			net := r
+			net.Metric = r.Metric + netSuffix
+			net.Value = r.Value - b
+			out = append(out, net)
 		}
 	}
 	return out
 }
 
+// netSuffix names a figure net of the baseline.
+const netSuffix = "_net"
+
+// baselineKey is a figure's scenario, level, sizes and metric: the baseline
+// of the same size has the same key.
 func baselineKey(r result.Result) string {
-	return fmt.Sprintf("%s|%s|%d|%s", r.Scenario, r.Level, r.Params["watchers"], r.Metric)
+	return strings.Join([]string{r.Scenario, r.Level, formatParams(r.Params), r.Metric}, "|")
 }

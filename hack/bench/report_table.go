@@ -20,6 +20,8 @@ type reportHeader struct {
 	skipped []string
 	// charts are the paths of the charts drawn, linked at the end.
 	charts []string
+	// heapProfiles are the paths of the heap profiles the runs wrote.
+	heapProfiles []string
 }
 
 // row is one figure of one scenario size, with each decorator's value.
@@ -52,7 +54,8 @@ func markdownReport(h reportHeader, results []result.Result, failures []failure)
 	b.WriteString(floorTable(results))
 	if len(baselines) > 0 {
 		b.WriteString("\nBaseline `none`, no cache (idle: a consumer goroutine ranging over a bare unbuffered channel, which the `_net` figures above " +
-			"subtract; exactkey: one etcd3 watch of the prefix and a map from key to the watches' channels, the floor table above):\n\n")
+			"subtract; exactkey: one etcd3 watch of the prefix and a map from key to the watches' channels, the floor table above; " +
+			"memory: the raw etcd3 storage, whose heap the `_net` figures subtract, and whose start is one list of every object from etcd):\n\n")
 		b.WriteString("| scenario | level | params | metric | none |\n|---|---|---|---|---:|\n")
 		for _, r := range baselines {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.scenario, r.level, r.params,
@@ -67,6 +70,14 @@ func markdownReport(h reportHeader, results []result.Result, failures []failure)
 		for _, f := range failures {
 			fmt.Fprintf(&b, "- `%s`: %v\n", f.spec, f.err)
 		}
+	}
+	if len(h.heapProfiles) > 0 {
+		b.WriteString("\nHeap profiles of the memory scenario after the updates (`go tool pprof -top -sample_index=inuse_space FILE`):")
+		for _, p := range h.heapProfiles {
+			name := filepath.Base(p)
+			fmt.Fprintf(&b, " [%s](%s)", name, name)
+		}
+		b.WriteString("\n")
 	}
 	if len(h.charts) > 0 {
 		b.WriteString("\n")
@@ -98,6 +109,17 @@ always-open plain watch of the cache has the event. Rows of level http come from
 package httpbench: the sample apiserver over HTTP/2, measured as its doc describes.
 Rows with pairs=N ran N times with each cache, which went first alternating: each figure
 is the median of its N values (results.jsonl has every one).
+memory (issue 29.2) writes N objects straight to etcd, the small pods of the other
+scenarios or core/v1 pods of 2-4 KB with containers, env and volume mounts (object_bytes
+is their mean protobuf size), then starts the cache over them: start_to_ready is from
+building the storage until ReadinessCheck passes (the initial list). Its heap per object is
+HeapAlloc after two GCs over N, once the cache is ready (filled) and again once every object
+was updated once more and the cache has applied it (updated: the history and snapshots
+full); _net subtracts the none run of the same size. The heap_after_updates_<holder> rows
+split that heap by the stack that allocated it, from the runtime's heap profile (one sample
+per 64 KiB, scaled as pprof does): decoded objects, selector attributes, key index, ordered
+index (B-tree), snapshot nodes (B-tree nodes copied on write after a clone, and the
+snapshots' records), history entries, other.
 `
 
 // tableRows groups results into rows in the order the runs produced them;

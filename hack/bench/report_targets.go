@@ -25,6 +25,11 @@ const (
 	// The HTTP fan-out (issue 13.4), on the median of its pairs.
 	httpFanOutMinEventsRatio = 1.2
 	httpFanOutMaxP99Ratio    = 1.0
+	// The memory scenario (issue 29.2): watchkeeper's heap per object
+	// after the updates, net of no cache, and its time from start to
+	// ready, over upstream's.
+	memoryMaxHeapRatio  = 0.5
+	memoryMaxReadyRatio = 1.0
 )
 
 // figures indexes one level's results by scenario, decorator and metric,
@@ -68,7 +73,63 @@ func targetRows(results []result.Result) []targetRow {
 	rows = append(rows, exactKeyTargets(f, decWatchkeeper)...)
 	rows = append(rows, stormTargets(f)...)
 	rows = append(rows, httpFanOutTargets(indexFigures(results, "http"))...)
+	rows = append(rows, memoryTargets(f)...)
 	return rows
+}
+
+// withParams is the figure of scenario, decorator and metric whose sizes
+// are exactly params.
+func (f figures) withParams(scenario, decorator, metric string, params map[string]int) (float64, bool) {
+	want := formatParams(params)
+	for _, r := range f[scenario+"|"+decorator+"|"+metric] {
+		if formatParams(r.Params) == want {
+			return r.Value, true
+		}
+	}
+	return 0, false
+}
+
+// memoryTargets judges the memory scenario at every size both caches ran:
+// watchkeeper's heap per object after the updates, net of no cache (gross
+// when no none run has the size), at most memoryMaxHeapRatio of upstream's;
+// its start to ready at most memoryMaxReadyRatio of upstream's.
+func memoryTargets(f figures) []targetRow {
+	const heap, ready = "heap_bytes_per_object_updated", "start_to_ready_seconds"
+	var rows []targetRow
+	for _, r := range f["memory|"+decWatchkeeper+"|"+heap] {
+		of := fmt.Sprintf("%s %s", count(r.Params["objects"]), objectsOf(r.Params["object_bytes"]))
+		metric, net := heap+netSuffix, "net of no cache"
+		if _, ok := f.withParams("memory", decWatchkeeper, metric, r.Params); !ok {
+			metric, net = heap, "gross: no none run"
+		}
+		for _, t := range []struct {
+			metric, what, unit string
+			max                float64
+		}{
+			{metric, fmt.Sprintf("heap per object after every object's update (%s), %s", net, of), "B", memoryMaxHeapRatio},
+			{ready, "time from the cache's start to ready over " + of, "s", memoryMaxReadyRatio},
+		} {
+			up, okU := f.withParams("memory", decUpstream, t.metric, r.Params)
+			wk, okW := f.withParams("memory", decWatchkeeper, t.metric, r.Params)
+			if !okU || !okW {
+				continue
+			}
+			rows = append(rows, targetRow{scenario: "memory",
+				target:   fmt.Sprintf("%s <= %.1fx upstream's", t.what, t.max),
+				upstream: formatValue(up) + " " + t.unit, judged: formatValue(wk) + " " + t.unit,
+				ratio: ratioOf(wk, up), verdict: verdict(up > 0 && wk/up <= t.max)})
+		}
+	}
+	return rows
+}
+
+// objectsOf names objects of the size the memory scenario reports (its
+// object_bytes param: the mean encoded size).
+func objectsOf(bytes int) string {
+	if bytes >= 1024 {
+		return fmt.Sprintf("pods of %.1f KB", float64(bytes)/1024)
+	}
+	return fmt.Sprintf("pods of %d B", bytes)
 }
 
 // httpFanOutTargets judges the HTTP fan-out's events/s and p99 at each size
@@ -224,7 +285,7 @@ func stormTargets(f figures) []targetRow {
 
 // targetsTable renders the rows as the report's targets table, or "".
 func targetsTable(rows []targetRow) string {
-	return judgedTable("Targets (issue 13), judged on the figures above", decWatchkeeper, rows)
+	return judgedTable("Targets (issues 13 and 29), judged on the figures above", decWatchkeeper, rows)
 }
 
 // floorTable renders exactkey's targets judged on the none run, or "": a

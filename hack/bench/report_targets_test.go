@@ -205,3 +205,60 @@ func TestNoTargetsWithoutTheirFigures(t *testing.T) {
 		t.Errorf("targetsTable(nil) = %q, want empty", s)
 	}
 }
+
+// The memory targets judge, at each size, watchkeeper's heap per object
+// after the updates net of no cache (the none run's figure of the same
+// size, subtracted as the parent does) against half of upstream's, and its
+// start to ready against upstream's.
+func TestMemoryTargets(t *testing.T) {
+	var rs []result.Result
+	add := func(dec string, objects, bytes int, metric string, v float64) {
+		rs = append(rs, result.Result{Scenario: "memory", Level: "storage", Decorator: dec,
+			Params: map[string]int{"objects": objects, "object_bytes": bytes}, Metric: metric, Value: v})
+	}
+	for _, x := range []struct {
+		objects, bytes       int
+		none, up, wk         float64
+		upReady, wkReady     float64
+		noneRun, wantHeapMet bool
+	}{
+		// Net 2,000 vs 1,000: 0.5x, met; gross it would be 0.6x.
+		{10_000, 190, 500, 2_500, 1_500, 1.0, 0.5, true, true},
+		// Net 20,000 vs 12,000: 0.6x, missed.
+		{10_000, 2_900, 500, 20_500, 12_500, 1.0, 1.1, true, false},
+		// No none run at this size: judged gross, 0.4x.
+		{100_000, 190, 0, 2_500, 1_000, 3, 3, false, true},
+	} {
+		if x.noneRun {
+			add(decNone, x.objects, x.bytes, "heap_bytes_per_object_updated", x.none)
+		}
+		add(decUpstream, x.objects, x.bytes, "heap_bytes_per_object_updated", x.up)
+		add(decWatchkeeper, x.objects, x.bytes, "heap_bytes_per_object_updated", x.wk)
+		add(decUpstream, x.objects, x.bytes, "start_to_ready_seconds", x.upReady)
+		add(decWatchkeeper, x.objects, x.bytes, "start_to_ready_seconds", x.wkReady)
+	}
+	got := map[string]targetRow{}
+	for _, r := range targetRows(withNetFigures(rs)) {
+		got[r.target] = r
+	}
+	want := map[string]string{
+		"heap per object after every object's update (net of no cache), 10k pods of 190 B <= 0.5x upstream's":     "met",
+		"time from the cache's start to ready over 10k pods of 190 B <= 1.0x upstream's":                          "met",
+		"heap per object after every object's update (net of no cache), 10k pods of 2.8 KB <= 0.5x upstream's":    "missed",
+		"time from the cache's start to ready over 10k pods of 2.8 KB <= 1.0x upstream's":                         "missed",
+		"heap per object after every object's update (gross: no none run), 100k pods of 190 B <= 0.5x upstream's": "met",
+		"time from the cache's start to ready over 100k pods of 190 B <= 1.0x upstream's":                         "met",
+	}
+	for k, v := range want {
+		if got[k].verdict != v {
+			t.Errorf("%s: verdict %q, want %q (rows: %v)", k, got[k].verdict, v, got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d rows, want %d: %v", len(got), len(want), got)
+	}
+	row := got["heap per object after every object's update (net of no cache), 10k pods of 2.8 KB <= 0.5x upstream's"]
+	if row.upstream != "20,000 B" || row.judged != "12,000 B" || row.ratio != "0.6" {
+		t.Errorf("net row = %+v, want 20,000 B vs 12,000 B, ratio 0.6", row)
+	}
+}

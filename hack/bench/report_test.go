@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -182,5 +183,69 @@ func TestMedianOfPairs(t *testing.T) {
 	}
 	if _, ok := raw[1].Params[paramPair]; !ok || raw[0].Params[paramPair] != 0 {
 		t.Errorf("raw results lost their pair tags or an unpaired run got one: %v, %v", raw[1].Params, raw[0].Params)
+	}
+}
+
+// The memory scenario's heap figures get a net figure too, matched to the
+// none run of the same objects and object size.
+func TestNetFiguresOfMemory(t *testing.T) {
+	fig := func(dec string, objects, bytes int, metric string, v float64) result.Result {
+		return result.Result{Scenario: "memory", Level: "storage", Decorator: dec,
+			Params: map[string]int{"objects": objects, "object_bytes": bytes}, Metric: metric, Value: v}
+	}
+	got := withNetFigures([]result.Result{
+		fig(decNone, 10_000, 190, "heap_bytes_per_object_updated", 400),
+		fig(decNone, 10_000, 2900, "heap_bytes_per_object_updated", 450),
+		fig(decWatchkeeper, 10_000, 2900, "heap_bytes_per_object_updated", 25_450),
+		fig(decWatchkeeper, 10_000, 2900, "start_to_ready_seconds", 1.5),
+		// No none run of this size.
+		fig(decUpstream, 100_000, 2900, "heap_bytes_per_object_updated", 30_000),
+	})
+	var nets []result.Result
+	for _, r := range got {
+		if strings.HasSuffix(r.Metric, "_net") {
+			nets = append(nets, r)
+		}
+	}
+	if len(nets) != 1 || nets[0].Decorator != decWatchkeeper || nets[0].Value != 25_000 || nets[0].Metric != "heap_bytes_per_object_updated_net" {
+		t.Fatalf("net figures = %+v, want watchkeeper's heap_bytes_per_object_updated_net of 25000", nets)
+	}
+}
+
+// The memory scenario runs each kind at each size with none before the
+// pair, its child is told the kind, and only the realistic pods at the
+// largest size write heap profiles, one per decorator.
+func TestPlanMemory(t *testing.T) {
+	runs, skipped := plan(fullSizes, []string{"memory"}, []string{"storage", "http"})
+	if len(skipped) != 0 {
+		t.Errorf("skipped %v", skipped)
+	}
+	got := map[string]int{}
+	var profiled []string
+	for _, r := range runs {
+		got[fmt.Sprintf("%s/%d/%s", r.Kind, r.Objects, r.Decorator)]++
+		if args := strings.Join(childFlags{spec: r}.args(), " "); !strings.Contains(args, "--kind "+r.Kind) {
+			t.Errorf("child args %q lack the kind", args)
+		}
+		if takesHeapProfile(r, fullSizes) {
+			profiled = append(profiled, r.String())
+		}
+	}
+	for _, kind := range []string{"small", "realistic"} {
+		for _, n := range []int{10_000, 100_000} {
+			for _, dec := range []string{decNone, decUpstream, decWatchkeeper} {
+				if k := fmt.Sprintf("%s/%d/%s", kind, n, dec); got[k] != 1 {
+					t.Errorf("%s runs = %d, want 1", k, got[k])
+				}
+			}
+		}
+	}
+	if len(runs) != 12 {
+		t.Errorf("%d runs, want 12", len(runs))
+	}
+	want := []string{"memory/storage/none-o100000-realistic", "memory/storage/upstream-o100000-realistic", "memory/storage/watchkeeper-o100000-realistic"}
+	slices.Sort(profiled)
+	if !slices.Equal(profiled, want) {
+		t.Errorf("heap profiles from %v, want %v", profiled, want)
 	}
 }
