@@ -29,7 +29,10 @@ const etcdCommand = "etcd"
 // proxy cut for connections member i dialed.
 type etcdEnv struct {
 	cluster *etcdproc.Cluster
-	peers   []*netfault.Proxy
+	// classifying is cluster, for the peer proxies' goroutines: set once
+	// the cluster is made, before any member starts.
+	classifying atomic.Pointer[etcdproc.Cluster]
+	peers       []*netfault.Proxy
 	// crashes counts members' exits the soak did not ask for; each is
 	// started again.
 	crashes atomic.Int64
@@ -80,6 +83,7 @@ func startEtcdEnv(dir string, members int) (_ *etcdEnv, err error) {
 	if err != nil {
 		return nil, err
 	}
+	e.classifying.Store(e.cluster)
 	for _, m := range e.cluster.Members {
 		m.OnExit = func(m *etcdproc.Member, exit error) {
 			e.crashes.Add(1)
@@ -94,11 +98,15 @@ func startEtcdEnv(dir string, members int) (_ *etcdEnv, err error) {
 
 // dialer names the member whose process dialed c, "etcd-<i>", or "".
 func (e *etcdEnv) dialer(c net.Conn) string {
-	pid, err := netfault.OwnerPID(c, e.cluster.PIDs())
+	cluster := e.classifying.Load()
+	if cluster == nil {
+		return ""
+	}
+	pid, err := netfault.OwnerPID(c, cluster.PIDs())
 	if err != nil {
 		return ""
 	}
-	return memberSource(e.cluster.Index(pid))
+	return memberSource(cluster.Index(pid))
 }
 
 func memberSource(i int) string { return "etcd-" + strconv.Itoa(i) }
