@@ -138,6 +138,18 @@ func (s *chaosStats) String() string {
 		durations(s.newLeader, s.leaderUnagreed))
 }
 
+// noteTime adds d to ds, or counts it in never when it is 0 (the thing
+// timed never happened).
+func (s *chaosStats) noteTime(ds *[]time.Duration, never *int, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d > 0 {
+		*ds = append(*ds, d)
+	} else {
+		*never++
+	}
+}
+
 func mapString(m map[string]int) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -280,13 +292,7 @@ func (h *faultRunner) cut(r *replica, hold time.Duration, st *chaosStats, linRec
 	h.cutMu.Lock()
 	h.healed++
 	h.cutMu.Unlock()
-	st.mu.Lock()
-	if notReady > 0 {
-		st.notReadyAfter = append(st.notReadyAfter, notReady)
-	} else {
-		st.neverNotReady++
-	}
-	st.mu.Unlock()
+	st.noteTime(&st.notReadyAfter, &st.neverNotReady, notReady)
 	// Ready again: /readyz passes (within 3 minutes).
 	var ready time.Duration
 	for ready == 0 && time.Since(healed) < 3*time.Minute && h.runCtx.Err() == nil {
@@ -305,12 +311,8 @@ func (h *faultRunner) cut(r *replica, hold time.Duration, st *chaosStats, linRec
 	time.Sleep(5 * time.Second)
 	r.scrape(h.runCtx)
 	_, relistsAfter := r.counters()
+	st.noteTime(&st.readyAfterHeal, &st.neverReady, ready)
 	st.mu.Lock()
-	if ready > 0 {
-		st.readyAfterHeal = append(st.readyAfterHeal, ready)
-	} else {
-		st.neverReady++
-	}
 	st.cutRelists = append(st.cutRelists, relistsAfter-relistsBefore)
 	st.mu.Unlock()
 	logf("%s healed after %v cut (not ready after %v); ready %v after the heal; its caches relisted %.0f times",
@@ -386,13 +388,9 @@ func (h *faultRunner) probe(r *replica, i int, st *chaosStats, linRec *linRecord
 // heals.
 func (h *faultRunner) isolate(leader bool, hold time.Duration, st *chaosStats) error {
 	cluster := h.env.cluster
-	lead, err := cluster.WaitLeader(h.runCtx, 30*time.Second)
+	i, what, err := h.etcdTarget(leader)
 	if err != nil {
 		return err
-	}
-	i, what := lead, "leader"
-	if !leader {
-		i, what = (lead+1)%len(cluster.Members), "follower"
 	}
 	logf("etcd %s (member %d) cut from its peers (blackhole) for %v", what, i, hold)
 	h.env.isolate(i, netfault.Fault{Blackhole: true})
@@ -412,13 +410,7 @@ func (h *faultRunner) isolate(leader bool, hold time.Duration, st *chaosStats) e
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		st.mu.Lock()
-		if elected > 0 {
-			st.newLeader = append(st.newLeader, elected)
-		} else {
-			st.leaderUnagreed++
-		}
-		st.mu.Unlock()
+		st.noteTime(&st.newLeader, &st.leaderUnagreed, elected)
 		logf("etcd members %v agreed on a new leader %v after the cut", others, elected.Round(100*time.Millisecond))
 	}
 	h.pause(hold - time.Since(t0))

@@ -117,13 +117,9 @@ func (h *faultRunner) sigtermReplica(r *replica) {
 // c.downtime.
 func (h *faultRunner) etcdCrash(leader bool) error {
 	cluster := h.env.cluster
-	lead, err := cluster.WaitLeader(h.runCtx, 30*time.Second)
+	i, what, err := h.etcdTarget(leader)
 	if err != nil {
 		return err
-	}
-	i, what := lead, "leader"
-	if !leader {
-		i, what = (lead+1)%len(cluster.Members), "follower"
 	}
 	m := cluster.Members[i]
 	t0 := time.Now()
@@ -144,6 +140,20 @@ func (h *faultRunner) etcdCrash(leader bool) error {
 		logf("etcd member %d back; leader member %d", i, l)
 	}
 	return nil
+}
+
+// etcdTarget is the member a fault of etcd's takes: the leader, or the
+// member after it (a follower), once every running member agrees on one.
+func (h *faultRunner) etcdTarget(leader bool) (int, string, error) {
+	cluster := h.env.cluster
+	lead, err := cluster.WaitLeader(h.runCtx, 30*time.Second)
+	if err != nil {
+		return 0, "", err
+	}
+	if !leader {
+		return (lead + 1) % len(cluster.Members), "follower", nil
+	}
+	return lead, "leader", nil
 }
 
 // haChaos is the HA shape's fault schedule, one fault every c.faultEvery
