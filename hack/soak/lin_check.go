@@ -229,7 +229,7 @@ func checkLinearizability(ops []linOp, events []truthEvent, keys *keyTable, nkey
 		case res == porcupine.Illegal:
 			rep.verdict = porcupine.Illegal
 			smallest := smallestIllegal(part, timeout)
-			rep.failing = append(rep.failing, describeOps(linKeyName(k), smallest, start)...)
+			rep.failing = append(rep.failing, describeOps(linKeyName(k), smallest)...)
 			if _, info := porcupine.CheckOperationsVerbose(linModel, smallest, timeout); dir != "" {
 				path := filepath.Join(dir, "lin-"+linKeyName(k)+".html")
 				if err := porcupine.VisualizePath(linModel, info, path); err == nil && rep.visualization == "" {
@@ -269,7 +269,7 @@ func smallestIllegal(ops []porcupine.Operation, timeout time.Duration) []porcupi
 
 // describeOps is the last operations of a failing history, one line each,
 // by call time: what the failure is made of.
-func describeOps(key string, ops []porcupine.Operation, start time.Time) []string {
+func describeOps(key string, ops []porcupine.Operation) []string {
 	sorted := slices.Clone(ops)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Call < sorted[j].Call })
 	sorted = sorted[max(0, len(sorted)-12):]

@@ -78,14 +78,14 @@ func dial(t *testing.T, p *Proxy) *net.TCPConn {
 	return c.(*net.TCPConn)
 }
 
-// roundTrip writes msg and reads it back, within limit.
-func roundTrip(t *testing.T, c net.Conn, msg []byte, limit time.Duration) time.Duration {
+// roundTrip writes msg and reads it back, within 30 seconds.
+func roundTrip(t *testing.T, c net.Conn, msg []byte) time.Duration {
 	t.Helper()
 	start := time.Now()
 	if _, err := c.Write(msg); err != nil {
 		t.Fatal(err)
 	}
-	_ = c.SetReadDeadline(time.Now().Add(limit))
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	got := make([]byte, len(msg))
 	if _, err := io.ReadFull(c, got); err != nil {
 		t.Fatalf("reading the echo: %v", err)
@@ -130,7 +130,7 @@ func TestForwardsAndPassesHalfClose(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the server never saw the client's EOF")
 	}
-	if n, err := c.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+	if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
 		t.Fatalf("after the server closed: %d, %v; want EOF", n, err)
 	}
 	p.Close()
@@ -144,7 +144,7 @@ func TestBlackholeHoldsEverythingWithoutResetUntilHealed(t *testing.T) {
 	e := newEcho(t)
 	p := newProxy(t, Config{Target: e.ln.Addr().String()})
 	open := dial(t, p)
-	roundTrip(t, open, []byte("before"), 30*time.Second)
+	roundTrip(t, open, []byte("before"))
 
 	p.Set(Fault{Blackhole: true})
 	if _, err := open.Write([]byte("during")); err != nil {
@@ -182,21 +182,21 @@ func TestBlackholeHoldsEverythingWithoutResetUntilHealed(t *testing.T) {
 	if _, err := io.ReadFull(late, got); err != nil || string(got) != "late" {
 		t.Fatalf("the held connection after heal: %q, %v", got, err)
 	}
-	roundTrip(t, open, []byte("after"), 30*time.Second)
+	roundTrip(t, open, []byte("after"))
 }
 
 func TestLatencyDelaysEachWay(t *testing.T) {
 	e := newEcho(t)
 	p := newProxy(t, Config{Target: e.ln.Addr().String()})
 	c := dial(t, p)
-	roundTrip(t, c, []byte("warm"), 30*time.Second)
+	roundTrip(t, c, []byte("warm"))
 	const latency = 150 * time.Millisecond
 	p.Set(Fault{Latency: latency})
-	if d := roundTrip(t, c, []byte("x"), 30*time.Second); d < 2*latency {
+	if d := roundTrip(t, c, []byte("x")); d < 2*latency {
 		t.Errorf("round trip %v with %v each way, want at least %v", d, latency, 2*latency)
 	}
 	p.Heal()
-	roundTrip(t, c, []byte("y"), 30*time.Second)
+	roundTrip(t, c, []byte("y"))
 }
 
 func TestBandwidthPaces(t *testing.T) {
@@ -222,13 +222,13 @@ func TestLossStallsTheStreamForARetransmissionTimeout(t *testing.T) {
 	e := newEcho(t)
 	p := newProxy(t, Config{Target: e.ln.Addr().String(), Seed: 1})
 	c := dial(t, p)
-	roundTrip(t, c, []byte("warm"), 30*time.Second)
+	roundTrip(t, c, []byte("warm"))
 	if s := p.Stats(); s.Stalls != 0 {
 		t.Fatalf("%d stalls on a healthy link", s.Stalls)
 	}
 	// Every segment lost: each way stalls once per chunk.
 	p.Set(Fault{Loss: 1})
-	if d := roundTrip(t, c, []byte("x"), 30*time.Second); d < 2*minRTOVariance {
+	if d := roundTrip(t, c, []byte("x")); d < 2*minRTOVariance {
 		t.Errorf("round trip %v with every segment lost, want at least two timeouts (%v)", d, 2*minRTOVariance)
 	}
 	if s := p.Stats(); s.Stalls != 2 {
@@ -238,7 +238,7 @@ func TestLossStallsTheStreamForARetransmissionTimeout(t *testing.T) {
 	p.Set(Fault{Loss: 0.1})
 	before := p.Stats().Stalls
 	for i := range 100 {
-		roundTrip(t, c, []byte(strconv.Itoa(i%10)), 30*time.Second)
+		roundTrip(t, c, []byte(strconv.Itoa(i%10)))
 	}
 	if n := p.Stats().Stalls - before; n == 0 || n >= 200 {
 		t.Errorf("%d stalls in 200 one-segment chunks at 10%% loss", n)
@@ -281,9 +281,9 @@ func TestSetFromCutsOnlyThatSource(t *testing.T) {
 	}
 	p := newProxy(t, Config{Target: e.ln.Addr().String(), Classify: classify})
 	c := dial(t, p)
-	roundTrip(t, c, []byte("a"), 30*time.Second)
+	roundTrip(t, c, []byte("a"))
 	p.SetFrom("someone-else", Fault{Blackhole: true})
-	roundTrip(t, c, []byte("b"), 30*time.Second)
+	roundTrip(t, c, []byte("b"))
 	p.SetFrom(strconv.Itoa(self), Fault{Blackhole: true})
 	if _, err := c.Write([]byte("c")); err != nil {
 		t.Fatal(err)
@@ -331,7 +331,7 @@ func TestCloseConnsAndCloseEndEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := dial(t, p)
-	roundTrip(t, a, []byte("a"), 30*time.Second)
+	roundTrip(t, a, []byte("a"))
 	p.CloseConns()
 	_ = a.SetReadDeadline(time.Now().Add(30 * time.Second))
 	if n, err := a.Read(make([]byte, 1)); n != 0 || err == nil {
@@ -339,7 +339,7 @@ func TestCloseConnsAndCloseEndEverything(t *testing.T) {
 	}
 	// A blackholed connection and a held one, then Close.
 	b := dial(t, p)
-	roundTrip(t, b, []byte("b"), 30*time.Second)
+	roundTrip(t, b, []byte("b"))
 	p.Set(Fault{Blackhole: true, Latency: time.Second})
 	dial(t, p)
 	p.Close()
