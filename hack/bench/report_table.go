@@ -118,8 +118,10 @@ was updated once more and the cache has applied it (updated: the history and sna
 full); _net subtracts the none run of the same size. The heap_after_updates_<holder> rows
 split that heap by the stack that allocated it, from the runtime's heap profile (one sample
 per 64 KiB, scaled as pprof does): decoded objects, selector attributes, key index, ordered
-index (B-tree), snapshot nodes (B-tree nodes copied on write after a clone, and the
-snapshots' records), history entries, other.
+index (the B-tree's bytes after the fill: an update keeps its shape), snapshot nodes (the
+B-tree's bytes beyond those, which clones keep, and the snapshots' records), history
+entries, other. decoded_versions_held is the decoded objects' bytes after the updates over
+those after the fill: 2 when each object's version before its update is held as well.
 `
 
 // tableRows groups results into rows in the order the runs produced them;

@@ -23,8 +23,8 @@ const (
 	// key order.
 	HolderOrdered = "ordered_index"
 	// HolderSnapshots is what past states hold beyond the current one:
-	// the B-tree nodes a write copied after a clone (the clone keeps the
-	// original), and the snapshots' own records.
+	// the B-tree nodes the clones keep (splitTree), and the snapshots' own
+	// records.
 	HolderSnapshots = "snapshot_nodes"
 	// HolderHistory is the events kept for watches to resume from and
 	// their ring (upstream allocates the store.Element of an event beside
@@ -33,6 +33,10 @@ const (
 	// HolderOther is the rest: the process, its etcd clients, the storage.
 	HolderOther = "other"
 )
+
+// treeCopies is a step to HolderOrdered and HolderSnapshots: the B-tree
+// nodes a write copied because a clone shared them (splitTree).
+const treeCopies = "tree_copies"
 
 // Holders are the holders in the order the report lists them.
 var Holders = []string{HolderDecoded, HolderAttrs, HolderKeyIndex, HolderOrdered, HolderSnapshots, HolderHistory, HolderOther}
@@ -59,10 +63,12 @@ var holderRules = []struct {
 }{
 	// The etcd3 storage's per-key size estimate is the storage's own.
 	{holder: HolderOther, frames: []string{etcd3Pkg + "(*resourceSizeEstimator)"}},
-	// A node copied on write after a clone: the copy is in the current
-	// tree and the original, of the same size, in the clone; so the
-	// copies' bytes are what the clones hold beyond one tree.
-	{holder: HolderSnapshots, frames: []string{btreePkg}, alsoFrames: []string{").mutableFor", ").Clone", "napshot"}},
+	// A node copied on write, because a clone shares it: the copy goes in
+	// the current tree, the original stays in the clone.
+	{holder: treeCopies, frames: []string{btreePkg}, alsoFrames: []string{").mutableFor"}},
+	// The clones' own headers, and the records of the snapshots (upstream
+	// keeps them in a B-tree of its own).
+	{holder: HolderSnapshots, frames: []string{btreePkg}, alsoFrames: []string{").Clone", "napshot"}},
 	{holder: HolderSnapshots, frames: []string{wkCacher + "(*snapshots)", wkCacher + "orderedObjects.clone", upStore + "(*storeSnapshotter)"}},
 	{holder: HolderOrdered, frames: []string{btreePkg}},
 	{holder: HolderAttrs, frames: []string{"internal/fixtures.PodAttrs", "internal/fixtures.CorePodAttrs"}},
@@ -97,6 +103,28 @@ func anyFrameHas(fns, parts []string) bool {
 		}
 	}
 	return false
+}
+
+// splitTree returns the holders after the updates with the B-tree's nodes
+// (HolderOrdered and treeCopies, by the stack that allocated them) split
+// into the current tree's and the snapshots'. An update replaces an item
+// and leaves the tree's shape as it was, so the current tree has as many
+// nodes as after the fill, when no clone had been written yet: the ordered
+// index is the tree's bytes after the fill (at most its bytes now), and the
+// snapshots hold the rest. (By stack alone, the current tree's copies would
+// count as the snapshots' and the originals a snapshot keeps as the
+// index's: the same total, split right only while every original lives.)
+func splitTree(filled, updated map[string]float64) map[string]float64 {
+	out := make(map[string]float64, len(updated))
+	for h, b := range updated {
+		if h != treeCopies {
+			out[h] = b
+		}
+	}
+	tree := updated[HolderOrdered] + updated[treeCopies]
+	out[HolderOrdered] = min(filled[HolderOrdered]+filled[treeCopies], tree)
+	out[HolderSnapshots] += tree - out[HolderOrdered]
+	return out
 }
 
 // heapHolders is the live heap by holder, as of the last collection, from

@@ -41,8 +41,8 @@ func TestHolderOf(t *testing.T) {
 		{"upstream's list entries", []string{up + "(*watchCache).Replace", "k8s.io/client-go/tools/cache.(*Reflector).watchList"}, HolderKeyIndex},
 		{"watchkeeper's tree built", []string{btree + "(*FreeList[go.shape.*uint8]).newNode", btree + "(*BTree[go.shape.*uint8]).ReplaceOrInsert", wk + "orderedObjects.set", wk + "(*orderedObjects).reset", wk + "(*Cacher).list"}, HolderOrdered},
 		{"upstream's tree grown", []string{btree + "(*items[go.shape.*uint8]).insertAt", btree + "(*node[go.shape.*uint8]).insert", store + "(*btreeStore).addOrUpdateElem", store + "(*WatchCacheStorage).UpdateStoreLocked", up + "(*watchCache).processEvent", reflector}, HolderOrdered},
-		{"watchkeeper's copy on write", []string{btree + "(*FreeList[go.shape.*uint8]).newNode", btree + "(*node[go.shape.*uint8]).mutableFor", btree + "(*node[go.shape.*uint8]).mutableChild", wk + "orderedObjects.set", wk + "(*Cacher).apply"}, HolderSnapshots},
-		{"upstream's copy on write", []string{btree + "(*node[go.shape.*uint8]).mutableFor", store + "(*btreeStore).addOrUpdateElem", store + "(*WatchCacheStorage).UpdateStoreLocked", up + "(*watchCache).processEvent", reflector}, HolderSnapshots},
+		{"watchkeeper's copy on write", []string{btree + "(*FreeList[go.shape.*uint8]).newNode", btree + "(*node[go.shape.*uint8]).mutableFor", btree + "(*node[go.shape.*uint8]).mutableChild", wk + "orderedObjects.set", wk + "(*Cacher).apply"}, treeCopies},
+		{"upstream's copy on write", []string{btree + "(*node[go.shape.*uint8]).mutableFor", store + "(*btreeStore).addOrUpdateElem", store + "(*WatchCacheStorage).UpdateStoreLocked", up + "(*watchCache).processEvent", reflector}, treeCopies},
 		{"upstream's clone", []string{btree + "(*BTree[go.shape.*uint8]).Clone", store + "(*btreeStore).Clone", store + "(*storeSnapshotter).Add"}, HolderSnapshots},
 		{"upstream's snapshot records", []string{btree + "(*items[go.shape.struct { k8s.io/apiserver/pkg/storage/cacher/store.resourceVersion uint64; k8s.io/apiserver/pkg/storage/cacher/store.snapshot k8s.io/apiserver/pkg/storage/cacher/store.Snapshot }]).insertAt", btree + "(*BTree[go.shape.struct {}]).ReplaceOrInsert", store + "(*storeSnapshotter).Add"}, HolderSnapshots},
 		{"watchkeeper's snapshot records", []string{wk + "(*snapshots).add", wk + "(*Cacher).snapshotLocked"}, HolderSnapshots},
@@ -78,5 +78,37 @@ func TestScaledInUse(t *testing.T) {
 	}
 	if got := scaledInUse(3, 300, 1); got != 300 {
 		t.Errorf("at rate 1 (every allocation sampled) = %v, want 300", got)
+	}
+}
+
+// The B-tree's bytes split into the current tree's (its bytes after the
+// fill) and the snapshots' (the rest), however the stacks that allocated
+// them split them.
+func TestSplitTree(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		filled, updated        map[string]float64
+		wantOrdered, wantSnaps float64
+	}{
+		{"every original kept by a clone, the copies in the current tree",
+			map[string]float64{HolderOrdered: 100}, map[string]float64{HolderOrdered: 100, treeCopies: 300, HolderSnapshots: 10}, 100, 310},
+		{"the originals collected, the current tree all copies",
+			map[string]float64{HolderOrdered: 100}, map[string]float64{treeCopies: 100, HolderSnapshots: 5}, 100, 5},
+		{"no clone written",
+			map[string]float64{HolderOrdered: 100, HolderSnapshots: 1}, map[string]float64{HolderOrdered: 100, HolderSnapshots: 1}, 100, 1},
+		{"no tree (no cache)", map[string]float64{HolderOther: 50}, map[string]float64{HolderOther: 60}, 0, 0},
+	} {
+		got := splitTree(tc.filled, tc.updated)
+		if got[HolderOrdered] != tc.wantOrdered || got[HolderSnapshots] != tc.wantSnaps {
+			t.Errorf("%s: ordered %v snapshots %v, want %v and %v", tc.name, got[HolderOrdered], got[HolderSnapshots], tc.wantOrdered, tc.wantSnaps)
+		}
+		if _, ok := got[treeCopies]; ok {
+			t.Errorf("%s: the copies are still a holder of their own", tc.name)
+		}
+		for h, b := range tc.updated {
+			if h != HolderOrdered && h != HolderSnapshots && h != treeCopies && got[h] != b {
+				t.Errorf("%s: %s = %v, want %v as it was", tc.name, h, got[h], b)
+			}
+		}
 	}
 }

@@ -113,6 +113,7 @@ func Memory(ctx context.Context, env Env, decorator string, objects int, kind st
 	}
 	waitGoroutinesSettle(500*time.Millisecond, 5*time.Second)
 	filled := memStatsAfterGC().HeapAlloc
+	filledHolders := heapHolders()
 
 	updateStart := time.Now()
 	_, lastRV, err := writeGeneration(ctx, pw, k, objects, 1)
@@ -131,7 +132,7 @@ func Memory(ctx context.Context, env Env, decorator string, objects int, kind st
 	}
 	waitGoroutinesSettle(500*time.Millisecond, 5*time.Second)
 	updated := memStatsAfterGC().HeapAlloc
-	holders := heapHolders()
+	holders := splitTree(filledHolders, heapHolders())
 	if env.HeapProfile != "" {
 		if err := writeHeapProfile(env.HeapProfile); err != nil {
 			return nil, err
@@ -150,6 +151,10 @@ func Memory(ctx context.Context, env Env, decorator string, objects int, kind st
 	for _, h := range Holders {
 		rec.Add(HolderMetric(h), per(uint64(holders[h])), "B", result.Lower)
 	}
+	// 2 when the cache holds every object's version before the update
+	// as well as the current one (the history's and the snapshots' past
+	// states); 1 when it holds only the current ones.
+	rec.Add("decoded_versions_held", holders[HolderDecoded]/filledHolders[HolderDecoded], "versions", "")
 	return rec.Results(), nil
 }
 
