@@ -327,9 +327,9 @@ const probeTimeout = 75 * time.Second
 // RV "0" LIST of the linearizability widgets, at once; every answer is
 // counted by code, and the answered ones join the linearizability history.
 func (h *faultRunner) probe(r *replica, i int, st *chaosStats, linRec *linRecorder, nkeys int, seen func() uint64) {
-	cs, _ := r.client()
-	if cs == nil {
-		return
+	cs, up := r.client()
+	if !up {
+		return // being restarted: nobody would send it requests
 	}
 	widgets := cs.DemoV1alpha1().Widgets(linNamespace)
 	client := 1000 + r.index

@@ -419,12 +419,12 @@ func (l *link) pipe(src, dst net.Conn, stream uint64) {
 	wg.Go(func() {
 		defer close(queue)
 		var last time.Time // delivery times never go backwards: TCP is in order
+		buf := make([]byte, chunkSize)
 		for {
 			f, ok := p.waitPassable(l.source, done)
 			if !ok {
 				return
 			}
-			buf := make([]byte, chunkSize)
 			n, err := src.Read(buf)
 			if n > 0 {
 				f = p.Fault(l.source) // what holds now, after a long read
@@ -438,7 +438,7 @@ func (l *link) pipe(src, dst net.Conn, stream uint64) {
 				}
 				last = at
 				select {
-				case queue <- chunk{data: buf[:n], at: at}:
+				case queue <- chunk{data: append([]byte(nil), buf[:n]...), at: at}:
 				case <-done:
 					return
 				}
