@@ -6,6 +6,7 @@ import (
 	"os"
 	goruntime "runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -133,6 +134,8 @@ func Memory(ctx context.Context, env Env, decorator string, objects int, kind st
 	waitGoroutinesSettle(500*time.Millisecond, 5*time.Second)
 	updated := memStatsAfterGC().HeapAlloc
 	holders := splitTree(filledHolders, heapHolders())
+	logHolders("after the fill", filledHolders, objects)
+	logHolders("after the updates", holders, objects)
 	if env.HeapProfile != "" {
 		if err := writeHeapProfile(env.HeapProfile); err != nil {
 			return nil, err
@@ -255,6 +258,18 @@ func waitFresh(ctx context.Context, s storage.Interface, res resource, rv uint64
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// logHolders logs the bytes per object of each holder, for the run's log
+// (the results carry those after the updates).
+func logHolders(when string, holders map[string]float64, objects int) {
+	kv := make([]any, 0, 2*len(holders))
+	for _, h := range append(slices.Clone(Holders), treeCopies) {
+		if b, ok := holders[h]; ok {
+			kv = append(kv, h, int(b/float64(objects)))
+		}
+	}
+	klog.InfoS("Heap holders in bytes per object "+when, kv...)
 }
 
 // HolderMetric is the metric of holder h's bytes per object after the
