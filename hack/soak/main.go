@@ -223,7 +223,7 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 		if ok && err == nil && !c.keep {
 			_ = os.RemoveAll(dir)
 		} else {
-			logf("work directory kept: %s (server.log, etcd.log, clients.log)", dir)
+			logf("work directory kept: %s (server*.log, etcd-*/etcd.log, clients.log, lin-*.html)", dir)
 		}
 	}()
 	// client-go's own logs (reflectors retrying while etcd is down, ...).
