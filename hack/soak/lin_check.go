@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -220,11 +221,21 @@ func checkLinearizability(ops []linOp, events []truthEvent, keys *keyTable, nkey
 		}
 	}
 
+	// Each key's history on its own, all at once (porcupine's own
+	// partitioning would not say which key failed).
+	results := make([]porcupine.CheckResult, len(parts))
+	var wg sync.WaitGroup
+	for k, part := range parts {
+		if len(part) > 0 {
+			wg.Go(func() { results[k] = porcupine.CheckOperationsTimeout(linModel, part, timeout) })
+		}
+	}
+	wg.Wait()
 	for k, part := range parts {
 		if len(part) == 0 {
 			continue
 		}
-		res := porcupine.CheckOperationsTimeout(linModel, part, timeout)
+		res := results[k]
 		switch {
 		case res == porcupine.Illegal:
 			rep.verdict = porcupine.Illegal
