@@ -80,17 +80,19 @@ func closed(ch <-chan struct{}) bool {
 
 // listAndWatch lists the resource, makes it the cache's state, and follows
 // the storage watch from there until it fails in a way a re-watch cannot
-// mend: a compaction past the cache's RV, a silent etcd, an error of the
-// cache's own, or transient failures lasting storageWatchRetryWindow.
-// Transient failures re-open the watch from the cache's RV, the cache
-// staying ready and its client watches open. listed reports whether the
-// list succeeded.
+// mend: a compaction past the cache's RV, or an error of the cache's own.
+// Transient failures (etcd's troubles, a silent watch) re-open the watch
+// from the cache's RV, its client watches staying open; the cache stays
+// ready through them unless the watch went silent or the failures outlast
+// storageWatchRetryWindow, and is ready again once the watch answers.
+// listed reports whether the list succeeded.
 func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 	rv, err := c.list(ctx)
 	if err != nil {
 		return false, err
 	}
 	retry := watchRetry{window: storageWatchRetryWindow}
+	failures := 0 // in this run of failures, for the log
 	for {
 		var delivered bool
 		rv, delivered, err = c.watchFrom(ctx, rv)
@@ -99,16 +101,15 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 		}
 		if delivered {
 			retry.progressed()
+			failures = 0
 		}
 		if err = classifyWatchError(err); !isTransient(err) {
 			return true, err
 		}
-		wait, ok := retry.next(c.clock.Now())
-		if !ok {
-			return true, fmt.Errorf("storage watch failing for %v: %w", storageWatchRetryWindow, err)
-		}
+		wait, within := retry.next(c.clock.Now())
+		failures++
 		c.metrics.storageWatchRetries.Inc()
-		if errors.Is(err, errStorageSilent) {
+		if (errors.Is(err, errStorageSilent) || !within) && !c.silenced.Load() {
 			// Not ready until the watch answers: reads get 429, not a
 			// state nobody can vouch for. Watchers stay open; they hear
 			// nothing they should not.
@@ -116,9 +117,18 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 			c.silenced.Store(true)
 			c.ready.set(statePending, c.clock.Now())
 			c.mu.Unlock()
+			c.logger.Info("Storage watch lost; not ready until it answers, re-opening it from the cache's resourceVersion, watchers kept",
+				"resourceVersion", rv, "failingFor", c.clock.Since(retry.first), "err", err)
+		} else {
+			// A long partition re-opens every 2s: the first failure of a
+			// run is logged, the metric counts the rest.
+			log := c.logger
+			if failures > 1 {
+				log = log.V(4)
+			}
+			log.Info("Storage watch failed; re-opening it from the cache's resourceVersion, watchers kept",
+				"resourceVersion", rv, "after", wait, "err", err)
 		}
-		c.logger.Info("Storage watch failed; re-opening it from the cache's resourceVersion, watchers kept",
-			"resourceVersion", rv, "after", wait, "err", err)
 		if wait > 0 {
 			select {
 			case <-ctx.Done():

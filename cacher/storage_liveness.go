@@ -48,7 +48,7 @@ func (c *Cacher) silence(now time.Time, limit time.Duration) (time.Duration, boo
 // timeout without a word from the storage watch it asks etcd for progress
 // (through the shared requester: one at a time per resource), and after the
 // whole timeout it ends the watch, so the cache goes not ready and re-opens
-// it from its RV (a relist only after the retry window); while not ready it
+// it from its RV (a relist only on a 410); while not ready it
 // reads etcd's revision on every tick to tell an idle etcd that is back.
 func (c *Cacher) checkStorageLiveness(now time.Time) {
 	timeout := c.cfg.StorageSilenceTimeout

@@ -8,12 +8,17 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// storageWatchRetryWindow is how long the cache keeps re-opening a failing
-// storage watch from its RV before it gives up and relists. It is client-go's
+// storageWatchRetryWindow is how long the cache stays ready while it
+// re-opens a failing storage watch from its RV. It is client-go's
 // MaxInternalErrorRetryDuration as upstream's cacher sets it (30s): an etcd
 // leader election ends every watch opened WithRequireLeader with "no
-// leader", and is over within seconds; a relist would end every client watch
-// of every resource at the same moment.
+// leader", and is over within seconds. Past it the cache goes not ready
+// (reads get 429) and goes on re-opening the watch from its RV until it
+// answers; it does not relist, as upstream's reflector does at that point:
+// a relist ends every client watch of the resource, and a partition from
+// etcd that outlasts the window (a blackhole of a minute or more) heals
+// into a watch that resumes from the cache's RV as well as any other. Only
+// etcd saying the RV is compacted (410) makes the cache relist.
 const storageWatchRetryWindow = 30 * time.Second
 
 // maxStorageWatchRetryBackoff caps the spacing of re-opened watches: an
@@ -72,20 +77,17 @@ func (r *watchRetry) progressed() {
 }
 
 // next returns how long to wait before re-opening the watch after a failure
-// at now, and false when the failures have lasted longer than the window.
-// The first re-open is immediate: a stream that etcd merely reset resumes
-// at once, as a restarted member's clients expect.
-func (r *watchRetry) next(now time.Time) (time.Duration, bool) {
+// at now, and whether the failures are still within the window. The first
+// re-open is immediate: a stream that etcd merely reset resumes at once, as
+// a restarted member's clients expect.
+func (r *watchRetry) next(now time.Time) (delay time.Duration, within bool) {
 	if r.first.IsZero() {
 		r.first = now
 	}
-	if now.Sub(r.first) >= r.window {
-		return 0, false
-	}
-	delay := time.Duration(0)
+	within = now.Sub(r.first) < r.window
 	if r.backoff > 0 {
 		delay = wait.Jitter(r.backoff, 0.5)
 	}
 	r.backoff = min(max(2*r.backoff, initialBackoff), maxStorageWatchRetryBackoff)
-	return delay, true
+	return delay, within
 }

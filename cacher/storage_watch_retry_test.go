@@ -33,13 +33,14 @@ func TestWatchRetryBudget(t *testing.T) {
 			t.Errorf("wait %d = %v, want in [%v, %v]", i+1, d, lo, hi)
 		}
 	}
-	if _, ok := r.next(testEpoch.Add(30 * time.Second)); ok {
-		t.Errorf("still retrying 30s after the first failure")
+	// Past the window the re-opens go on at the capped backoff.
+	if d, within := r.next(testEpoch.Add(30 * time.Second)); within || d < 2*time.Second || d > 3*time.Second {
+		t.Errorf("30s after the first failure: next = %v, within %v; want a capped backoff past the window", d, within)
 	}
 	// A watch that delivered something restarts the budget.
 	r.progressed()
-	if d, ok := r.next(testEpoch.Add(40 * time.Second)); !ok || d != 0 {
-		t.Errorf("after progress: next = %v, %v; want an immediate retry", d, ok)
+	if d, within := r.next(testEpoch.Add(40 * time.Second)); !within || d != 0 {
+		t.Errorf("after progress: next = %v, %v; want an immediate retry within the window", d, within)
 	}
 }
 
@@ -66,9 +67,12 @@ func TestClassifyWatchError(t *testing.T) {
 }
 
 // A storage watch that keeps failing transiently is re-opened from the
-// cache's RV, the cache ready and its watchers kept, until the failures have
-// lasted the retry window; then the cache relists and ends its watchers. A
-// watch that delivers something in between restarts the window.
+// cache's RV, its watchers kept: the cache stays ready until the failures
+// have lasted the retry window, then goes not ready and goes on re-opening
+// the watch from its RV, never relisting (a partition from etcd that
+// outlasts the window must not end every client watch); the first word of
+// a re-opened watch makes it ready again, and only a 410 relists. A watch
+// that delivers something restarts the window.
 func TestStorageWatchRetryWindow(t *testing.T) {
 	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
 	c := newTestCacher(t, fs, nil)
@@ -132,10 +136,33 @@ func TestStorageWatchRetryWindow(t *testing.T) {
 		t.Fatalf("relisted (%d lists, ready %v) within 30s of the last event", got, c.Ready())
 	}
 
-	// Past the window: relist, and the client watch ends.
+	// Past the window: not ready, the client watch kept, the watch still
+	// re-opened from the cache's RV, and no relist however long it lasts.
+	for elapsed := time.Duration(0); elapsed < 3*storageWatchRetryWindow; elapsed += step {
+		fail(n, "102", step)
+		n++
+		if elapsed >= step && c.Ready() {
+			t.Fatalf("ready %v after the window ran out, want not ready", elapsed)
+		}
+	}
+	if got := fs.listCount(); got != 1 {
+		t.Fatalf("GetList called %d times past the window, want 1: no relist", got)
+	}
+	// The watch answers: ready again, and the client watch hears what
+	// came meanwhile.
+	sw, opts := fs.waitWatch(t, n)
+	if opts.ResourceVersion != "102" {
+		t.Fatalf("storage watch #%d opened at RV %q, want 102", n, opts.ResourceVersion)
+	}
+	sw.send(t, watch.Modified, newTestPod("a", 103, map[string]string{"v": "3"}, ""))
+	if ev := nextEvent(t, w); eventRV(t, ev) != 103 {
+		t.Fatalf("after the heal: got %s, want @103", describe(ev))
+	}
+	poll(t, "the cache to be ready again", c.Ready)
+
+	// Only etcd's 410 relists, and ends the client watch.
 	fs.setList(300, newTestPod("a", 300, nil, ""))
-	sw, _ = fs.waitWatch(t, n)
-	sw.sendError(t, noLeader)
+	sw.sendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
 	poll(t, "the reflector to give up and back off", func() bool { return !c.Ready() && c.clk.Waiters() == 2 })
 	drainUntilClosed(t, w)
 	c.clk.Step(time.Second)
