@@ -2,10 +2,14 @@ package storagebench
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 	"github.com/watchkeeper/watchkeeper/internal/fixtures"
@@ -29,6 +33,11 @@ func TestMemoryAgainstEtcd(t *testing.T) {
 				defer cancel()
 				profile := filepath.Join(t.TempDir(), "heap.pprof")
 				env := Env{EtcdEndpoint: e.Endpoints()[0], Prefix: "/memory-test/" + kind + "/" + decorator, HeapProfile: profile}
+				before, err := e.Client().Get(ctx, "/memory-test")
+				if err != nil {
+					t.Fatal(err)
+				}
+				firstRev := before.Header.Revision + 1
 				rs, err := Memory(ctx, env, decorator, objects, kind)
 				if err != nil {
 					t.Fatal(err)
@@ -67,6 +76,12 @@ func TestMemoryAgainstEtcd(t *testing.T) {
 				}
 				if st, err := os.Stat(profile); err != nil || st.Size() == 0 {
 					t.Errorf("heap profile: %v", err)
+				}
+				// The run compacted etcd behind it: its first write's
+				// revision is gone.
+				_, err = e.Client().Get(ctx, "/memory-test", clientv3.WithRev(firstRev))
+				if !errors.Is(err, rpctypes.ErrCompacted) {
+					t.Errorf("a read at revision %d after the run: %v, want %v", firstRev, err, rpctypes.ErrCompacted)
 				}
 			})
 		}
