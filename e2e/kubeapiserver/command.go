@@ -234,6 +234,9 @@ func Install(config *app.Config, d *decorator.Decorator) error {
 	if d == nil {
 		return nil
 	}
+	// The aggregator's config is a shallow copy of the control plane's: its
+	// checks get a slice of their own before one is added.
+	agg.ReadyzChecks = slices.Clone(agg.ReadyzChecks)
 	agg.AddReadyzChecks(healthz.NamedCheck("watch-caches", func(*http.Request) error { return d.ReadinessCheck() }))
 	return nil
 }

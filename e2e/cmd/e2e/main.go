@@ -19,10 +19,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/watchkeeper/watchkeeper/e2e/internal/kubecluster"
@@ -46,18 +44,8 @@ func main() {
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the run's directory (certificates, kubeconfigs, logs, etcd data)")
 	flag.BoolVar(&cfg.hold, "hold", false, "set up, print how to use the cluster, and wait for Ctrl-C instead of running the checks")
 	flag.Parse()
-	for _, p := range []*string{&cfg.kubeAPIServer, &cfg.kubectl, &cfg.sample, &cfg.deployDir} {
-		abs, err := filepath.Abs(*p)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		*p = abs
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, cfg)
-	stop()
-	os.Exit(code)
+	kubecluster.Main(func(ctx context.Context) int { return run(ctx, cfg) },
+		&cfg.kubeAPIServer, &cfg.kubectl, &cfg.sample, &cfg.deployDir)
 }
 
 func run(ctx context.Context, cfg config) int {

@@ -25,9 +25,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/watchkeeper/watchkeeper/e2e/internal/kubecluster"
@@ -45,8 +42,9 @@ type config struct {
 	kwokStages                         string
 	kubectl, ginkgo, tests             string
 	procs                              int
+	cachesAtOnce                       bool
 	suiteTimeout                       time.Duration
-	focus, skip, labelFilter           string
+	focus, skip, labelFilter, last     string
 }
 
 // runDir is one run's directory and certificates.
@@ -69,25 +67,20 @@ func main() {
 	flag.StringVar(&cfg.kubectl, "kubectl", "bin/kubectl", "kubectl, which some tests run")
 	flag.StringVar(&cfg.ginkgo, "ginkgo", "bin/ginkgo", "the ginkgo v2 runner")
 	flag.StringVar(&cfg.tests, "tests", "bin/kubetests.test", "the e2e test binary (e2e/kubetests)")
-	flag.IntVar(&cfg.procs, "procs", 4, "ginkgo's parallel processes")
+	flag.IntVar(&cfg.procs, "procs", 4, "ginkgo's parallel processes, per cache")
+	flag.BoolVar(&cfg.cachesAtOnce, "caches-at-once", true, "run the suite against both caches at the same time, each on its own cluster")
 	flag.DurationVar(&cfg.suiteTimeout, "suite-timeout", 2*time.Hour, "ginkgo's timeout, per cache")
 	flag.StringVar(&cfg.focus, "focus", `\[sig-api-machinery\]`, "ginkgo's focus")
 	flag.StringVar(&cfg.skip, "skip", "", "ginkgo's skip")
-	flag.StringVar(&cfg.labelFilter, "label-filter", "!Disruptive && !Flaky && Feature: isEmpty && !Alpha && !OffByDefault",
-		"ginkgo's label filter: what a default cluster runs (no disruption, no optional features)")
+	flag.StringVar(&cfg.last, "last", `\[sig-api-machinery\] Aggregator|OpenAPIV3 should contain OpenAPI V3 for Aggregated APIServer`,
+		"tests to run in a second pass, after the others: those that leave an unavailable aggregated APIService, which stops namespace deletion")
+	flag.StringVar(&cfg.labelFilter, "label-filter",
+		"!Disruptive && !Flaky && !Alpha && !OffByDefault && (Feature: isEmpty || Feature: containsAny {PodPriority, ComprehensiveNamespaceDraining})",
+		"ginkgo's label filter: what a default cluster runs (no disruption, no feature off by default), and the two features "+
+			"of resource_quota.go and namespace.go tests that it has (priority classes, namespace draining)")
 	flag.Parse()
-	for _, p := range []*string{&cfg.kubeAPIServer, &cfg.controllerManager, &cfg.scheduler, &cfg.kwok, &cfg.kubectl, &cfg.ginkgo, &cfg.tests} {
-		abs, err := filepath.Abs(*p)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		*p = abs
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, cfg)
-	stop()
-	os.Exit(code)
+	kubecluster.Main(func(ctx context.Context) int { return run(ctx, cfg) },
+		&cfg.kubeAPIServer, &cfg.controllerManager, &cfg.scheduler, &cfg.kwok, &cfg.kubectl, &cfg.ginkgo, &cfg.tests)
 }
 
 func run(ctx context.Context, cfg config) int {

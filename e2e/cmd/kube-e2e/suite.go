@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
@@ -25,40 +28,89 @@ type outcome struct {
 	state   string // passed, failed, skipped
 	message string // a failure's first line
 	took    time.Duration
+	file    string // the test's file in test/e2e/apimachinery
 }
+
+// mustPass are the files of test/e2e/apimachinery whose tests must all run
+// and pass on both caches (issue 26): watches, lists and consistency.
+var mustPass = []string{"watch.go", "chunking.go", "watchlist.go", "crd_watch.go", "resource_quota.go",
+	"namespace.go", "garbage_collector.go", "table_conversion.go", "apply.go", "field_validation.go"}
 
 // suiteResult is every test's outcome against one cache.
 type suiteResult map[string]outcome
 
-// runSuite runs Kubernetes' e2e tests once against each cache, on a fresh
-// cluster each, and prints the side-by-side table.
+// suiteRun is the run against one cache.
+type suiteRun struct {
+	cache   string
+	cluster *cluster
+	result  suiteResult
+	err     error
+	took    time.Duration
+}
+
+// runSuite runs Kubernetes' e2e tests once against each cache, each on a
+// fresh cluster (both at once with -caches-at-once: the tests mostly wait,
+// and both sides then run on the same loaded machine), and prints the
+// side-by-side table.
 func runSuite(ctx context.Context, run *runDir, cfg config, r *kubecluster.Report) {
-	results := map[string]suiteResult{}
-	for _, cache := range suiteCaches {
-		var c *cluster
-		if !r.Step(fmt.Sprintf("suite: cluster on the %s cache ready", cacheName(cache)), func() (string, error) {
+	runs := make([]*suiteRun, len(suiteCaches))
+	for i, cache := range suiteCaches {
+		runs[i] = &suiteRun{cache: cache}
+	}
+	setup := func(sr *suiteRun) bool {
+		return r.Step(fmt.Sprintf("suite: cluster on the %s cache ready", cacheName(sr.cache)), func() (string, error) {
 			start := time.Now()
 			var err error
-			c, err = startCluster(ctx, run, cfg, cache)
+			sr.cluster, err = startCluster(ctx, run, cfg, sr.cache)
 			if err != nil {
 				return "", err
 			}
 			return fmt.Sprintf("%s, kube-controller-manager, kube-scheduler, kwok with %d nodes Ready, in %v",
-				c.url, simulatedNodes, time.Since(start).Round(100*time.Millisecond)), nil
-		}) {
-			continue
-		}
-		r.Step(fmt.Sprintf("suite: Kubernetes' e2e tests on the %s cache", cacheName(cache)), func() (string, error) {
-			start := time.Now()
-			res, err := runTests(ctx, run, cfg, c, cache)
-			if err != nil {
-				return "", err
-			}
-			results[cache] = res
-			p, f, s := res.counts()
-			return fmt.Sprintf("%d passed, %d failed, %d skipped in %v", p, f, s, time.Since(start).Round(time.Second)), nil
+				sr.cluster.url, simulatedNodes, time.Since(start).Round(100*time.Millisecond)), nil
 		})
-		c.stop()
+	}
+	test := func(sr *suiteRun) {
+		start := time.Now()
+		sr.result, sr.err = runTests(ctx, run, cfg, sr.cluster, sr.cache)
+		sr.took = time.Since(start)
+	}
+	report := func(sr *suiteRun) {
+		r.Step(fmt.Sprintf("suite: Kubernetes' e2e tests on the %s cache", cacheName(sr.cache)), func() (string, error) {
+			if sr.err != nil {
+				return "", sr.err
+			}
+			p, f, s := sr.result.counts()
+			return fmt.Sprintf("%d passed, %d failed, %d skipped in %v", p, f, s, sr.took.Round(time.Second)), nil
+		})
+	}
+	if cfg.cachesAtOnce {
+		var wg sync.WaitGroup
+		for _, sr := range runs {
+			if setup(sr) {
+				wg.Go(func() { test(sr) })
+			}
+		}
+		wg.Wait()
+		for _, sr := range runs {
+			if sr.cluster != nil {
+				report(sr)
+				sr.cluster.stop()
+			}
+		}
+	} else {
+		for _, sr := range runs {
+			if setup(sr) {
+				test(sr)
+				report(sr)
+				sr.cluster.stop()
+			}
+		}
+	}
+	results := map[string]suiteResult{}
+	for _, sr := range runs {
+		if sr.err == nil && sr.result != nil {
+			results[sr.cache] = sr.result
+		}
 	}
 	stock, ours := results["upstream"], results["watchkeeper"]
 	if stock == nil || ours == nil {
@@ -79,6 +131,30 @@ func runSuite(ctx context.Context, run *runDir, cfg config, r *kubecluster.Repor
 		p, _, _ := stock.counts()
 		return fmt.Sprintf("all %d", p), nil
 	})
+	r.Step("suite: every test of "+strings.Join(mustPass, ", ")+" passes on both", func() (string, error) {
+		var problems, figures []string
+		for _, f := range mustPass {
+			n := 0
+			for name, o := range stock {
+				if o.file != f {
+					continue
+				}
+				n++
+				if o.state != types.SpecStatePassed.String() || ours[name].state != types.SpecStatePassed.String() {
+					problems = append(problems, fmt.Sprintf("%s: %s: stock %s, watchkeeper %s", f, name, o.state, ours[name].state))
+				}
+			}
+			if n == 0 {
+				problems = append(problems, f+": no test ran")
+			}
+			figures = append(figures, fmt.Sprintf("%s %d", f, n))
+		}
+		slices.Sort(problems)
+		if len(problems) > 0 {
+			return "", errors.New(strings.Join(problems, "\n  "))
+		}
+		return strings.Join(figures, ", "), nil
+	})
 }
 
 func cacheName(cache string) string {
@@ -89,62 +165,88 @@ func cacheName(cache string) string {
 }
 
 // runTests runs the e2e test binary under ginkgo against c and reads its
-// JSON report.
+// JSON reports. The tests that cfg.last names run in a second pass, after
+// the others: they register an aggregated APIService served by a pod, which
+// cannot come up without real containers, and while it is registered and
+// unavailable the namespace controller deletes no namespace ("stale
+// GroupVersion discovery"), which would fail the Namespaces tests that run
+// after them on either cache.
 func runTests(ctx context.Context, run *runDir, cfg config, c *cluster, cache string) (suiteResult, error) {
 	out := filepath.Join(run.dir, "suite-"+cache)
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, err
 	}
-	report := filepath.Join(out, "report.json")
-	args := []string{
-		"--procs=" + fmt.Sprint(cfg.procs),
-		"--timeout=" + cfg.suiteTimeout.String(),
-		"--json-report=" + report,
-		"--no-color",
-		"--silence-skips",
-		"--focus=" + cfg.focus,
-		"--label-filter=" + cfg.labelFilter,
-	}
-	if cfg.skip != "" {
-		args = append(args, "--skip="+cfg.skip)
-	}
-	args = append(args, cfg.tests, "--",
-		"--kubeconfig="+c.adminKubeconfig,
-		"--kubectl-path="+cfg.kubectl,
-		"--provider=local",
-		"--report-dir="+out,
-		"--node-schedulable-timeout=2m",
-		"--non-blocking-taints=node-role.kubernetes.io/control-plane",
-	)
 	logPath := filepath.Join(run.dir, "suite-"+cache+".log")
 	log, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer log.Close()
-	fmt.Fprintf(log, "=== %s %s %s\n", time.Now().Format(time.RFC3339), cfg.ginkgo, strings.Join(args, " "))
-	cmd := exec.CommandContext(ctx, cfg.ginkgo, args...)
-	cmd.Dir = out
-	cmd.Stdout, cmd.Stderr = log, log
-	runErr := cmd.Run()
-	data, err := os.ReadFile(report)
+	passes := []struct{ name, focus, skip string }{{"main", cfg.focus, cfg.skip}}
+	if cfg.last != "" {
+		passes[0].skip = strings.Trim(cfg.skip+"|"+cfg.last, "|")
+		passes = append(passes, struct{ name, focus, skip string }{"last", cfg.last, cfg.skip})
+	}
+	res := suiteResult{}
+	for _, pass := range passes {
+		report := filepath.Join(out, "report-"+pass.name+".json")
+		args := []string{
+			"--procs=" + fmt.Sprint(cfg.procs),
+			"--timeout=" + cfg.suiteTimeout.String(),
+			"--json-report=" + report,
+			"--no-color",
+			"--silence-skips",
+			"--focus=" + pass.focus,
+			"--label-filter=" + cfg.labelFilter,
+		}
+		if pass.skip != "" {
+			args = append(args, "--skip="+pass.skip)
+		}
+		args = append(args, cfg.tests, "--",
+			"--kubeconfig="+c.adminKubeconfig,
+			"--kubectl-path="+cfg.kubectl,
+			"--provider=local",
+			"--report-dir="+out,
+			"--node-schedulable-timeout=2m",
+		)
+		fmt.Fprintf(log, "=== %s %s %s\n", time.Now().Format(time.RFC3339), cfg.ginkgo, strings.Join(args, " "))
+		cmd := exec.CommandContext(ctx, cfg.ginkgo, args...)
+		// ginkgo and the test processes it starts in a process group of
+		// their own, ended together when the run is cancelled.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.Dir = out
+		cmd.Stdout, cmd.Stderr = log, log
+		runErr := cmd.Run()
+		if err := readReport(report, res); err != nil {
+			return nil, fmt.Errorf("ginkgo (%v): %w; log %s", runErr, err, logPath)
+		}
+	}
+	if len(res) == 0 {
+		return nil, fmt.Errorf("no test ran; log %s", logPath)
+	}
+	return res, nil
+}
+
+// readReport adds the tests of a ginkgo JSON report to res.
+func readReport(path string, res suiteResult) error {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("ginkgo (%v) wrote no report: %w; log %s", runErr, err, logPath)
+		return err
 	}
 	var reports []types.Report
 	if err := json.Unmarshal(data, &reports); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", report, err)
+		return fmt.Errorf("reading %s: %w", path, err)
 	}
-	res := suiteResult{}
 	for _, rep := range reports {
 		for _, spec := range rep.SpecReports {
 			if spec.LeafNodeType != types.NodeTypeIt {
 				continue
 			}
 			if spec.State == types.SpecStateSkipped && spec.Failure.Message == "" {
-				continue // not selected by the focus and filters: not part of this run
+				continue // not selected by this pass's focus and filters
 			}
-			o := outcome{state: spec.State.String(), took: spec.RunTime}
+			o := outcome{state: spec.State.String(), took: spec.RunTime, file: filepath.Base(spec.LeafNodeLocation.FileName)}
 			switch spec.State {
 			case types.SpecStatePassed:
 			case types.SpecStateSkipped, types.SpecStatePending:
@@ -158,10 +260,7 @@ func runTests(ctx context.Context, run *runDir, cfg config, c *cluster, cache st
 			res[spec.FullText()] = o
 		}
 	}
-	if len(res) == 0 {
-		return nil, fmt.Errorf("no test in %s (ginkgo: %v); log %s", report, runErr, logPath)
-	}
-	return res, nil
+	return nil
 }
 
 func (res suiteResult) counts() (passed, failed, skipped int) {

@@ -1,8 +1,13 @@
 package kubecluster
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -51,4 +56,22 @@ func OneLine(s string) string {
 		lines[i] = strings.TrimSpace(lines[i])
 	}
 	return strings.Join(lines, "; ")
+}
+
+// Main is a driver's main after its flags are parsed: it makes each of
+// paths absolute (the driver's children run in other directories), runs run
+// with a context that ends on Ctrl-C or SIGTERM, and exits with run's code.
+func Main(run func(ctx context.Context) int, paths ...*string) {
+	for _, p := range paths {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		*p = abs
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx)
+	stop()
+	os.Exit(code)
 }
