@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -116,14 +117,19 @@ func (r *linRecorder) snapshot() []linOp {
 }
 
 // errorCode is an error's HTTP status, "timeout" for the client's own
-// deadline, or "transport".
+// deadline, "reset" for an HTTP/2 stream the server reset (the apiserver's
+// timeout filter does that to a request past its deadline whose answer had
+// begun), or "transport".
 func errorCode(err error) string {
 	var st apierrors.APIStatus
+	var reset http2.StreamError
 	switch {
 	case errors.As(err, &st):
 		return strconv.Itoa(int(st.Status().Code))
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
+	case errors.As(err, &reset):
+		return "reset"
 	}
 	return "transport"
 }

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +11,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"golang.org/x/net/http2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -144,3 +149,20 @@ func TestStalenessOfRV0Reads(t *testing.T) {
 }
 
 func itoa(v uint64) string { return uintString(v) }
+
+func TestErrorCode(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{apierrors.NewTooManyRequests("not ready", 1), "429"},
+		{apierrors.NewTimeoutError("slow", 1), "504"},
+		{&url.Error{Op: "Get", URL: "https://x", Err: context.DeadlineExceeded}, "timeout"},
+		{&url.Error{Op: "Get", URL: "https://x", Err: http2.StreamError{StreamID: 1, Code: http2.ErrCodeInternal}}, "reset"},
+		{&url.Error{Op: "Get", URL: "https://x", Err: io.ErrUnexpectedEOF}, "transport"},
+	} {
+		if got := errorCode(tc.err); got != tc.want {
+			t.Errorf("errorCode(%v) = %s, want %s", tc.err, got, tc.want)
+		}
+	}
+}
