@@ -186,7 +186,11 @@ func (c *Cacher) listStorage(ctx context.Context, opts storage.ListOptions) ([]*
 	if err != nil {
 		return nil, 0, err
 	}
-	items, err := meta.ExtractList(list)
+	// Each item copied out of the list's array: cached objects leave the
+	// cache one by one as they change, and an item pointing into the array
+	// would keep the whole array (and every dead slot in it) alive until the
+	// last of them goes (client-go's reflector does the same).
+	items, err := meta.ExtractListWithAlloc(list)
 	if err != nil {
 		return nil, 0, err
 	}
