@@ -1,6 +1,8 @@
 package cacher
 
 import (
+	"maps"
+
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -15,6 +17,20 @@ type object struct {
 	obj    runtime.Object
 	labels labels.Set
 	fields fields.Set
+}
+
+// shareUnchanged makes o, a new version of prev, hold prev's key and, where
+// they did not change, its labels and fields: the history keeps both
+// versions, and most updates (a status, a spec field) leave the labels and
+// the selectable fields as they were. They are never written once made.
+func (o *object) shareUnchanged(prev *object) {
+	o.key = prev.key
+	if maps.Equal(o.labels, prev.labels) {
+		o.labels = prev.labels
+	}
+	if maps.Equal(o.fields, prev.fields) {
+		o.fields = prev.fields
+	}
 }
 
 // event is one change as the cache saw it. prev is the object before the

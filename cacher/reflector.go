@@ -302,11 +302,14 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 	}
 	cur, rv := e.cur, e.rv
 
-	c.mu.Lock()
+	// Only this goroutine writes the store, so the object the event
+	// replaces can be read before the lock.
 	var prev *object
 	if item, ok, _ := c.store.GetByKey(cur.key); ok {
 		prev = item.(*object)
+		cur.shareUnchanged(prev)
 	}
+	c.mu.Lock()
 	c.linkPrev(e, prev)
 	if ev.Type == watch.Deleted {
 		err = c.store.Delete(cur)

@@ -1,0 +1,60 @@
+package cacher
+
+import (
+	"reflect"
+	"testing"
+	"unsafe"
+
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// A new version of a cached object holds the old one's key and, where they
+// did not change, its labels and fields: the history keeps both versions,
+// and an update of a status or a spec field would otherwise keep two equal
+// copies of each.
+func TestUpdateSharesUnchangedAttributes(t *testing.T) {
+	fs := newFakeStorage(100, newTestPod("a", 100, map[string]string{"app": "web"}, "n1"))
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	cached := func() *object {
+		t.Helper()
+		item, ok, _ := c.store.GetByKey("/pods/ns/a")
+		if !ok {
+			t.Fatal("pod a not cached")
+		}
+		return item.(*object)
+	}
+	v1 := cached()
+
+	sw.send(t, watch.Modified, newTestPod("a", 101, map[string]string{"app": "web"}, "n1"))
+	c.waitRV(t, 101)
+	v2 := cached()
+	if v2 == v1 {
+		t.Fatal("the update was not applied")
+	}
+	if unsafe.StringData(v2.key) != unsafe.StringData(v1.key) {
+		t.Error("the new version holds a key of its own, want the old one's")
+	}
+	if !sameMap(v2.labels, v1.labels) || !sameMap(v2.fields, v1.fields) {
+		t.Errorf("unchanged labels shared %v, fields shared %v; want both", sameMap(v2.labels, v1.labels), sameMap(v2.fields, v1.fields))
+	}
+
+	// New labels and a new node: the new version's own, and right.
+	sw.send(t, watch.Modified, newTestPod("a", 102, map[string]string{"app": "db"}, "n2"))
+	c.waitRV(t, 102)
+	v3 := cached()
+	if sameMap(v3.labels, v2.labels) || sameMap(v3.fields, v2.fields) {
+		t.Errorf("changed labels shared %v, fields shared %v; want neither", sameMap(v3.labels, v2.labels), sameMap(v3.fields, v2.fields))
+	}
+	if v3.labels["app"] != "db" || v3.fields["spec.nodeName"] != "n2" {
+		t.Errorf("new version's labels %v fields %v, want app=db and spec.nodeName=n2", v3.labels, v3.fields)
+	}
+	if v2.labels["app"] != "web" || v2.fields["spec.nodeName"] != "n1" {
+		t.Errorf("old version's labels %v fields %v changed", v2.labels, v2.fields)
+	}
+}
+
+func sameMap[M ~map[string]string](a, b M) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
