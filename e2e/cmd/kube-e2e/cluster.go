@@ -40,9 +40,11 @@ const simulatedNodes = 3
 
 func startCluster(ctx context.Context, run *runDir, cfg config, decorator string) (*cluster, error) {
 	name := "cluster-" + decorator
-	s, err := startServer(ctx, run, cfg.kubeAPIServer, serverConfig{name: name, decorator: decorator, args: []string{
-		"--allow-privileged=true",
-	}})
+	args := []string{"--allow-privileged=true"}
+	if decorator == "watchkeeper" {
+		args = append(args, strings.Fields(cfg.watchkeeperArgs)...)
+	}
+	s, err := startServer(ctx, run, cfg.kubeAPIServer, serverConfig{name: name, decorator: decorator, args: args})
 	if err != nil {
 		return nil, err
 	}

@@ -43,6 +43,7 @@ type config struct {
 	kubectl, ginkgo, tests             string
 	procs                              int
 	cachesAtOnce                       bool
+	watchkeeperArgs                    string
 	suiteTimeout                       time.Duration
 	focus, skip, labelFilter, last     string
 }
@@ -68,6 +69,8 @@ func main() {
 	flag.StringVar(&cfg.ginkgo, "ginkgo", "bin/ginkgo", "the ginkgo v2 runner")
 	flag.StringVar(&cfg.tests, "tests", "bin/kubetests.test", "the e2e test binary (e2e/kubetests)")
 	flag.IntVar(&cfg.procs, "procs", 4, "ginkgo's parallel processes, per cache")
+	flag.StringVar(&cfg.watchkeeperArgs, "watchkeeper-args", "",
+		"more flags for the suite's kube-apiserver on watchkeeper, space separated, e.g. a short bookmark frequency")
 	flag.BoolVar(&cfg.cachesAtOnce, "caches-at-once", true, "run the suite against both caches at the same time, each on its own cluster")
 	flag.DurationVar(&cfg.suiteTimeout, "suite-timeout", 2*time.Hour, "ginkgo's timeout, per cache")
 	flag.StringVar(&cfg.focus, "focus", `\[sig-api-machinery\]`, "ginkgo's focus")
