@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -41,7 +42,9 @@ func runChecks(ctx context.Context, run *runDir, cfg config, r *kubecluster.Repo
 	r.Step("help: watchkeeper's flag section beside kube-apiserver's", func() (string, error) {
 		return checkHelp(ctx, cfg.kubeAPIServer)
 	})
-	args := []string{"--watch-cache-sizes=configmaps#0", "--watch-cache-storage-silence-timeout=3s"}
+	args := []string{"--watch-cache-sizes=configmaps#0", "--watch-cache-storage-silence-timeout=3s",
+		// The custom resource that checkCRD creates, before its CRD exists.
+		"--watch-cache-resource-overrides=" + widgets.Resource + "." + widgets.Group + ":bookmark-frequency=7s"}
 	var wk, up *server
 	defer func() {
 		for _, s := range []*server{wk, up} {
@@ -152,6 +155,12 @@ func checkHelp(ctx context.Context, binary string) (string, error) {
 
 // debugCaches lists the caches /debug/watchkeeper shows.
 func debugCaches(ctx context.Context, s *server) (sets.Set[schema.GroupResource], error) {
+	return debugSchedules(ctx, s, nil)
+}
+
+// debugSchedules is debugCaches, noting each cache's bookmark frequency in
+// frequencies when it is not nil.
+func debugSchedules(ctx context.Context, s *server, frequencies map[schema.GroupResource]time.Duration) (sets.Set[schema.GroupResource], error) {
 	code, body, err := s.get(ctx, "/debug/watchkeeper?format=json")
 	if err != nil {
 		return nil, err
@@ -163,6 +172,9 @@ func debugCaches(ctx context.Context, s *server) (sets.Set[schema.GroupResource]
 		Resources []struct {
 			Group, Resource string
 			Ready           bool
+			Schedule        struct {
+				BookmarkFrequency float64 `json:"bookmarkFrequencySeconds"`
+			}
 		}
 	}
 	if err := json.Unmarshal([]byte(body), &page); err != nil {
@@ -170,7 +182,11 @@ func debugCaches(ctx context.Context, s *server) (sets.Set[schema.GroupResource]
 	}
 	out := sets.New[schema.GroupResource]()
 	for _, r := range page.Resources {
-		out.Insert(schema.GroupResource{Group: r.Group, Resource: r.Resource})
+		gr := schema.GroupResource{Group: r.Group, Resource: r.Resource}
+		out.Insert(gr)
+		if frequencies != nil {
+			frequencies[gr] = time.Duration(r.Schedule.BookmarkFrequency * float64(time.Second))
+		}
 	}
 	return out, nil
 }
@@ -390,13 +406,23 @@ func checkCRD(ctx context.Context, s *server) (string, error) {
 	if err := nextIs(w, watch.Added, created.GetResourceVersion()); err != nil {
 		return "", err
 	}
-	caches, err := debugCaches(ctx, s)
+	frequencies := map[schema.GroupResource]time.Duration{}
+	caches, err := debugSchedules(ctx, s, frequencies)
 	if err != nil {
 		return "", err
 	}
 	gr := widgets.GroupResource()
 	if !caches.Has(gr) {
 		return "", fmt.Errorf("/debug/watchkeeper does not list %s: %s", gr, formatGRs(caches))
+	}
+	// The override named the resource before its CRD existed: it was
+	// logged at start-up, not refused, and applies to the cache now.
+	pods := schema.GroupResource{Resource: "pods"}
+	if frequencies[gr] != 7*time.Second || frequencies[pods] != time.Minute {
+		return "", fmt.Errorf("bookmark frequency %v for %s (overridden to 7s), %v for pods (default 1m)", frequencies[gr], gr, frequencies[pods])
+	}
+	if !logHas(s.kas, "A watch cache override names no built-in cached resource") {
+		return "", fmt.Errorf("no start-up line about the override of %s in %s", gr, s.kas.LogPath)
 	}
 	samples, err := s.metrics(ctx, "apiserver_watch_cache_initializations_total")
 	if err != nil {
@@ -405,7 +431,14 @@ func checkCRD(ctx context.Context, s *server) (string, error) {
 	if !resourcesOf(samples)["apiserver_watch_cache_initializations_total"][gr] {
 		return "", fmt.Errorf("no apiserver_watch_cache_initializations_total for %s", gr)
 	}
-	return fmt.Sprintf("%s: ADDED %s@%s on a watch; in /debug/watchkeeper and /metrics", gr, created.GetName(), created.GetResourceVersion()), nil
+	return fmt.Sprintf("%s: ADDED %s@%s on a watch; in /debug/watchkeeper and /metrics; bookmarks every 7s, as --watch-cache-resource-overrides said before the CRD existed",
+		gr, created.GetName(), created.GetResourceVersion()), nil
+}
+
+// logHas reports whether the child's log holds text.
+func logHas(ch *kubecluster.Child, text string) bool {
+	data, err := os.ReadFile(ch.LogPath)
+	return err == nil && strings.Contains(string(data), text)
 }
 
 func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
