@@ -10,9 +10,11 @@
 // soak prints one line of figures. It exits non-zero when anything was
 // lost, duplicated or unexpected, or a watcher did not catch up.
 //
-// The etcd member runs in this process (embedded, restarted on the same
-// ports and data); the sample apiserver runs as a child process of this
-// binary (its "serve" subcommand), so its memory and goroutines are its own.
+// The etcd members run as child processes of this binary (its "etcd"
+// subcommand, restarted on the same ports and data), so a kill is a real
+// SIGKILL and a member's crash takes only its own process; the sample
+// apiserver runs as a child process too (its "serve" subcommand), so its
+// memory and goroutines are its own.
 //
 // -decorator upstream runs the same workload against k8s.io/apiserver's own
 // cache (--watch-cache-decorator=upstream), for figures side by side: 410s
@@ -23,7 +25,7 @@
 // timeout without a 410 (the server ended them, or the connection broke).
 //
 // -replicas 3 -etcd-members 3 is the shape operators run (ha.go): a 3-member
-// etcd cluster in this process and three sample apiserver children over it.
+// etcd cluster of child processes and three sample apiserver children over it.
 // Each client talks to one replica and, when its connection breaks, resumes
 // on the next from its last event or bookmark; a replica being stopped or
 // down is out of the rotation, as behind a load balancer. Faults come on a
