@@ -66,8 +66,8 @@ soak:
 	$(GO) run ./hack/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)
 
 # The sample apiserver aggregated behind a real kube-apiserver, on loopback,
-# checked through kube-apiserver with kubectl and client-go (README:
-# "Aggregated, behind a real kube-apiserver"). kube-apiserver and kubectl
+# checked through kube-apiserver with kubectl and client-go
+# (docs/aggregated.md). kube-apiserver and kubectl
 # v1.37.2 are built from k8s.io/kubernetes in the e2e/ module (its own
 # go.mod): the first build takes long, later ones reuse the Go build cache.
 # make e2e E2E_FLAGS=-hold sets up and waits for Ctrl-C, to use kubectl by hand.

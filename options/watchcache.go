@@ -153,7 +153,8 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 		"Schedule settings for one resource, e.g. widgets.demo.watchkeeper.io:bookmark-frequency=5s,events-history-window=20s "+
 			"(repeat the flag for more resources; the core group is the resource alone). Keys: "+strings.Join(overrideKeys, ", ")+
 			". Each resource's resulting schedule must pass the same rules as the global flags (a pre-deadline offset given nowhere follows the resource's frequency); "+
-			"a resource the server does not serve is an error at start-up.")
+			"a resource the server does not serve is an error at start-up where the server knows all it serves (the sample apiserver), "+
+			"and only logged where a CRD may serve it later (kube-apiserver).")
 }
 
 // preDeadlineOffsetValue is --watch-cache-bookmark-pre-deadline-offset: a

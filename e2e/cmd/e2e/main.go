@@ -11,7 +11,7 @@
 // killed, the kernel kills them (Pdeathsig).
 //
 // With -hold it sets everything up, prints how to reach it with kubectl and
-// waits for Ctrl-C: the README's transcript was made that way.
+// waits for Ctrl-C: docs/aggregated.md's transcript was made that way.
 package main
 
 import (
