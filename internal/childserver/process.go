@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/watchkeeper/watchkeeper/internal/childproc"
 	"github.com/watchkeeper/watchkeeper/internal/freeport"
 )
 
@@ -104,10 +104,6 @@ func Start(ctx context.Context, o Options) (_ *Process, err error) {
 		"--secure-port="+strconv.Itoa(port), "--data-dir="+o.DataDir)
 	cmd := exec.Command(o.Command[0], args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// If this process dies without stopping the server, the kernel kills
-	// the server. The signal follows the OS thread that forked, hence the
-	// locked thread below.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p := &Process{
 		URL:     "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		LogPath: o.LogPath,
@@ -115,20 +111,12 @@ func Start(ctx context.Context, o Options) (_ *Process, err error) {
 		cmd:     cmd,
 		exited:  make(chan struct{}),
 	}
-	started := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread lives until the child is reaped and
-		// exits with this goroutine, so Pdeathsig cannot fire early.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.waitErr = cmd.Wait()
+	// If this process dies without stopping the server, the kernel kills
+	// the server.
+	if err := childproc.Start(cmd, func(err error) {
+		p.waitErr = err
 		close(p.exited)
-	}()
-	if err := <-started; err != nil {
+	}); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", o.Command[0], err)
 	}
 	p.PID = cmd.Process.Pid

@@ -22,7 +22,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +31,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/watchkeeper/watchkeeper/internal/childproc"
 	"github.com/watchkeeper/watchkeeper/internal/etcdlaunch"
 	"github.com/watchkeeper/watchkeeper/internal/freeport"
 )
@@ -162,20 +162,9 @@ func (m *Member) Start() error {
 		m.mu.Unlock()
 		return err
 	}
-	// The child dies with this process (the signal follows the thread that
-	// forked, hence the locked thread, which lives until the child is
-	// reaped).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	exited := make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		err := cmd.Wait()
+	// The child dies with this process.
+	err = childproc.Start(cmd, func(err error) {
 		m.mu.Lock()
 		m.exitErr = err
 		crashed := !m.stopping
@@ -188,8 +177,8 @@ func (m *Member) Start() error {
 		if crashed && m.OnExit != nil {
 			go m.OnExit(m, err)
 		}
-	}()
-	if err := <-started; err != nil {
+	})
+	if err != nil {
 		m.mu.Unlock()
 		return fmt.Errorf("starting etcd member %s: %w", m.Spec.Name, err)
 	}
