@@ -45,41 +45,41 @@ func runChecks(ctx context.Context, run *runDir, cfg config, r *kubecluster.Repo
 	args := []string{"--watch-cache-sizes=configmaps#0", "--watch-cache-storage-silence-timeout=3s",
 		// The custom resource that checkCRD creates, before its CRD exists.
 		"--watch-cache-resource-overrides=" + widgets.Resource + "." + widgets.Group + ":bookmark-frequency=7s"}
-	var wk, up *server
+	var wk, up *kubecluster.Server
 	defer func() {
-		for _, s := range []*server{wk, up} {
+		for _, s := range []*kubecluster.Server{wk, up} {
 			if s != nil {
-				s.stop()
+				s.Stop()
 			}
 		}
 	}()
 	if !r.Step("setup: kube-apiserver on watchkeeper ready", func() (string, error) {
 		var err error
 		start := time.Now()
-		wk, err = startServer(ctx, run, cfg.kubeAPIServer, serverConfig{name: "kas-watchkeeper", decorator: "watchkeeper", viaProxy: true, args: args})
+		wk, err = kubecluster.StartServer(ctx, run.dir, run.pki, kubecluster.ServerConfig{Name: "kas-watchkeeper", Binary: cfg.kubeAPIServer, Decorator: "watchkeeper", ViaProxy: true, Args: args})
 		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%s, pid %d, %s, etcd through a proxy, ready in %v", wk.url, wk.kas.PID(), strings.Join(args, " "), time.Since(start).Round(100*time.Millisecond)), nil
+		return fmt.Sprintf("%s, pid %d, %s, etcd through a proxy, ready in %v", wk.URL, wk.KAS.PID(), strings.Join(args, " "), time.Since(start).Round(100*time.Millisecond)), nil
 	}) || !r.Step("setup: the same binary with --watch-cache-decorator=upstream ready", func() (string, error) {
 		var err error
 		start := time.Now()
-		up, err = startServer(ctx, run, cfg.kubeAPIServer, serverConfig{name: "kas-upstream", decorator: "upstream", args: args})
+		up, err = kubecluster.StartServer(ctx, run.dir, run.pki, kubecluster.ServerConfig{Name: "kas-upstream", Binary: cfg.kubeAPIServer, Decorator: "upstream", Args: args})
 		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%s, pid %d, ready in %v", up.url, up.kas.PID(), time.Since(start).Round(100*time.Millisecond)), nil
+		return fmt.Sprintf("%s, pid %d, ready in %v", up.URL, up.KAS.PID(), time.Since(start).Round(100*time.Millisecond)), nil
 	}) {
 		return
 	}
 	r.Step("readyz: a watch-caches check on both", func() (string, error) {
-		for _, s := range []*server{wk, up} {
-			code, body, err := s.get(ctx, "/readyz?verbose")
+		for _, s := range []*kubecluster.Server{wk, up} {
+			code, body, err := s.Get(ctx, "/readyz?verbose")
 			if err != nil {
 				return "", err
 			}
 			if code != http.StatusOK || !strings.Contains(body, "[+]watch-caches ok") {
-				return "", fmt.Errorf("%s: /readyz?verbose %d without [+]watch-caches ok:\n%s", s.name, code, body)
+				return "", fmt.Errorf("%s: /readyz?verbose %d without [+]watch-caches ok:\n%s", s.Name, code, body)
 			}
 		}
 		return "/readyz?verbose: [+]watch-caches ok", nil
@@ -154,19 +154,19 @@ func checkHelp(ctx context.Context, binary string) (string, error) {
 }
 
 // debugCaches lists the caches /debug/watchkeeper shows.
-func debugCaches(ctx context.Context, s *server) (sets.Set[schema.GroupResource], error) {
+func debugCaches(ctx context.Context, s *kubecluster.Server) (sets.Set[schema.GroupResource], error) {
 	return debugSchedules(ctx, s, nil)
 }
 
 // debugSchedules is debugCaches, noting each cache's bookmark frequency in
 // frequencies when it is not nil.
-func debugSchedules(ctx context.Context, s *server, frequencies map[schema.GroupResource]time.Duration) (sets.Set[schema.GroupResource], error) {
-	code, body, err := s.get(ctx, "/debug/watchkeeper?format=json")
+func debugSchedules(ctx context.Context, s *kubecluster.Server, frequencies map[schema.GroupResource]time.Duration) (sets.Set[schema.GroupResource], error) {
+	code, body, err := s.Get(ctx, "/debug/watchkeeper?format=json")
 	if err != nil {
 		return nil, err
 	}
 	if code != http.StatusOK {
-		return nil, fmt.Errorf("%s: /debug/watchkeeper: %d %s", s.name, code, body)
+		return nil, fmt.Errorf("%s: /debug/watchkeeper: %d %s", s.Name, code, body)
 	}
 	var page struct {
 		Resources []struct {
@@ -193,13 +193,13 @@ func debugSchedules(ctx context.Context, s *server, frequencies map[schema.Group
 
 // stockCaches lists the resources the stock cache serves: those with a
 // cache initialization counted.
-func stockCaches(ctx context.Context, s *server) (sets.Set[schema.GroupResource], error) {
-	samples, err := s.metrics(ctx, "apiserver_watch_cache_initializations_total")
+func stockCaches(ctx context.Context, s *kubecluster.Server) (sets.Set[schema.GroupResource], error) {
+	samples, err := s.Metrics(ctx, "apiserver_watch_cache_initializations_total")
 	if err != nil {
 		return nil, err
 	}
 	out := sets.New[schema.GroupResource]()
-	for gr := range resourcesOf(samples)["apiserver_watch_cache_initializations_total"] {
+	for gr := range kubecluster.ResourcesOf(samples)["apiserver_watch_cache_initializations_total"] {
 		out.Insert(gr)
 	}
 	return out, nil
@@ -207,8 +207,8 @@ func stockCaches(ctx context.Context, s *server) (sets.Set[schema.GroupResource]
 
 // watchable lists the server's resources that take a watch, subresources
 // aside.
-func watchable(s *server) (sets.Set[schema.GroupResource], error) {
-	_, lists, err := s.client.Discovery().ServerGroupsAndResources()
+func watchable(s *kubecluster.Server) (sets.Set[schema.GroupResource], error) {
+	_, lists, err := s.Client.Discovery().ServerGroupsAndResources()
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +236,7 @@ func formatGRs(s sets.Set[schema.GroupResource]) string {
 	return strings.Join(names, ", ")
 }
 
-func checkCaches(ctx context.Context, wk, up *server) (string, error) {
+func checkCaches(ctx context.Context, wk, up *kubecluster.Server) (string, error) {
 	ours, err := debugCaches(ctx, wk)
 	if err != nil {
 		return "", err
@@ -279,17 +279,17 @@ func checkCaches(ctx context.Context, wk, up *server) (string, error) {
 // watchkeeper's server, for every resource the stock one has it for; the
 // families every cache has from its start cover every cache; the uncached
 // resources have none.
-func checkMetrics(ctx context.Context, wk, up *server) (string, error) {
+func checkMetrics(ctx context.Context, wk, up *kubecluster.Server) (string, error) {
 	prefixes := []string{"apiserver_watch_cache_", "watch_cache_"}
-	ws, err := wk.metrics(ctx, prefixes...)
+	ws, err := wk.Metrics(ctx, prefixes...)
 	if err != nil {
 		return "", err
 	}
-	us, err := up.metrics(ctx, prefixes...)
+	us, err := up.Metrics(ctx, prefixes...)
 	if err != nil {
 		return "", err
 	}
-	ours, stock := resourcesOf(ws), resourcesOf(us)
+	ours, stock := kubecluster.ResourcesOf(ws), kubecluster.ResourcesOf(us)
 	caches, err := debugCaches(ctx, wk)
 	if err != nil {
 		return "", err
@@ -336,8 +336,8 @@ func checkMetrics(ctx context.Context, wk, up *server) (string, error) {
 
 // checkCRD creates a CRD and one of its objects, watches the object's
 // resource, and finds its cache in the debug view and /metrics.
-func checkCRD(ctx context.Context, s *server) (string, error) {
-	ext, err := apiextensionsclient.NewForConfig(s.admin)
+func checkCRD(ctx context.Context, s *kubecluster.Server) (string, error) {
+	ext, err := apiextensionsclient.NewForConfig(s.Admin)
 	if err != nil {
 		return "", err
 	}
@@ -373,7 +373,7 @@ func checkCRD(ctx context.Context, s *server) (string, error) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	dyn, err := dynamic.NewForConfig(s.admin)
+	dyn, err := dynamic.NewForConfig(s.Admin)
 	if err != nil {
 		return "", err
 	}
@@ -421,14 +421,14 @@ func checkCRD(ctx context.Context, s *server) (string, error) {
 	if frequencies[gr] != 7*time.Second || frequencies[pods] != time.Minute {
 		return "", fmt.Errorf("bookmark frequency %v for %s (overridden to 7s), %v for pods (default 1m)", frequencies[gr], gr, frequencies[pods])
 	}
-	if !logHas(s.kas, "A watch cache override names no built-in cached resource") {
-		return "", fmt.Errorf("no start-up line about the override of %s in %s", gr, s.kas.LogPath)
+	if !logHas(s.KAS, "A watch cache override names no built-in cached resource") {
+		return "", fmt.Errorf("no start-up line about the override of %s in %s", gr, s.KAS.LogPath)
 	}
-	samples, err := s.metrics(ctx, "apiserver_watch_cache_initializations_total")
+	samples, err := s.Metrics(ctx, "apiserver_watch_cache_initializations_total")
 	if err != nil {
 		return "", err
 	}
-	if !resourcesOf(samples)["apiserver_watch_cache_initializations_total"][gr] {
+	if !kubecluster.ResourcesOf(samples)["apiserver_watch_cache_initializations_total"][gr] {
 		return "", fmt.Errorf("no apiserver_watch_cache_initializations_total for %s", gr)
 	}
 	return fmt.Sprintf("%s: ADDED %s@%s on a watch; in /debug/watchkeeper and /metrics; bookmarks every 7s, as --watch-cache-resource-overrides said before the CRD existed",
@@ -478,8 +478,8 @@ func metaOf(ev watch.Event) (metav1.Object, error) {
 	return m, nil
 }
 
-func checkUncachedWatch(ctx context.Context, s *server) (string, error) {
-	cms := s.client.CoreV1().ConfigMaps("default")
+func checkUncachedWatch(ctx context.Context, s *kubecluster.Server) (string, error) {
+	cms := s.Client.CoreV1().ConfigMaps("default")
 	list, err := cms.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "", err
@@ -509,21 +509,21 @@ func checkUncachedWatch(ctx context.Context, s *server) (string, error) {
 // checkReadyzFollowsCaches cuts the server from etcd (the proxy forwards
 // nothing and resets nothing), waits for /readyz/watch-caches to fail, heals
 // the link and waits for it to pass again.
-func checkReadyzFollowsCaches(ctx context.Context, s *server) (string, error) {
-	if code, body, err := s.get(ctx, "/readyz/watch-caches"); err != nil || code != http.StatusOK {
+func checkReadyzFollowsCaches(ctx context.Context, s *kubecluster.Server) (string, error) {
+	if code, body, err := s.Get(ctx, "/readyz/watch-caches"); err != nil || code != http.StatusOK {
 		return "", fmt.Errorf("/readyz/watch-caches before the cut: %d %v %s", code, err, body)
 	}
-	s.proxy.Set(netfault.Fault{Blackhole: true})
+	s.Proxy.Set(netfault.Fault{Blackhole: true})
 	cut := time.Now()
 	healed := false
 	defer func() {
 		if !healed {
-			s.proxy.Heal()
+			s.Proxy.Heal()
 		}
 	}()
 	var failedBody string
 	for {
-		code, body, err := s.get(ctx, "/readyz/watch-caches")
+		code, body, err := s.Get(ctx, "/readyz/watch-caches")
 		if err == nil && code != http.StatusOK {
 			failedBody = body
 			break
@@ -534,11 +534,11 @@ func checkReadyzFollowsCaches(ctx context.Context, s *server) (string, error) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	notReady := time.Since(cut)
-	s.proxy.Heal()
+	s.Proxy.Heal()
 	healed = true
 	heal := time.Now()
 	for {
-		code, _, err := s.get(ctx, "/readyz/watch-caches")
+		code, _, err := s.Get(ctx, "/readyz/watch-caches")
 		if err == nil && code == http.StatusOK {
 			break
 		}
@@ -547,7 +547,7 @@ func checkReadyzFollowsCaches(ctx context.Context, s *server) (string, error) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if err := kubecluster.WaitReady(ctx, s.kas, s.admin, s.url, 2*time.Minute); err != nil {
+	if err := kubecluster.WaitReady(ctx, s.KAS, s.Admin, s.URL, 2*time.Minute); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("failed %v after etcd was cut off (--watch-cache-storage-silence-timeout=3s): %q; ready %v after it came back",
@@ -567,8 +567,8 @@ func firstLine(s string) string {
 
 // stopWithWatches opens watches on cached resources, sends SIGTERM and
 // returns how long the server took to exit; every watch must have ended.
-func stopWithWatches(ctx context.Context, s *server) (time.Duration, int, error) {
-	dyn, err := dynamic.NewForConfig(s.admin)
+func stopWithWatches(ctx context.Context, s *kubecluster.Server) (time.Duration, int, error) {
+	dyn, err := dynamic.NewForConfig(s.Admin)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -596,7 +596,7 @@ func stopWithWatches(ctx context.Context, s *server) (time.Duration, int, error)
 	// Each watch gets its initial ADDED events; the watches are open.
 	time.Sleep(2 * time.Second)
 	start := time.Now()
-	s.kas.Stop(90 * time.Second)
+	s.KAS.Stop(90 * time.Second)
 	took := time.Since(start)
 	for i, w := range ws {
 		deadline := time.After(10 * time.Second)

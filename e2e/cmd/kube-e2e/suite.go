@@ -42,7 +42,7 @@ type suiteResult map[string]outcome
 // suiteRun is the run against one cache.
 type suiteRun struct {
 	cache   string
-	cluster *cluster
+	cluster *kubecluster.Cluster
 	result  suiteResult
 	err     error
 	took    time.Duration
@@ -66,7 +66,7 @@ func runSuite(ctx context.Context, run *runDir, cfg config, r *kubecluster.Repor
 				return "", err
 			}
 			return fmt.Sprintf("%s, kube-controller-manager, kube-scheduler, kwok with %d nodes Ready, in %v",
-				sr.cluster.url, simulatedNodes, time.Since(start).Round(100*time.Millisecond)), nil
+				sr.cluster.URL, simulatedNodes, time.Since(start).Round(100*time.Millisecond)), nil
 		})
 	}
 	test := func(sr *suiteRun) {
@@ -94,7 +94,7 @@ func runSuite(ctx context.Context, run *runDir, cfg config, r *kubecluster.Repor
 		for _, sr := range runs {
 			if sr.cluster != nil {
 				report(sr)
-				sr.cluster.stop()
+				sr.cluster.Stop()
 			}
 		}
 	} else {
@@ -102,7 +102,7 @@ func runSuite(ctx context.Context, run *runDir, cfg config, r *kubecluster.Repor
 			if setup(sr) {
 				test(sr)
 				report(sr)
-				sr.cluster.stop()
+				sr.cluster.Stop()
 			}
 		}
 	}
@@ -171,7 +171,7 @@ func cacheName(cache string) string {
 // unavailable the namespace controller deletes no namespace ("stale
 // GroupVersion discovery"), which would fail the Namespaces tests that run
 // after them on either cache.
-func runTests(ctx context.Context, run *runDir, cfg config, c *cluster, cache string) (suiteResult, error) {
+func runTests(ctx context.Context, run *runDir, cfg config, c *kubecluster.Cluster, cache string) (suiteResult, error) {
 	out := filepath.Join(run.dir, "suite-"+cache)
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, err
@@ -203,7 +203,7 @@ func runTests(ctx context.Context, run *runDir, cfg config, c *cluster, cache st
 			args = append(args, "--skip="+pass.skip)
 		}
 		args = append(args, cfg.tests, "--",
-			"--kubeconfig="+c.adminKubeconfig,
+			"--kubeconfig="+c.AdminKubeconfig,
 			"--kubectl-path="+cfg.kubectl,
 			"--provider=local",
 			"--report-dir="+out,
