@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -204,7 +205,7 @@ var portLock sync.Mutex
 // newMember is a stopped member on the configured ports, free ones where
 // they are 0. Call it with portLock held.
 func (c Config) newMember() (*Member, error) {
-	ports, err := freeport.Ports(2)
+	ports, err := pickPorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -234,18 +235,36 @@ type Member struct {
 	running *embed.Etcd
 }
 
-// Start runs a single-member etcd and waits until it serves.
+// pickAttempts bounds how often Start picks new free ports after another
+// process took the ones it picked before etcd bound them.
+const pickAttempts = 5
+
+// pickPorts is freeport.Ports; a test makes it hand out a taken port.
+var pickPorts = freeport.Ports
+
+// Start runs a single-member etcd and waits until it serves. Ports it picked
+// itself that another process bound first (between the probe and etcd's
+// bind: a suite's thousands of connections, another binary picking ports)
+// are picked again; configured ports are not.
 func Start(c Config) (*Member, error) {
 	portLock.Lock()
 	defer portLock.Unlock()
-	m, err := c.newMember()
-	if err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		m, err := c.newMember()
+		if err != nil {
+			return nil, err
+		}
+		err = m.Start()
+		if err == nil {
+			return m, nil
+		}
+		picked := c.ClientPort == 0 || c.PeerPort == 0
+		// etcd binds its listeners before it opens its data directory, so
+		// a failed bind leaves nothing behind to clean up.
+		if !picked || !errors.Is(err, syscall.EADDRINUSE) || attempt == pickAttempts {
+			return nil, err
+		}
 	}
-	if err := m.Start(); err != nil {
-		return nil, err
-	}
-	return m, nil
 }
 
 // Endpoint is the client URL, for clients and storagebackend configs.

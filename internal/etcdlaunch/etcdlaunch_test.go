@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +18,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
+
+	"github.com/watchkeeper/watchkeeper/internal/freeport"
 )
 
 func TestQuietStopDropsOnlyClosingErrorsDuringStop(t *testing.T) {
@@ -73,5 +78,55 @@ func TestStopIsQuiet(t *testing.T) {
 	m.Stop()
 	for _, e := range logs.All()[started:] {
 		t.Errorf("on Stop: %s %q %v", e.Level, e.Message, e.ContextMap())
+	}
+}
+
+// Another process may bind the ports Start picked before etcd does (the CI
+// run of kube-e2e lost its second cluster to that): Start picks again.
+func TestStartPicksAgainWhenAPickedPortWasTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	calls := 0
+	pickPorts = func(n int) ([]int, error) {
+		calls++
+		ports, err := freeport.Ports(n)
+		if calls == 1 && err == nil {
+			ports[0] = taken.Addr().(*net.TCPAddr).Port
+		}
+		return ports, err
+	}
+	defer func() { pickPorts = freeport.Ports }()
+
+	m, err := Start(Config{Name: "retry", Dir: t.TempDir(), NoFsync: true})
+	if err != nil {
+		t.Fatalf("Start: %v, want a member on other ports", err)
+	}
+	defer m.Stop()
+	if calls != 2 {
+		t.Errorf("picked ports %d times, want 2", calls)
+	}
+	if strings.HasSuffix(m.Endpoint(), ":"+strconv.Itoa(taken.Addr().(*net.TCPAddr).Port)) {
+		t.Errorf("endpoint %s is the taken port", m.Endpoint())
+	}
+}
+
+// Configured ports are the caller's: a taken one is an error, not a move.
+func TestStartKeepsConfiguredPorts(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	ports, err := freeport.Ports(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Start(Config{Name: "fixed", Dir: t.TempDir(), NoFsync: true,
+		ClientPort: taken.Addr().(*net.TCPAddr).Port, PeerPort: ports[0]})
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("Start on a taken configured port: %v, want EADDRINUSE", err)
 	}
 }
