@@ -2,6 +2,7 @@ package kubecluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -78,42 +79,61 @@ func StartServer(ctx context.Context, runDir string, pki *PKI, sc ServerConfig) 
 		}
 		endpoint = "http://" + s.Proxy.Addr()
 	}
+	for attempt := 1; ; attempt++ {
+		err := s.startKubeAPIServer(ctx, runDir, pki, endpoint, sc)
+		if err == nil {
+			return s, nil
+		}
+		// The port was free when picked; another process may bind it
+		// before kube-apiserver does (a suite's thousands of
+		// connections). Pick again; anything else is the caller's.
+		if !errors.Is(err, errPortTaken) || attempt == portAttempts {
+			s.Stop()
+			return nil, err
+		}
+	}
+}
+
+// portAttempts bounds how often StartServer picks a new port for
+// kube-apiserver after another process took the one it picked.
+const portAttempts = 3
+
+var errPortTaken = errors.New("its port was taken")
+
+// startKubeAPIServer starts kube-apiserver on a free port against endpoint
+// and waits for /readyz; errPortTaken if it exited because another process
+// bound that port first.
+func (s *Server) startKubeAPIServer(ctx context.Context, runDir string, pki *PKI, endpoint string, sc ServerConfig) error {
 	port, err := freeport.Port()
 	if err != nil {
-		s.Stop()
-		return nil, err
+		return err
 	}
 	s.URL = "https://127.0.0.1:" + strconv.Itoa(port)
 	s.args = KubeAPIServerArgs(pki, endpoint, port, s.Dir)
 	s.args = append(s.args, "--watch-cache-decorator="+sc.Decorator)
 	s.args = append(s.args, sc.Args...)
 	if s.KAS, err = StartChild(sc.Name, s.logPath, sc.Binary, s.args...); err != nil {
-		s.Stop()
-		return nil, err
+		return err
 	}
 	s.AdminKubeconfig = filepath.Join(runDir, sc.Name+"-admin.kubeconfig")
 	if err := pki.WriteCertKubeconfig(s.AdminKubeconfig, s.URL, AdminUser, "admin"); err != nil {
-		s.Stop()
-		return nil, err
+		return err
 	}
 	if s.Admin, err = clientcmd.BuildConfigFromFlags("", s.AdminKubeconfig); err != nil {
-		s.Stop()
-		return nil, err
+		return err
 	}
 	s.Admin.QPS, s.Admin.Burst = -1, 0
 	if s.Client, err = kubernetes.NewForConfig(s.Admin); err != nil {
-		s.Stop()
-		return nil, err
+		return err
 	}
 	if s.HTTP, err = rest.HTTPClientFor(s.Admin); err != nil {
-		s.Stop()
-		return nil, err
+		return err
 	}
-	if err := WaitReady(ctx, s.KAS, s.Admin, s.URL, 3*time.Minute); err != nil {
-		s.Stop()
-		return nil, err
+	err = WaitReady(ctx, s.KAS, s.Admin, s.URL, 3*time.Minute)
+	if err != nil && !s.KAS.Running() && strings.Contains(s.KAS.LogTail(), "address already in use") {
+		return fmt.Errorf("kube-apiserver on port %d: %w: %v", port, errPortTaken, err)
 	}
-	return s, nil
+	return err
 }
 
 // Restart stops kube-apiserver (SIGTERM, SIGKILL after grace), starts it
