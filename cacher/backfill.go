@@ -33,9 +33,9 @@ const backfillTimeout = 10 * time.Second
 func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
 	b := &c.backfills
 	for {
-		c.mu.RLock()
-		start, fromList := c.history.startRV, c.history.fromList
-		c.mu.RUnlock()
+		c.state.mu.RLock()
+		start, fromList := c.state.history.startRV, c.state.history.fromList
+		c.state.mu.RUnlock()
 		if !fromList || rv >= start {
 			return nil
 		}
@@ -118,9 +118,9 @@ func (c *Cacher) runBackfill(run *backfillRun) {
 // start, and prepends them. If etcd has compacted rv away the read fails
 // and the clients get their 410, as they should.
 func (c *Cacher) fillHistory(ctx context.Context, rv uint64) error {
-	c.mu.RLock()
-	start, fromList := c.history.startRV, c.history.fromList
-	c.mu.RUnlock()
+	c.state.mu.RLock()
+	start, fromList := c.state.history.startRV, c.state.history.fromList
+	c.state.mu.RUnlock()
 	if !fromList || rv >= start {
 		return nil
 	}
@@ -133,12 +133,12 @@ func (c *Cacher) fillHistory(ctx context.Context, rv uint64) error {
 		return err
 	}
 
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.history.startRV != start || !c.history.fromList || c.ready.state != stateReady {
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	if c.state.history.startRV != start || !c.state.history.fromList || c.state.ready.state != stateReady {
 		return fmt.Errorf("the history moved while it was being backfilled")
 	}
-	c.history.prepend(events, rv, c.clock.Now())
+	c.state.history.prepend(events, rv, c.clock.Now())
 	c.logger.V(2).Info("Backfilled the watch cache history from etcd",
 		"from", rv, "to", start, "events", len(events))
 	return nil

@@ -99,9 +99,9 @@ func TestBackfillBeforeTheList(t *testing.T) {
 	if ev := nextEvent(t, r.w); ev.Type != watch.Added || eventRV(t, ev) != 101 {
 		t.Fatalf("then %s, want ADDED a@101", describe(ev))
 	}
-	c.mu.RLock()
-	start, fromList := c.history.startRV, c.history.fromList
-	c.mu.RUnlock()
+	c.state.mu.RLock()
+	start, fromList := c.state.history.startRV, c.state.history.fromList
+	c.state.mu.RUnlock()
 	if start != 90 || !fromList {
 		t.Errorf("history starts at %d (fromList %v), want 90", start, fromList)
 	}

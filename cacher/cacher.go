@@ -14,7 +14,6 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -35,10 +34,10 @@ const incomingBuffer = 1000
 //
 // The store (current objects) may be read without mu: it is a thread-safe
 // indexer whose own lock makes each read consistent in itself. Without mu a
-// read may be one applied event ahead of or behind c.rv, which is what the
+// read may be one applied event ahead of or behind c.state.rv, which is what the
 // reads done that way accept: a write's hint (cachedCopy: the storage layer
 // checks the object's RV and retries on conflict) and the keys for size
-// estimation. Anything that must match c.rv (lists, watches' starting
+// estimation. Anything that must match c.state.rv (lists, watches' starting
 // states) reads under mu.
 type Cacher struct {
 	cfg            Config
@@ -96,23 +95,11 @@ type Cacher struct {
 	// dropLog limits the log of what could not be built (dropped.go).
 	dropLog dropLog
 
-	// mu guards everything below (the store's reads excepted, see above).
-	// Writers: the reflector applying an event, watchers registering and
-	// leaving, the tick.
-	mu       sync.RWMutex
-	ready    readiness
-	rv       uint64
-	advanced chan struct{} // closed and replaced whenever rv moves
-	store    cache.Indexer
-	ordered  orderedObjects
-	history  *history
-	// snapshots are past states for exact-RV and paginated lists
-	// (snapshots.go); empty when ListFromCacheSnapshot is off.
-	snapshots snapshots
-	// snapshotting is whether ListFromCacheSnapshot was on at New.
-	snapshotting bool
-	watchers     watcherSet
-	calendar     *bookmarks.Calendar[*watcher]
+	// state is the objects, history and snapshots; its lock (state.mu) also
+	// guards everything below.
+	state    *cacheState
+	watchers watcherSet
+	calendar *bookmarks.Calendar[*watcher]
 	// watchLost, closed by the liveness or the consistency check, ends the
 	// storage watch; watchLostErr says why: a silence re-opens it, an
 	// inconsistency relists.
@@ -137,27 +124,23 @@ func New(cfg Config) (*Cacher, error) {
 		return nil, err
 	}
 	c := &Cacher{
-		trigger:           trig,
-		cfg:               cfg,
-		storage:           cfg.Storage,
-		versioner:         cfg.Versioner,
-		groupResource:     cfg.GroupResource,
-		resourcePrefix:    cfg.ResourcePrefix,
-		newFunc:           cfg.NewFunc,
-		clock:             cfg.Clock,
-		policy:            bookmarks.Policy{Frequency: cfg.BookmarkFrequency, PreDeadlineOffset: cfg.BookmarkPreDeadlineOffset},
-		metrics:           newResourceMetrics(cfg.GroupResource),
-		logger:            klog.Background().WithValues("resource", cfg.GroupResource.String()),
-		watchMetadata:     metadata.New(map[string]string{"source": "watchkeeper", "resource": cfg.GroupResource.String()}),
-		backfillMetadata:  metadata.New(map[string]string{"source": "watchkeeper-backfill", "resource": cfg.GroupResource.String()}),
-		stopCh:            make(chan struct{}),
-		incoming:          make(chan *event, incomingBuffer),
-		advanced:          make(chan struct{}),
-		store:             newStore(cfg.Indexers),
-		ordered:           newOrderedObjects(),
-		snapshots:         snapshots{window: cfg.EventsHistoryWindow},
-		snapshotting:      utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot),
-		history:           newHistory(cfg.EventsHistoryWindow, cfg.HistoryCapacity),
+		trigger:          trig,
+		cfg:              cfg,
+		storage:          cfg.Storage,
+		versioner:        cfg.Versioner,
+		groupResource:    cfg.GroupResource,
+		resourcePrefix:   cfg.ResourcePrefix,
+		newFunc:          cfg.NewFunc,
+		clock:            cfg.Clock,
+		policy:           bookmarks.Policy{Frequency: cfg.BookmarkFrequency, PreDeadlineOffset: cfg.BookmarkPreDeadlineOffset},
+		metrics:          newResourceMetrics(cfg.GroupResource),
+		logger:           klog.Background().WithValues("resource", cfg.GroupResource.String()),
+		watchMetadata:    metadata.New(map[string]string{"source": "watchkeeper", "resource": cfg.GroupResource.String()}),
+		backfillMetadata: metadata.New(map[string]string{"source": "watchkeeper-backfill", "resource": cfg.GroupResource.String()}),
+		stopCh:           make(chan struct{}),
+		incoming:         make(chan *event, incomingBuffer),
+		state: newCacheState(cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
+			utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot), cfg.Clock.Now()),
 		watchers:          newWatcherSet(),
 		calendar:          bookmarks.NewCalendar[*watcher](cfg.Clock, cfg.BookmarkGranularity),
 		forcedEvictionLog: everyInterval{interval: 10 * time.Second},
@@ -168,8 +151,7 @@ func New(cfg Config) (*Cacher, error) {
 		clock: c.clock, buffer: cfg.WatcherBuffer, stop: c.stopCh, wg: &c.wg,
 		forget: c.forgetWatcher, moved: c.metrics.watcherMoved, bookmark: c.bookmarkObject, dropped: c.dropped,
 	}
-	upstream.WatchCacheCapacity.WithLabelValues(cfg.GroupResource.Group, cfg.GroupResource.Resource).Set(float64(c.history.limit))
-	c.ready.init(c.clock.Now())
+	upstream.WatchCacheCapacity.WithLabelValues(cfg.GroupResource.Group, cfg.GroupResource.Resource).Set(float64(c.state.history.limit))
 	if utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {
 		// The store estimates object sizes for list cost from the keys it is
 		// told exist; the cache knows them without asking etcd.
@@ -192,27 +174,27 @@ func (c *Cacher) Stop() {
 	c.stopOnce.Do(func() {
 		close(c.stopCh)
 		c.cancelCtx()
-		c.mu.Lock()
-		c.ready.stop()
+		c.state.mu.Lock()
+		c.state.ready.stop()
 		c.terminateAllLocked()
-		c.mu.Unlock()
+		c.state.mu.Unlock()
 		c.wg.Wait()
 	})
 }
 
 // Ready reports whether the cache has its first list in and is serving.
 func (c *Cacher) Ready() bool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.ready.state == stateReady
+	c.state.mu.RLock()
+	defer c.state.mu.RUnlock()
+	return c.state.ready.state == stateReady
 }
 
 // WaitReady blocks until the cache is ready, ctx ends or the cache stops.
 func (c *Cacher) WaitReady(ctx context.Context) error {
 	for {
-		c.mu.RLock()
-		state, changed := c.ready.state, c.ready.changed
-		c.mu.RUnlock()
+		c.state.mu.RLock()
+		state, changed := c.state.ready.state, c.state.ready.changed
+		c.state.mu.RUnlock()
 		switch state {
 		case stateReady:
 			return nil
@@ -229,12 +211,12 @@ func (c *Cacher) WaitReady(ctx context.Context) error {
 
 // setRVLocked moves the cache's RV forward and wakes whoever waits for it.
 func (c *Cacher) setRVLocked(rv uint64) {
-	if rv <= c.rv {
+	if rv <= c.state.rv {
 		return
 	}
-	c.rv = rv
-	close(c.advanced)
-	c.advanced = make(chan struct{})
+	c.state.rv = rv
+	close(c.state.advanced)
+	c.state.advanced = make(chan struct{})
 	c.metrics.setResourceVersion(rv)
 }
 
@@ -258,12 +240,12 @@ func (c *Cacher) refileLocked(w *watcher, now time.Time) {
 // forgetWatcher removes w. graceful lets it deliver what it has queued and
 // then close; otherwise it closes at once. Either way nothing more is queued.
 func (c *Cacher) forgetWatcher(w *watcher, graceful bool) {
-	c.mu.Lock()
+	c.state.mu.Lock()
 	live := c.watchers.has(w)
 	if live {
 		c.removeLocked(w)
 	}
-	c.mu.Unlock()
+	c.state.mu.Unlock()
 	if graceful && live {
 		w.drain()
 		return
@@ -290,13 +272,13 @@ func (c *Cacher) terminateSlow(w *watcher) {
 // another replica at once, instead of when the HTTP server's shutdown
 // timeout cuts them off. It returns how many it ended.
 func (c *Cacher) EndWatches() int {
-	c.mu.Lock()
+	c.state.mu.Lock()
 	ending := make([]*watcher, 0, len(c.watchers.all))
 	for w := range c.watchers.all {
 		c.removeLocked(w)
 		ending = append(ending, w)
 	}
-	c.mu.Unlock()
+	c.state.mu.Unlock()
 	for _, w := range ending {
 		w.drain()
 	}
@@ -325,18 +307,18 @@ func (c *Cacher) removeLocked(w *watcher) {
 // snapshotLocked records the state at rv, and forgets the snapshots the
 // history no longer covers.
 func (c *Cacher) snapshotLocked(rv uint64, now time.Time) {
-	if !c.snapshotting {
+	if !c.state.snapshotting {
 		return
 	}
-	c.snapshots.add(rv, c.ordered.clone(), now)
-	c.snapshots.forgetBelow(c.history.startRV)
+	c.state.snapshots.add(rv, c.state.ordered.clone(), now)
+	c.state.snapshots.forgetBelow(c.state.history.startRV)
 }
 
 // trimHistoryLocked forgets the past states etcd has compacted. Age alone
 // evicts nothing: the history makes room only when an event comes in.
 func (c *Cacher) trimHistoryLocked() {
 	c.forgetCompactedStatesLocked()
-	c.metrics.historyEvents.Set(float64(c.history.len()))
+	c.metrics.historyEvents.Set(float64(c.state.history.len()))
 }
 
 // forgetCompactedStatesLocked drops the snapshots etcd has compacted: a list
@@ -348,7 +330,7 @@ func (c *Cacher) trimHistoryLocked() {
 // upstream resumes (issue 11).
 func (c *Cacher) forgetCompactedStatesLocked() {
 	if rev := c.storage.CompactRevision(); rev > 0 {
-		c.snapshots.forgetCompacted(uint64(rev))
+		c.state.snapshots.forgetCompacted(uint64(rev))
 	}
 }
 
@@ -361,7 +343,7 @@ func (c *Cacher) keys(ctx context.Context) ([]string, error) {
 	if err := c.waitFresh(ctx, rv); err != nil {
 		return nil, err
 	}
-	return c.store.ListKeys(), nil
+	return c.state.store.ListKeys(), nil
 }
 
 // GroupResource is the resource the cache holds.
@@ -392,7 +374,7 @@ func (c *Cacher) GuaranteedUpdate(ctx context.Context, key string, destination r
 // cachedCopy is the cached object under key, copied because the storage
 // layer may set its resourceVersion; nil when the cache does not have it.
 func (c *Cacher) cachedCopy(key string) runtime.Object {
-	item, ok, err := c.store.GetByKey(key)
+	item, ok, err := c.state.store.GetByKey(key)
 	if err != nil || !ok {
 		return nil
 	}

@@ -357,7 +357,7 @@ func TestMovedOutDeleteDoesNotMutateCache(t *testing.T) {
 	}
 	// Replaying from 100 converts the same history event again; the old
 	// object the first conversion copied must still be at 90.
-	for _, e := range mustSince(t, c.history, 100) {
+	for _, e := range mustSince(t, c.state.history, 100) {
 		if e.prev != nil {
 			if rv, _ := c.versioner.ObjectResourceVersion(e.prev.obj); rv != 90 {
 				t.Errorf("the cached previous object's RV is %d after conversion, want 90", rv)
@@ -812,8 +812,8 @@ func watchListSetup(t *testing.T) (*testCacher, watch.Interface, context.CancelF
 	// The initial events do not count against the queue's bound, the live
 	// ones do: the third finds it full.
 	poll(t, "the dispatcher to close the slow watcher", func() bool {
-		c.mu.RLock()
-		defer c.mu.RUnlock()
+		c.state.mu.RLock()
+		defer c.state.mu.RUnlock()
 		return !c.watchers.has(w.(*watcher))
 	})
 	return c, w, cancel

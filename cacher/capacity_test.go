@@ -37,9 +37,9 @@ func TestHistoryCapacityUnderStorm(t *testing.T) {
 	if got := after - before; got != 5 {
 		t.Errorf("forced evictions counted %v, want 5 (8 events, capacity 3)", got)
 	}
-	c.mu.RLock()
-	kept, start := c.history.len(), c.history.startRV
-	c.mu.RUnlock()
+	c.state.mu.RLock()
+	kept, start := c.state.history.len(), c.state.history.startRV
+	c.state.mu.RUnlock()
 	if kept != 3 || start != 105 {
 		t.Errorf("history keeps %d events from %d, want 3 after 105", kept, start)
 	}

@@ -61,20 +61,20 @@ func (c *Cacher) checkConsistency(ctx context.Context) error {
 	count := func(status string) {
 		upstream.StorageConsistencyCheckTotal.WithLabelValues(c.groupResource.Group, c.groupResource.Resource, status).Inc()
 	}
-	c.mu.RLock()
-	if c.ready.state != stateReady {
-		c.mu.RUnlock()
+	c.state.mu.RLock()
+	if c.state.ready.state != stateReady {
+		c.state.mu.RUnlock()
 		return fmt.Errorf("watch cache of %v not ready", c.groupResource)
 	}
-	rv := c.rv
+	rv := c.state.rv
 	cached := map[string]uint64{}
 	var err error
-	for _, o := range c.ordered.under(c.resourcePrefix) {
+	for _, o := range c.state.ordered.under(c.resourcePrefix) {
 		if cached[o.key], err = c.versioner.ObjectResourceVersion(o.obj); err != nil {
 			break
 		}
 	}
-	c.mu.RUnlock()
+	c.state.mu.RUnlock()
 	var etcd map[string]*object
 	if err == nil {
 		etcd, err = c.stateAt(ctx, rv)
@@ -108,8 +108,8 @@ func (c *Cacher) checkConsistency(ctx context.Context) error {
 	shown := differ[:min(len(differ), shownDifferences)]
 	c.logger.Error(errInconsistent, "Cache consistency check failed: relisting", "resourceVersion", rv,
 		"differing", len(differ), "keys", shown)
-	c.mu.Lock()
+	c.state.mu.Lock()
 	c.endWatchLocked(fmt.Errorf("%w at %d: %d keys differ", errInconsistent, rv, len(differ)))
-	c.mu.Unlock()
+	c.state.mu.Unlock()
 	return errInconsistent
 }

@@ -65,8 +65,8 @@ func (c *Cacher) newDispatcher() *dispatcher {
 	return &dispatcher{env: dispatchEnv{
 		clock: c.clock,
 		candidates: func(dst []*watcher, e *event) []*watcher {
-			c.mu.RLock()
-			defer c.mu.RUnlock()
+			c.state.mu.RLock()
+			defer c.state.mu.RUnlock()
 			return c.watchers.candidates(dst, e)
 		},
 		objects:    c.objectsOf,
@@ -167,13 +167,13 @@ func (c *Cacher) tick(rv uint64, due [][]*watcher) [][]*watcher {
 	start := c.clock.Now()
 	c.checkStorageLiveness(start)
 	c.maybeCheckConsistency(start)
-	c.mu.Lock()
+	c.state.mu.Lock()
 	c.trimHistoryLocked()
 	// Before the pop: the watchers due now are filed again after this
 	// tick, and those are the ones the next tick serves.
 	c.freshenBookmarksLocked(start)
 	due = c.calendar.PopDue(due[:0])
-	c.mu.Unlock()
+	c.state.mu.Unlock()
 	if len(due) == 0 {
 		c.observeTick(start)
 		return due
@@ -198,7 +198,7 @@ func (c *Cacher) tick(rv uint64, due [][]*watcher) [][]*watcher {
 	nowNanos := c.clock.Now().UnixNano()
 	// A watcher closed since it was filed is skipped. Offering never waits,
 	// so holding the read lock is cheap.
-	c.mu.RLock()
+	c.state.mu.RLock()
 	for _, slot := range due {
 		for _, w := range slot {
 			count++
@@ -207,9 +207,9 @@ func (c *Cacher) tick(rv uint64, due [][]*watcher) [][]*watcher {
 			}
 		}
 	}
-	c.mu.RUnlock()
+	c.state.mu.RUnlock()
 	now := c.clock.Now()
-	c.mu.Lock()
+	c.state.mu.Lock()
 	for _, slot := range due {
 		for _, w := range slot {
 			if c.watchers.has(w) {
@@ -217,7 +217,7 @@ func (c *Cacher) tick(rv uint64, due [][]*watcher) [][]*watcher {
 			}
 		}
 	}
-	c.mu.Unlock()
+	c.state.mu.Unlock()
 	clear(due)
 	c.metrics.bookmarksSent.Add(float64(sent))
 	c.metrics.watchersDue.Observe(float64(count))

@@ -154,9 +154,9 @@ func (c *Cacher) waitFresh(ctx context.Context, rv uint64) error {
 	}
 	var timeout clock.Timer
 	for {
-		c.mu.RLock()
-		cur, advanced := c.rv, c.advanced
-		c.mu.RUnlock()
+		c.state.mu.RLock()
+		cur, advanced := c.state.rv, c.state.advanced
+		c.state.mu.RUnlock()
 		if cur >= rv {
 			return nil
 		}
@@ -191,7 +191,7 @@ func (c *Cacher) requestProgress(ctx context.Context) {
 // tick (at most two granularities away, jitter included) and the cache will
 // by then have heard nothing from etcd for BookmarkMaxStaleness, it asks etcd
 // for progress now, once for the resource, so those bookmarks carry an RV
-// etcd confirmed within the bound. The caller holds c.mu.
+// etcd confirmed within the bound. The caller holds c.state.mu.
 func (c *Cacher) freshenBookmarksLocked(now time.Time) {
 	bound := c.cfg.BookmarkMaxStaleness
 	silent, ok := c.silence(now, bound)

@@ -9,9 +9,9 @@ package cacher
 // suite trims its cache's buffer by hand the same way (compactWatch in
 // k8s.io/apiserver's pkg/storage/cacher tests).
 func (c *Cacher) DropHistoryThrough(rv uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.history.forget(rv)
-	c.snapshots.forgetBelow(c.history.startRV)
-	c.metrics.historyEvents.Set(float64(c.history.len()))
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	c.state.history.forget(rv)
+	c.state.snapshots.forgetBelow(c.state.history.startRV)
+	c.metrics.historyEvents.Set(float64(c.state.history.len()))
 }

@@ -25,12 +25,12 @@ import (
 // storm does not hold up the reflector, lists and Gets for the length of a
 // full scan each.
 func (c *Cacher) initialState(ctx context.Context, key string, opts storage.ListOptions) ([]watch.Event, []*object, uint64, error) {
-	c.mu.Lock()
-	if c.ready.state != stateReady {
-		c.mu.Unlock()
-		return nil, nil, 0, notReadyError(c.clock.Now(), c.ready.since)
+	c.state.mu.Lock()
+	if c.state.ready.state != stateReady {
+		c.state.mu.Unlock()
+		return nil, nil, 0, notReadyError(c.clock.Now(), c.state.ready.since)
 	}
-	rv := c.rv
+	rv := c.state.rv
 	var objs []*object
 	var clone orderedObjects
 	switch indexed, index := c.indexedLocked(ctx, key, opts); {
@@ -39,9 +39,9 @@ func (c *Cacher) initialState(ctx context.Context, key string, opts storage.List
 	case index != "":
 		objs = indexed
 	default:
-		clone = c.ordered.clone()
+		clone = c.state.ordered.clone()
 	}
-	c.mu.Unlock()
+	c.state.mu.Unlock()
 	if clone.tree != nil {
 		objs = clone.under(key)
 	}

@@ -70,23 +70,23 @@ func (c *Cacher) Inspect(ctx context.Context) Inspection {
 		in.LastHeard = time.Unix(0, heard)
 	}
 
-	c.mu.RLock()
-	in.Ready = c.ready.state == stateReady
-	in.CacheRV = c.rv
+	c.state.mu.RLock()
+	in.Ready = c.state.ready.state == stateReady
+	in.CacheRV = c.state.rv
 	for w := range c.watchers.all {
 		w.mu.Lock()
 		in.Watchers[w.tracker.State()]++
 		w.mu.Unlock()
 	}
 	in.Calendar = c.calendar.Slots()
-	h := c.history
+	h := c.state.history
 	in.History = HistoryInspection{Events: h.len(), Capacity: h.capacity, Bound: h.limit, Window: h.window, StartRV: h.startRV,
-		Snapshots: c.snapshots.len()}
+		Snapshots: c.state.snapshots.len()}
 	if oldest, newest := h.span(); oldest != nil {
 		in.History.OldestRV, in.History.NewestRV = oldest.rv, newest.rv
 		in.History.OldestAt, in.History.NewestAt = time.Unix(0, oldest.recordedNanos), time.Unix(0, newest.recordedNanos)
 	}
-	c.mu.RUnlock()
+	c.state.mu.RUnlock()
 
 	in.EtcdRV, in.EtcdErr = c.storageRV(ctx)
 	return in

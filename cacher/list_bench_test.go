@@ -218,10 +218,10 @@ func BenchmarkSnapshotMemory(b *testing.B) {
 				}
 				poll(b, "the writes to be applied", func() bool { return c.currentRV() >= rv })
 				b.ReportMetric(float64(heap()-before)/(1<<20), "MiB-kept")
-				c.mu.RLock()
-				b.ReportMetric(float64(c.snapshots.len()), "snapshots")
-				b.ReportMetric(float64(len(c.snapshots.checkpoints)), "clones")
-				c.mu.RUnlock()
+				c.state.mu.RLock()
+				b.ReportMetric(float64(c.state.snapshots.len()), "snapshots")
+				b.ReportMetric(float64(len(c.state.snapshots.checkpoints)), "clones")
+				c.state.mu.RUnlock()
 			}
 		})
 	}

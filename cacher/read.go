@@ -42,10 +42,10 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 	if err := c.waitFresh(ctx, rv); err != nil {
 		return err
 	}
-	c.mu.RLock()
-	item, ok, _ := c.store.GetByKey(key)
-	cacheRV := c.rv
-	c.mu.RUnlock()
+	c.state.mu.RLock()
+	item, ok, _ := c.state.store.GetByKey(key)
+	cacheRV := c.state.rv
+	c.state.mu.RUnlock()
 	if !ok {
 		if opts.IgnoreNotFound {
 			return runtime.SetZeroValue(objPtr)
@@ -64,7 +64,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		return err
 	}
 	var helper delegator.Helper = delegator.CacheWithoutSnapshots{}
-	if c.snapshotting {
+	if c.state.snapshotting {
 		helper = snapshotHelper{c}
 	}
 	decision, err := delegator.ShouldDelegateList(opts, helper)
@@ -95,9 +95,9 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		if delegateWhileNotReady(opts) {
 			return c.storage.GetList(ctx, key, opts, listObj)
 		}
-		c.mu.RLock()
-		since := c.ready.since
-		c.mu.RUnlock()
+		c.state.mu.RLock()
+		since := c.state.ready.since
+		c.state.mu.RUnlock()
 		return notReadyError(c.clock.Now(), since)
 	}
 	if at, fromKey, ok := c.pastListPoint(opts, preparedKey); ok {
@@ -186,11 +186,11 @@ func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.Lis
 		}
 		start = from
 	}
-	c.mu.RLock()
+	c.state.mu.RLock()
 	objs, index := c.indexedLocked(ctx, key, opts)
 	var walk iter.Seq[*object]
 	hint := 0
-	switch current, cloned := c.snapshots.current(); {
+	switch current, cloned := c.state.snapshots.current(); {
 	case index != "":
 	case !opts.Recursive:
 		objs = c.objectsLocked(key, false)
@@ -202,11 +202,11 @@ func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.Lis
 	default:
 		// No snapshots (ListFromCacheSnapshot off): the objects are
 		// collected under the lock.
-		objs = slices.AppendSeq(make([]*object, 0, c.sizeHint(key, c.ordered)), c.ordered.ascend(key, start))
+		objs = slices.AppendSeq(make([]*object, 0, c.sizeHint(key, c.state.ordered)), c.state.ordered.ascend(key, start))
 		start = key
 	}
-	cacheRV := c.rv
-	c.mu.RUnlock()
+	cacheRV := c.state.rv
+	c.state.mu.RUnlock()
 	if walk == nil {
 		if start != key {
 			objs = objs[sort.Search(len(objs), func(i int) bool { return objs[i].key >= start }):]
@@ -331,12 +331,12 @@ func (c *Cacher) indexedLocked(ctx context.Context, key string, opts storage.Lis
 	if !opts.Recursive {
 		return nil, ""
 	}
-	indexers := c.store.GetIndexers()
+	indexers := c.state.store.GetIndexers()
 	for _, mv := range opts.Predicate.MatcherIndex(ctx) {
 		if _, ok := indexers[mv.IndexName]; !ok {
 			continue
 		}
-		items, err := c.store.ByIndex(mv.IndexName, mv.Value)
+		items, err := c.state.store.ByIndex(mv.IndexName, mv.Value)
 		if err != nil {
 			return nil, ""
 		}

@@ -53,10 +53,10 @@ func (c *Cacher) reflectLoop() {
 		}
 		c.metrics.initializationErrors.Inc()
 		c.logger.Error(err, "Watch cache lost its watch; relisting", "backoff", backoff)
-		c.mu.Lock()
-		c.ready.set(statePending, c.clock.Now())
+		c.state.mu.Lock()
+		c.state.ready.set(statePending, c.clock.Now())
 		c.terminateAllLocked()
-		c.mu.Unlock()
+		c.state.mu.Unlock()
 		select {
 		case <-c.stopCh:
 			return
@@ -113,10 +113,10 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 			// Not ready until the watch answers: reads get 429, not a
 			// state nobody can vouch for. Watchers stay open; they hear
 			// nothing they should not.
-			c.mu.Lock()
+			c.state.mu.Lock()
 			c.silenced.Store(true)
-			c.ready.set(statePending, c.clock.Now())
-			c.mu.Unlock()
+			c.state.ready.set(statePending, c.clock.Now())
+			c.state.mu.Unlock()
 			c.logger.Info("Storage watch lost; not ready until it answers, re-opening it from the cache's resourceVersion, watchers kept",
 				"resourceVersion", rv, "failingFor", c.clock.Since(retry.first), "err", err)
 		} else {
@@ -150,20 +150,20 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 		objs[i] = o
 	}
 
-	c.mu.Lock()
+	c.state.mu.Lock()
 	c.terminateAllLocked()
-	if err := c.store.Replace(objs, strconv.FormatUint(rv, 10)); err != nil {
-		c.mu.Unlock()
+	if err := c.state.store.Replace(objs, strconv.FormatUint(rv, 10)); err != nil {
+		c.state.mu.Unlock()
 		return 0, err
 	}
-	c.ordered.reset(objs)
-	c.history.reset(rv)
-	c.snapshots.reset()
+	c.state.ordered.reset(objs)
+	c.state.history.reset(rv)
+	c.state.snapshots.reset()
 	c.snapshotLocked(rv, c.clock.Now())
-	c.rv = 0 // a relist may legitimately land below a progress RV seen earlier
+	c.state.rv = 0 // a relist may legitimately land below a progress RV seen earlier
 	c.setRVLocked(rv)
-	c.ready.set(stateReady, c.clock.Now())
-	c.mu.Unlock()
+	c.state.ready.set(stateReady, c.clock.Now())
+	c.state.mu.Unlock()
 	c.push(progress(rv))
 	c.metrics.initializations.Inc()
 	c.metrics.initDuration.Observe(c.clock.Since(start).Seconds())
@@ -236,9 +236,9 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 		case <-ctx.Done():
 			return rv, delivered, ctx.Err()
 		case <-lost:
-			c.mu.RLock()
+			c.state.mu.RLock()
 			why := c.watchLostErr
-			c.mu.RUnlock()
+			c.state.mu.RUnlock()
 			return rv, delivered, why
 		case ev, ok := <-w.ResultChan():
 			if !ok {
@@ -255,9 +255,9 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 					return rv, delivered, err
 				}
 				c.metrics.storageBookmarks.Inc()
-				c.mu.Lock()
+				c.state.mu.Lock()
 				c.setRVLocked(next)
-				c.mu.Unlock()
+				c.state.mu.Unlock()
 				c.push(progress(next))
 				rv = max(rv, next)
 				if !delivered {
@@ -285,10 +285,10 @@ func (c *Cacher) answered() {
 	if !c.silenced.Load() {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.silenced.CompareAndSwap(true, false) && c.ready.state == statePending {
-		c.ready.set(stateReady, c.clock.Now())
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
+	if c.silenced.CompareAndSwap(true, false) && c.state.ready.state == statePending {
+		c.state.ready.set(stateReady, c.clock.Now())
 	}
 }
 
@@ -305,34 +305,34 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 	// Only this goroutine writes the store, so the object the event
 	// replaces can be read before the lock.
 	var prev *object
-	if item, ok, _ := c.store.GetByKey(cur.key); ok {
+	if item, ok, _ := c.state.store.GetByKey(cur.key); ok {
 		prev = item.(*object)
 		cur.shareUnchanged(prev)
 	}
-	c.mu.Lock()
+	c.state.mu.Lock()
 	c.linkPrev(e, prev)
 	if ev.Type == watch.Deleted {
-		err = c.store.Delete(cur)
+		err = c.state.store.Delete(cur)
 	} else {
-		err = c.store.Update(cur)
+		err = c.state.store.Update(cur)
 	}
 	if err != nil {
-		c.mu.Unlock()
+		c.state.mu.Unlock()
 		return 0, err
 	}
 	if ev.Type == watch.Deleted {
-		c.ordered.delete(cur)
+		c.state.ordered.delete(cur)
 	} else {
-		c.ordered.set(cur)
+		c.state.ordered.set(cur)
 	}
-	bound := c.history.limit
-	forced := c.history.add(e, now)
+	bound := c.state.history.limit
+	forced := c.state.history.add(e, now)
 	c.snapshotLocked(rv, now)
-	if c.history.limit != bound {
-		c.metrics.historyBoundChanged(bound, c.history.limit)
+	if c.state.history.limit != bound {
+		c.metrics.historyBoundChanged(bound, c.state.history.limit)
 	}
 	c.setRVLocked(rv)
-	c.mu.Unlock()
+	c.state.mu.Unlock()
 
 	c.metrics.eventsReceived.Inc()
 	if forced {

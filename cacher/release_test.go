@@ -31,9 +31,9 @@ func TestClosedWatcherLetsGoOfItsRequest(t *testing.T) {
 		return weak.Make(payload), w
 	}()
 	w.Stop()
-	c.mu.RLock()
+	c.state.mu.RLock()
 	filed := c.calendar.Len()
-	c.mu.RUnlock()
+	c.state.mu.RUnlock()
 	if filed != 1 {
 		t.Fatalf("%d watchers filed on the calendar, want the closed one still in its slot", filed)
 	}

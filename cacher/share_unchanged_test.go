@@ -19,7 +19,7 @@ func TestUpdateSharesUnchangedAttributes(t *testing.T) {
 	sw, _ := fs.waitWatch(t, 1)
 	cached := func() *object {
 		t.Helper()
-		item, ok, _ := c.store.GetByKey("/pods/ns/a")
+		item, ok, _ := c.state.store.GetByKey("/pods/ns/a")
 		if !ok {
 			t.Fatal("pod a not cached")
 		}

@@ -69,9 +69,9 @@ func (c *Cacher) hasStateAt(rv uint64) bool {
 	if rv == 0 || int64(rv) < c.storage.CompactRevision() {
 		return false
 	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return rv <= c.rv && c.ready.state == stateReady && c.snapshots.covers(rv)
+	c.state.mu.RLock()
+	defer c.state.mu.RUnlock()
+	return rv <= c.state.rv && c.state.ready.state == stateReady && c.state.snapshots.covers(rv)
 }
 
 // snapshotAt is the state at rv: the checkpoint at or after it, and the
@@ -80,12 +80,12 @@ func (c *Cacher) snapshotAt(rv uint64) (pastState, bool) {
 	if rv == 0 || int64(rv) < c.storage.CompactRevision() {
 		return pastState{}, false
 	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if rv > c.rv || c.ready.state != stateReady {
+	c.state.mu.RLock()
+	defer c.state.mu.RUnlock()
+	if rv > c.state.rv || c.state.ready.state != stateReady {
 		return pastState{}, false
 	}
-	at, from, ok := c.snapshots.checkpointFor(rv)
+	at, from, ok := c.state.snapshots.checkpointFor(rv)
 	if !ok {
 		return pastState{}, false
 	}
@@ -99,7 +99,7 @@ func (c *Cacher) snapshotAt(rv uint64) (pastState, bool) {
 // eventsBetweenLocked returns the history's events above after and at or
 // below upTo, oldest first; false if the history no longer holds them all.
 func (c *Cacher) eventsBetweenLocked(after, upTo uint64) ([]*event, bool) {
-	h := c.history
+	h := c.state.history
 	if after < h.startRV {
 		return nil, false
 	}
@@ -120,7 +120,7 @@ func (c *Cacher) eventsBetweenLocked(after, upTo uint64) ([]*event, bool) {
 // form), or a continue token with its first page's RV. ok is false for a
 // list of the current state.
 func (c *Cacher) pastListPoint(opts storage.ListOptions, key string) (rv uint64, fromKey string, ok bool) {
-	if !c.snapshotting || !opts.Recursive {
+	if !c.state.snapshotting || !opts.Recursive {
 		return 0, "", false
 	}
 	if token := opts.Predicate.Continue; token != "" {

@@ -26,8 +26,8 @@ func (c *Cacher) heard(now time.Time) { c.heardNanos.Store(now.UnixNano()) }
 // The silence of the watch it replaces must not count against it, so the
 // clock restarts here, before the watch is opened.
 func (c *Cacher) newWatchLost() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
 	c.heard(c.clock.Now())
 	c.watchLost = make(chan struct{})
 	return c.watchLost
@@ -100,11 +100,11 @@ func (c *Cacher) verifySilence(silent time.Duration) {
 		c.logger.V(2).Info("Storage watch answered after a silence", "silentFor", silent, "etcdRV", rv)
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.state.mu.Lock()
+	defer c.state.mu.Unlock()
 	if c.endWatchLocked(silentError(c.cfg.StorageSilenceTimeout)) {
 		c.logger.Info("Storage watch silent; ending it", "silentFor", silent,
-			"etcdRV", rv, "cacheRV", c.rv, "err", err)
+			"etcdRV", rv, "cacheRV", c.state.rv, "err", err)
 	}
 }
 
@@ -140,9 +140,9 @@ func (c *Cacher) probeIdle() (rv uint64, idle bool, err error) {
 	if rv, err = c.storage.GetCurrentResourceVersion(ctx); err != nil {
 		return rv, false, err
 	}
-	c.mu.RLock()
-	idle = rv <= c.rv
-	c.mu.RUnlock()
+	c.state.mu.RLock()
+	idle = rv <= c.state.rv
+	c.state.mu.RUnlock()
 	if idle {
 		c.heard(c.clock.Now())
 		c.answered()

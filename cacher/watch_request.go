@@ -36,9 +36,9 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	if err != nil {
 		return nil, err
 	}
-	c.mu.RLock()
-	state, since := c.ready.state, c.ready.since
-	c.mu.RUnlock()
+	c.state.mu.RLock()
+	state, since := c.state.ready.state, c.state.ready.since
+	c.state.mu.RUnlock()
 	if state != stateReady {
 		return nil, notReadyError(c.clock.Now(), since)
 	}
@@ -64,9 +64,9 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	}
 
 	if requestedRV > 0 && !sendInitial {
-		c.mu.RLock()
-		gap := requestedRV < c.history.startRV && c.history.fromList
-		c.mu.RUnlock()
+		c.state.mu.RLock()
+		gap := requestedRV < c.state.history.startRV && c.state.history.fromList
+		c.state.mu.RUnlock()
 		if gap {
 			// A resume from before the cache's list: etcd may still have
 			// what it missed. Failing that, the 410 below stands.
@@ -97,56 +97,56 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 			return nil, err
 		}
 	}
-	c.mu.Lock()
-	if c.ready.state != stateReady {
-		c.mu.Unlock()
-		return nil, notReadyError(c.clock.Now(), c.ready.since)
+	c.state.mu.Lock()
+	if c.state.ready.state != stateReady {
+		c.state.mu.Unlock()
+		return nil, notReadyError(c.clock.Now(), c.state.ready.since)
 	}
 	switch {
 	case fromState:
 		// The state was read at stateRV; what the cache applied since is
 		// in the history and is folded into it, so the client starts from
-		// the state at c.rv (initial_state.go). When the history no longer
+		// the state at c.state.rv (initial_state.go). When the history no longer
 		// reaches back to stateRV (a relist, or a write storm at capacity
 		// while the state was built), the state is read again, here.
-		if events, ok := c.history.since(stateRV); ok && stateRV >= c.history.startRV {
+		if events, ok := c.state.history.since(stateRV); ok && stateRV >= c.state.history.startRV {
 			initial = c.fold(initial, stateObjs, w, events)
 		} else {
-			initial, _ = c.initialAdded(c.objectsLocked(key, opts.Recursive), opts.Predicate, c.rv)
+			initial, _ = c.initialAdded(c.objectsLocked(key, opts.Recursive), opts.Predicate, c.state.rv)
 		}
-		w.startRV = c.rv
+		w.startRV = c.state.rv
 	case requestedRV == 0:
 		// From now: etcd's current RV when it was read (RV "" with
 		// sendInitialEvents=false), or wherever the cache is.
-		w.startRV = max(requiredRV, c.rv)
+		w.startRV = max(requiredRV, c.state.rv)
 	default:
-		events, ok := c.history.since(requestedRV)
+		events, ok := c.state.history.since(requestedRV)
 		if !ok {
-			oldest := c.history.startRV
-			c.mu.Unlock()
+			oldest := c.state.history.startRV
+			c.state.mu.Unlock()
 			c.metrics.expiredWatches.Inc()
 			return newErrWatcher(errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", requestedRV, oldest))), nil
 		}
 		initial = c.appendInterested(initial, w, events)
-		w.startRV = max(requestedRV, c.rv)
+		w.startRV = max(requestedRV, c.state.rv)
 	}
 	floor := uint64(0)
 	if sendInitial && w.bookmarks {
-		floor = max(watchlist.Floor(opts.ResourceVersion, requestedRV, requiredRV, c.rv), 1)
+		floor = max(watchlist.Floor(opts.ResourceVersion, requestedRV, requiredRV, c.state.rv), 1)
 	}
 	w.tracker = watchlist.NewTracker(floor)
-	if floor > 0 && c.rv >= floor {
+	if floor > 0 && c.state.rv >= floor {
 		// The cache already holds the floor: end the initial events now
 		// rather than on the next tick (kubernetes issue 122277).
-		end, err := c.bookmarkObject(c.rv)
+		end, err := c.bookmarkObject(c.state.rv)
 		if err == nil {
 			err = storage.AnnotateInitialEventsEndBookmark(end)
 		}
 		if err != nil {
-			c.mu.Unlock()
+			c.state.mu.Unlock()
 			return nil, err
 		}
-		w.tracker.Accept(c.rv)
+		w.tracker.Accept(c.state.rv)
 		initial = append(initial, watch.Event{Type: watch.Bookmark, Object: end})
 	}
 	c.watchers.add(w, sig)
@@ -157,7 +157,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	// so they come first; under the lock that saw the cache ready, so Stop
 	// waits for the pump.
 	w.start(ctx, initial)
-	c.mu.Unlock()
+	c.state.mu.Unlock()
 
 	// The request's context ending (client gone, deadline) ends the watch.
 	// Registered after the lock: an ended context runs it at once.
@@ -187,21 +187,21 @@ func (c *Cacher) appendInterested(out []watch.Event, w *watcher, events []*event
 
 // currentRV is the RV of the newest event or progress the cache applied.
 func (c *Cacher) currentRV() uint64 {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.rv
+	c.state.mu.RLock()
+	defer c.state.mu.RUnlock()
+	return c.state.rv
 }
 
 // objectsLocked returns the cached objects under key, sorted by key.
 func (c *Cacher) objectsLocked(key string, recursive bool) []*object {
 	if !recursive {
-		item, ok, _ := c.store.GetByKey(key)
+		item, ok, _ := c.state.store.GetByKey(key)
 		if !ok {
 			return nil
 		}
 		return []*object{item.(*object)}
 	}
-	return c.ordered.under(key)
+	return c.state.ordered.under(key)
 }
 
 // errWatcher delivers one error event and closes: once a watch request has
