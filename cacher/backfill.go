@@ -133,12 +133,9 @@ func (c *Cacher) fillHistory(ctx context.Context, rv uint64) error {
 		return err
 	}
 
-	c.state.mu.Lock()
-	defer c.state.mu.Unlock()
-	if c.state.history.startRV != start || !c.state.history.fromList || c.state.ready.state != stateReady {
-		return fmt.Errorf("the history moved while it was being backfilled")
+	if err := c.state.prependHistory(events, rv, start, c.clock.Now()); err != nil {
+		return err
 	}
-	c.state.history.prepend(events, rv, c.clock.Now())
 	c.logger.V(2).Info("Backfilled the watch cache history from etcd",
 		"from", rv, "to", start, "events", len(events))
 	return nil

@@ -123,6 +123,7 @@ func New(cfg Config) (*Cacher, error) {
 	if err != nil {
 		return nil, err
 	}
+	metrics := newResourceMetrics(cfg.GroupResource)
 	c := &Cacher{
 		trigger:          trig,
 		cfg:              cfg,
@@ -140,7 +141,7 @@ func New(cfg Config) (*Cacher, error) {
 		stopCh:           make(chan struct{}),
 		incoming:         make(chan *event, incomingBuffer),
 		state: newCacheState(cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
-			utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot), cfg.Clock.Now()),
+			utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot), metrics, cfg.Clock.Now()),
 		watchers:          newWatcherSet(),
 		calendar:          bookmarks.NewCalendar[*watcher](cfg.Clock, cfg.BookmarkGranularity),
 		forcedEvictionLog: everyInterval{interval: 10 * time.Second},
@@ -207,17 +208,6 @@ func (c *Cacher) WaitReady(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-}
-
-// setRVLocked moves the cache's RV forward and wakes whoever waits for it.
-func (c *Cacher) setRVLocked(rv uint64) {
-	if rv <= c.state.rv {
-		return
-	}
-	c.state.rv = rv
-	close(c.state.advanced)
-	c.state.advanced = make(chan struct{})
-	c.metrics.setResourceVersion(rv)
 }
 
 // fileLocked puts a new watcher on the bookmark calendar when it wants one.
@@ -302,36 +292,6 @@ func (c *Cacher) removeLocked(w *watcher) {
 	w.mu.Lock()
 	c.metrics.watcherLeft(w.tracker.State())
 	w.mu.Unlock()
-}
-
-// snapshotLocked records the state at rv, and forgets the snapshots the
-// history no longer covers.
-func (c *Cacher) snapshotLocked(rv uint64, now time.Time) {
-	if !c.state.snapshotting {
-		return
-	}
-	c.state.snapshots.add(rv, c.state.ordered.clone(), now)
-	c.state.snapshots.forgetBelow(c.state.history.startRV)
-}
-
-// trimHistoryLocked forgets the past states etcd has compacted. Age alone
-// evicts nothing: the history makes room only when an event comes in.
-func (c *Cacher) trimHistoryLocked() {
-	c.forgetCompactedStatesLocked()
-	c.metrics.historyEvents.Set(float64(c.state.history.len()))
-}
-
-// forgetCompactedStatesLocked drops the snapshots etcd has compacted: a list
-// at such an RV goes to etcd, which answers 410. The watch history stays:
-// its events are the ones etcd sent before the compaction, so a client
-// resuming from them gets the stream etcd would have given it then, and
-// upstream's cache serves it too (its compactor prunes only the list
-// snapshots). Cutting the history here answered 410 to clients that
-// upstream resumes (issue 11).
-func (c *Cacher) forgetCompactedStatesLocked() {
-	if rev := c.storage.CompactRevision(); rev > 0 {
-		c.state.snapshots.forgetCompacted(uint64(rev))
-	}
 }
 
 // keys lists the cached keys once the cache has caught up with etcd.

@@ -168,7 +168,7 @@ func (c *Cacher) tick(rv uint64, due [][]*watcher) [][]*watcher {
 	c.checkStorageLiveness(start)
 	c.maybeCheckConsistency(start)
 	c.state.mu.Lock()
-	c.trimHistoryLocked()
+	c.state.forgetCompactedLocked(c.storage.CompactRevision())
 	// Before the pop: the watchers due now are filed again after this
 	// tick, and those are the ones the next tick serves.
 	c.freshenBookmarksLocked(start)

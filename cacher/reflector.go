@@ -150,20 +150,14 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 		objs[i] = o
 	}
 
+	// The watchers go with the state they started from, under the same lock.
 	c.state.mu.Lock()
 	c.terminateAllLocked()
-	if err := c.state.store.Replace(objs, strconv.FormatUint(rv, 10)); err != nil {
-		c.state.mu.Unlock()
+	err = c.state.resetLocked(objs, rv, c.clock.Now())
+	c.state.mu.Unlock()
+	if err != nil {
 		return 0, err
 	}
-	c.state.ordered.reset(objs)
-	c.state.history.reset(rv)
-	c.state.snapshots.reset()
-	c.snapshotLocked(rv, c.clock.Now())
-	c.state.rv = 0 // a relist may legitimately land below a progress RV seen earlier
-	c.setRVLocked(rv)
-	c.state.ready.set(stateReady, c.clock.Now())
-	c.state.mu.Unlock()
 	c.push(progress(rv))
 	c.metrics.initializations.Inc()
 	c.metrics.initDuration.Observe(c.clock.Since(start).Seconds())
@@ -255,9 +249,7 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 					return rv, delivered, err
 				}
 				c.metrics.storageBookmarks.Inc()
-				c.state.mu.Lock()
-				c.setRVLocked(next)
-				c.state.mu.Unlock()
+				c.state.advance(next)
 				c.push(progress(next))
 				rv = max(rv, next)
 				if !delivered {
@@ -302,37 +294,18 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 	}
 	cur, rv := e.cur, e.rv
 
-	// Only this goroutine writes the store, so the object the event
-	// replaces can be read before the lock.
-	var prev *object
-	if item, ok, _ := c.state.store.GetByKey(cur.key); ok {
-		prev = item.(*object)
+	// Only this goroutine writes the state, so the object the event
+	// replaces can be read before the lock, and the event linked to it:
+	// nobody sees the event before the state holds it.
+	prev := c.state.held(cur.key)
+	if prev != nil {
 		cur.shareUnchanged(prev)
 	}
-	c.state.mu.Lock()
 	c.linkPrev(e, prev)
-	if ev.Type == watch.Deleted {
-		err = c.state.store.Delete(cur)
-	} else {
-		err = c.state.store.Update(cur)
-	}
+	forced, err := c.state.apply(e, now)
 	if err != nil {
-		c.state.mu.Unlock()
 		return 0, err
 	}
-	if ev.Type == watch.Deleted {
-		c.state.ordered.delete(cur)
-	} else {
-		c.state.ordered.set(cur)
-	}
-	bound := c.state.history.limit
-	forced := c.state.history.add(e, now)
-	c.snapshotLocked(rv, now)
-	if c.state.history.limit != bound {
-		c.metrics.historyBoundChanged(bound, c.state.history.limit)
-	}
-	c.setRVLocked(rv)
-	c.state.mu.Unlock()
 
 	c.metrics.eventsReceived.Inc()
 	if forced {
