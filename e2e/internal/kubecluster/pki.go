@@ -135,16 +135,7 @@ func (p *PKI) newCA(cn, file string) (*keyPair, error) {
 
 // issue signs tmpl with ca and writes file.crt and file.key.
 func (p *PKI) issue(ca *keyPair, tmpl *x509.Certificate, file string) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	tmpl.SerialNumber = serial()
-	tmpl.NotBefore = time.Now().Add(-time.Hour)
-	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
-	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
-	tmpl.BasicConstraintsValid = true
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	der, key, err := sign(ca, tmpl)
 	if err != nil {
 		return fmt.Errorf("signing %s: %w", file, err)
 	}
@@ -152,6 +143,41 @@ func (p *PKI) issue(ca *keyPair, tmpl *x509.Certificate, file string) error {
 		return err
 	}
 	return writeKey(p.Path(file+".key"), key)
+}
+
+// ClientCert issues a client certificate of the cluster CA for user cn in
+// groups, kept in memory (PEM), for drivers that need many identities (one
+// per simulated kubelet: system:node:NAME in system:nodes).
+func (p *PKI) ClientCert(cn string, groups []string) (certPEM, keyPEM []byte, err error) {
+	der, key, err := sign(p.ca, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn, Organization: groups},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("signing %s: %w", cn, err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+// sign fills tmpl's serial, validity (a day) and key usage, and signs it
+// with ca for a new key.
+func sign(ca *keyPair, tmpl *x509.Certificate) ([]byte, *ecdsa.PrivateKey, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl.SerialNumber = serial()
+	tmpl.NotBefore = time.Now().Add(-time.Hour)
+	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
+	tmpl.BasicConstraintsValid = true
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	return der, key, err
 }
 
 func serial() *big.Int {
