@@ -11,7 +11,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 25m -parallel 8
 FUZZTIME ?= 15s
 FUZZ_FLAGS ?= -run XXX -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 
-.PHONY: all build test fuzz verify lint run bench-bookmarks bench bench-quick update-codegen soak e2e image kube-apiserver kube-e2e kube-e2e-build
+.PHONY: all build test fuzz verify lint run bench-bookmarks bench bench-quick update-codegen soak e2e image kube-apiserver kube-e2e kube-e2e-build kube-load
 
 all: build
 
@@ -106,6 +106,21 @@ kube-e2e-build: kube-apiserver
 	$(GO) -C e2e build -o ../bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
 	$(GO) -C e2e test -c -ldflags '$(KUBE_VERSION_LDFLAGS)' -o ../bin/kubetests.test ./kubetests
 	$(GO) -C e2e build -o ../bin/kube-e2e ./cmd/kube-e2e
+
+# A cluster's load on that kube-apiserver, watchkeeper's cache and the stock
+# one of the same binary in turn, each on a fresh etcd: simulated kubelets
+# (a WatchList of their pods, watches of their secrets and configmaps,
+# leases, node status) on kwok's nodes, deployments churning pods, a start
+# storm and a kube-apiserver restart; then API call latency against SIG
+# Scalability's SLOs, watch latency, CPU, memory and relists side by side
+# (docs/kube-load.md). Bigger: make kube-load KUBE_LOAD_FLAGS="-nodes 1000
+# -pods 10000 -profile-dir /tmp/prof"; bin/kube-load -help.
+kube-load: kube-apiserver
+	$(GO) -C e2e build -ldflags '$(KUBE_VERSION_LDFLAGS)' -o ../bin/kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
+	$(GO) -C e2e build -ldflags '$(KUBE_VERSION_LDFLAGS)' -o ../bin/kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+	$(GO) -C e2e/kwok build -o ../../bin/kwok sigs.k8s.io/kwok/cmd/kwok
+	$(GO) -C e2e build -o ../bin/kube-load ./cmd/kube-load
+	bin/kube-load -kwok-stages=$(KWOK_STAGES) $(KUBE_LOAD_FLAGS)
 
 # The sample apiserver's OCI image, without Docker: a static binary
 # (CGO_ENABLED=0) FROM scratch, user 65532, tagged

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/watchkeeper/watchkeeper/e2e/internal/kubecluster"
+)
+
+// API call latency as SIG Scalability's API responsiveness measurement
+// (clusterloader2's APIResponsivenessPrometheus, its simple query for runs
+// shorter than its 5m windows) computes it: the increase of
+// apiserver_request_duration_seconds over the run, summed by resource,
+// subresource, verb and scope, without watches and without the streaming
+// subresources (log, exec, portforward, attach, proxy); quantiles as
+// Prometheus' histogram_quantile (linear within a bucket). The SLO
+// (sig-scalability/slos/api_call_latency.md): p99 <= 1s for single-object
+// calls (scope resource: GET and every mutating call on one object), <= 5s
+// for calls of scope namespace, <= 30s for scope cluster.
+const requestDuration = "apiserver_request_duration_seconds_bucket"
+
+// scraped are the series of one /metrics scrape the run needs, by identity
+// (name and labels).
+type scraped map[string]float64
+
+var scrapePrefixes = []string{
+	requestDuration,
+	"apiserver_request_total",
+	"apiserver_watch_list_duration_seconds_count",
+	"apiserver_terminated_watchers_total",
+	"watchkeeper_watch_cache_dropped_total",
+}
+
+func scrape(ctx context.Context, s *kubecluster.Server) (scraped, error) {
+	samples, err := s.Metrics(ctx, scrapePrefixes...)
+	if err != nil {
+		return nil, err
+	}
+	out := scraped{}
+	for _, x := range samples {
+		out[seriesID(x.Name, x.Labels)] = x.Value
+	}
+	return out, nil
+}
+
+func seriesID(name string, labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString(name)
+	for _, k := range keys {
+		b.WriteString("|" + k + "=" + labels[k])
+	}
+	return b.String()
+}
+
+func parseSeriesID(id string) (string, map[string]string) {
+	parts := strings.Split(id, "|")
+	labels := map[string]string{}
+	for _, p := range parts[1:] {
+		k, v, _ := strings.Cut(p, "=")
+		labels[k] = v
+	}
+	return parts[0], labels
+}
+
+// delta adds end-start of every series to acc (a counter that went
+// backwards is a restarted process: end counts from zero).
+func (acc scraped) delta(start, end scraped) {
+	for id, e := range end {
+		d := e - start[id]
+		if d < 0 {
+			d = e
+		}
+		acc[id] += d
+	}
+}
+
+// apiCall is one row of the measurement.
+type apiCall struct {
+	verb, resource, subresource, scope string
+}
+
+func (c apiCall) String() string {
+	r := c.resource
+	if c.subresource != "" {
+		r += "/" + c.subresource
+	}
+	return c.verb + " " + r + " " + c.scope
+}
+
+// threshold is the SLO of the call.
+func (c apiCall) threshold() time.Duration {
+	switch c.scope {
+	case "resource":
+		return time.Second
+	case "namespace":
+		return 5 * time.Second
+	default:
+		return 30 * time.Second
+	}
+}
+
+// latency is an apiCall's histogram over the run.
+type latency struct {
+	buckets map[float64]float64 // le -> cumulative count
+}
+
+func (l latency) count() float64 { return l.buckets[math.Inf(1)] }
+
+// quantile is Prometheus' histogram_quantile.
+func (l latency) quantile(q float64) time.Duration {
+	les := make([]float64, 0, len(l.buckets))
+	for le := range l.buckets {
+		les = append(les, le)
+	}
+	slices.Sort(les)
+	total := l.count()
+	if total == 0 || len(les) < 2 {
+		return 0
+	}
+	rank := q * total
+	prevLE, prevCount := 0.0, 0.0
+	for _, le := range les {
+		c := l.buckets[le]
+		if c >= rank {
+			if math.IsInf(le, 1) {
+				return seconds(prevLE) // the highest finite bucket
+			}
+			if c == prevCount {
+				return seconds(le)
+			}
+			return seconds(prevLE + (le-prevLE)*(rank-prevCount)/(c-prevCount))
+		}
+		prevLE, prevCount = le, c
+	}
+	return seconds(prevLE)
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+var (
+	longRunning  = map[string]bool{"WATCH": true, "WATCHLIST": true, "CONNECT": true, "PROXY": true}
+	streamingSub = map[string]bool{"log": true, "exec": true, "portforward": true, "attach": true, "proxy": true}
+)
+
+// apiLatencies groups the run's request-duration increase by call.
+func apiLatencies(acc scraped) map[apiCall]latency {
+	out := map[apiCall]latency{}
+	for id, v := range acc {
+		name, l := parseSeriesID(id)
+		if name != requestDuration || longRunning[l["verb"]] || streamingSub[l["subresource"]] {
+			continue
+		}
+		le, err := strconv.ParseFloat(l["le"], 64)
+		if err != nil {
+			continue
+		}
+		c := apiCall{verb: l["verb"], resource: l["resource"], subresource: l["subresource"], scope: l["scope"]}
+		if out[c].buckets == nil {
+			out[c] = latency{buckets: map[float64]float64{}}
+		}
+		out[c].buckets[le] += v
+	}
+	return out
+}
+
+// sumOf adds the increase of the series of name whose labels have the
+// given values.
+func (acc scraped) sumOf(name string, match map[string]string) float64 {
+	var n float64
+	for id, v := range acc {
+		nm, l := parseSeriesID(id)
+		if nm != name {
+			continue
+		}
+		ok := true
+		for k, want := range match {
+			if l[k] != want {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			n += v
+		}
+	}
+	return n
+}

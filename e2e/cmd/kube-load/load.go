@@ -1,0 +1,489 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/watchkeeper/watchkeeper/e2e/internal/kubecluster"
+)
+
+// result is what one cache's run measured.
+type result struct {
+	cache    string
+	measured time.Duration
+	st       *stats
+	tracker  *podTracker
+	acc      scraped // the increase of the scraped series over the measured run
+	cpu      time.Duration
+	peakRSS  int64
+	heap     heapUse
+	prof     profiles
+
+	podStamps, objStamps, writeErrors, churnErrors atomic.Int64
+
+	stormSync     []time.Duration // per kubelet: storm start to its WatchList synced
+	stormUnsynced int
+	restartDown   time.Duration // SIGTERM to ready
+	reconnect     []time.Duration
+	unreconnected int
+	consistency   string // the kubelets' views against the server's pods at the end
+	consistent    bool
+}
+
+// load is one cache's run: its cluster, kubelets, workload and timeline.
+type load struct {
+	cfg     config
+	rd      *runDir
+	cache   string
+	name    string // the cluster's, unique in the run directory
+	cluster *kubecluster.Cluster
+	res     *result
+	kubes   []*kubelet
+	work    *workload
+	say     func(format string, args ...any)
+	// restartWindow ends the restart's phase; nil before the restart.
+	restartWindow *time.Timer
+}
+
+// restartPhase is how long after kube-apiserver is ready again its
+// restart's relists, 410s and ended watches are counted as the restart's.
+const restartPhase = 30 * time.Second
+
+// runCache runs one cache in round (from 0) on a fresh etcd and cluster.
+func runCache(ctx context.Context, cfg config, rd *runDir, cache string, round int) (*result, error) {
+	st := &stats{}
+	l := &load{cfg: cfg, rd: rd, cache: cache, name: fmt.Sprintf("load-%d-%s", round+1, cache), res: &result{cache: cache, st: st, tracker: newPodTracker(st)}}
+	start := time.Now()
+	l.say = func(format string, args ...any) {
+		fmt.Printf("[%s %6.1fs] %s\n", cacheLabel(cache), time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+	if err := l.setUp(ctx); err != nil {
+		if l.cluster != nil {
+			l.cluster.Stop()
+		}
+		return nil, err
+	}
+	defer l.cluster.Stop()
+	kctx, stopClients := context.WithCancel(ctx)
+	var clients sync.WaitGroup
+	defer func() {
+		stopClients()
+		for _, k := range l.kubes {
+			k.wait()
+		}
+		clients.Wait()
+	}()
+	if err := l.startClients(kctx, &clients); err != nil {
+		return nil, err
+	}
+	if err := l.measure(ctx); err != nil {
+		return nil, err
+	}
+	l.checkViews(ctx)
+	return l.res, nil
+}
+
+func cacheLabel(cache string) string {
+	if cache == "upstream" {
+		return "stock"
+	}
+	return cache
+}
+
+// setUp starts the cluster with its nodes.
+func (l *load) setUp(ctx context.Context) error {
+	args := []string{
+		// Both caches' servers end their watches within seconds of a
+		// SIGTERM (stock kube-apiserver otherwise waits 60s for them),
+		// as docs/kube-apiserver.md advises adopters.
+		"--shutdown-watch-termination-grace-period=5s",
+	}
+	if l.cache == "watchkeeper" {
+		args = append(args, strings.Fields(l.cfg.watchkeeperArgs)...)
+	}
+	start := time.Now()
+	var err error
+	l.cluster, err = kubecluster.StartCluster(ctx, l.rd.dir, l.rd.pki, kubecluster.ClusterConfig{
+		KubeAPIServer:     l.cfg.kubeAPIServer,
+		ControllerManager: l.cfg.controllerManager,
+		Scheduler:         l.cfg.scheduler,
+		Kwok:              l.cfg.kwok,
+		KwokStagesDir:     l.cfg.kwokStages,
+		// Nodes initialized once; pods Running at once, and deleted once
+		// they have a deletion timestamp. No heartbeat stage and no kwok
+		// leases (KwokNodeLeaseSeconds 0): the simulated kubelets renew the
+		// leases and report node status, so kwok and they never write the
+		// same objects.
+		KwokStages: []string{
+			"node/fast/node-initialize.yaml",
+			"pod/fast/pod-ready.yaml",
+			"pod/fast/pod-complete.yaml",
+			"pod/fast/pod-delete.yaml",
+		},
+		ServerArgs: args,
+		// The churn's pods are created and deleted by the replicaset
+		// controller: its default 20 QPS would cap the churn.
+		ControllerManagerArgs: []string{"--kube-api-qps=200", "--kube-api-burst=400"},
+	}, l.name, l.cache)
+	if err != nil {
+		return err
+	}
+	l.say("kube-apiserver (--watch-cache-decorator=%s) %s, controller-manager, scheduler, kwok up in %v",
+		l.cache, l.cluster.URL, time.Since(start).Round(100*time.Millisecond))
+	start = time.Now()
+	nodes := make([]*corev1.Node, l.cfg.nodes)
+	for i := range nodes {
+		nodes[i] = kubecluster.FakeNode(nodeName(i), map[string]string{groupLabel: groupName(groupOf(i))})
+	}
+	if err := l.cluster.AddNodes(ctx, nodes, 2*time.Minute+time.Duration(l.cfg.nodes)*100*time.Millisecond); err != nil {
+		return err
+	}
+	l.say("%d nodes Ready in %v", l.cfg.nodes, time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// startClients starts a kubelet per node, the driver's pod informer, and
+// the workload, and waits until its pods are Running and every kubelet's
+// WatchList synced.
+func (l *load) startClients(ctx context.Context, wg *sync.WaitGroup) error {
+	start := time.Now()
+	base := &rest.Config{Host: l.cluster.URL, TLSClientConfig: rest.TLSClientConfig{CAFile: l.rd.pki.Path("ca.crt")}}
+	for i := range l.cfg.nodes {
+		name := nodeName(i)
+		cert, key, err := l.rd.pki.ClientCert("system:node:"+name, []string{"system:nodes"})
+		if err != nil {
+			return err
+		}
+		k, err := newKubelet(base, name, cert, key, l.res.st)
+		if err != nil {
+			return err
+		}
+		l.kubes = append(l.kubes, k)
+		k.run(ctx)
+	}
+	driver := rest.CopyConfig(l.cluster.Admin)
+	driver.ContentType = runtime.ContentTypeProtobuf
+	driver.AcceptContentTypes = kubeletProtobufAccept
+	client, err := kubernetes.NewForConfig(driver)
+	if err != nil {
+		return err
+	}
+	l.res.tracker.run(ctx, client, wg)
+	l.work = newWorkload(client, l.cfg.nodes, l.cfg.pods)
+	if err := l.work.create(ctx); err != nil {
+		return fmt.Errorf("workload: %w", err)
+	}
+	timeout := 3*time.Minute + time.Duration(l.cfg.pods)*100*time.Millisecond
+	if err := waitFor(ctx, timeout, func() (bool, error) {
+		return l.res.tracker.runningCount() >= l.cfg.pods, l.cluster.CheckControllers()
+	}); err != nil {
+		return fmt.Errorf("%d of %d pods Running: %w", l.res.tracker.runningCount(), l.cfg.pods, err)
+	}
+	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
+		for _, k := range l.kubes {
+			if _, synced, _ := k.view(); synced.IsZero() {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("kubelets' WatchLists: %w", err)
+	}
+	l.say("%d kubelets watching, %d deployments in %d namespaces, %d pods Running, in %v",
+		len(l.kubes), l.work.deployments(), l.work.groups, l.cfg.pods, time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// measure runs the measured part: churn and stamps for cfg.duration, the
+// start storm at a third, the kube-apiserver restart at two thirds.
+func (l *load) measure(ctx context.Context) error {
+	res, st, cfg := l.res, l.res.st, l.cfg
+	m0, err := scrape(ctx, l.cluster.Server)
+	if err != nil {
+		return err
+	}
+	u0, err := readProc(l.cluster.KAS.PID())
+	if err != nil {
+		return err
+	}
+	st.phase.Store(int32(phaseSteady))
+	t0 := time.Now()
+	wctx, stopWork := context.WithCancel(ctx)
+	var work sync.WaitGroup
+	work.Go(func() { l.work.churn(wctx, cfg.churnRate, &res.churnErrors) })
+	work.Go(func() { l.work.stampObjects(wctx, cfg.objectStamps, &res.objStamps, &res.writeErrors) })
+	driverClient := l.work.client
+	work.Go(func() { stampPods(wctx, driverClient, res.tracker, cfg.podStamps, &res.podStamps, &res.writeErrors) })
+	defer func() {
+		stopWork()
+		work.Wait()
+		if l.restartWindow != nil {
+			l.restartWindow.Stop()
+		}
+	}()
+	l.say("measuring for %v: churn %.0f pods/s, %.0f pod and %.0f secret/configmap stamps/s; start storm at %v, kube-apiserver restart at %v",
+		cfg.duration, cfg.churnRate, cfg.podStamps, cfg.objectStamps, cfg.duration/3, 2*cfg.duration/3)
+
+	at := func(d time.Duration) <-chan time.Time { return time.After(time.Until(t0.Add(d))) }
+	if cfg.profileDir != "" {
+		work.Go(func() { l.cpuProfile(wctx, cfg.duration/12, min(30*time.Second, cfg.duration/6)) })
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-at(cfg.duration/3 - 5*time.Second):
+	}
+	l.heapProfile(ctx)
+
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-at(cfg.duration / 3):
+	}
+	l.storm(ctx)
+
+	acc := scraped{}
+	if cfg.restart {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-at(2 * cfg.duration / 3):
+		}
+		m1, err := scrape(ctx, l.cluster.Server)
+		if err != nil {
+			return err
+		}
+		u1, err := readProc(l.cluster.KAS.PID())
+		if err != nil {
+			return err
+		}
+		acc.delta(m0, m1)
+		res.cpu += u1.cpu - u0.cpu
+		res.peakRSS = u1.peakRSS
+		m0, u0 = scraped{}, procUsage{}
+		if err := l.restart(ctx); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-at(cfg.duration):
+	}
+	stopWork()
+	work.Wait()
+	res.measured = time.Since(t0)
+	st.phase.Store(int32(phaseRamp)) // what follows is not measured
+	m2, err := scrape(ctx, l.cluster.Server)
+	if err != nil {
+		return err
+	}
+	u2, err := readProc(l.cluster.KAS.PID())
+	if err != nil {
+		return err
+	}
+	acc.delta(m0, m2)
+	res.acc = acc
+	res.cpu += u2.cpu - u0.cpu
+	res.peakRSS = max(res.peakRSS, u2.peakRSS)
+	l.say("measured %v: kube-apiserver %v CPU, peak RSS %d MiB", res.measured.Round(time.Second), res.cpu.Round(100*time.Millisecond), res.peakRSS>>20)
+	return nil
+}
+
+// storm restarts every kubelet's watches at once and waits until each
+// kubelet's new WatchList of pods synced.
+func (l *load) storm(ctx context.Context) {
+	start := time.Now()
+	for _, k := range l.kubes {
+		k.restartWatches()
+	}
+	_ = waitFor(ctx, 2*time.Minute, func() (bool, error) {
+		for _, k := range l.kubes {
+			if _, synced, _ := k.view(); !synced.After(start) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	for _, k := range l.kubes {
+		if _, synced, _ := k.view(); synced.After(start) {
+			l.res.stormSync = append(l.res.stormSync, synced.Sub(start))
+		} else {
+			l.res.stormUnsynced++
+		}
+	}
+	sortDurations(l.res.stormSync)
+	l.say("start storm: %d kubelets' WatchLists restarted at once, %d synced, the last after %v",
+		len(l.kubes), len(l.res.stormSync), lastOf(l.res.stormSync).Round(10*time.Millisecond))
+}
+
+// restart restarts kube-apiserver (SIGTERM) and waits until every kubelet
+// watches its pods again.
+func (l *load) restart(ctx context.Context) error {
+	st := l.res.st
+	st.phase.Store(int32(phaseRestart))
+	start := time.Now()
+	exited, ready, err := l.cluster.Restart(ctx, 70*time.Second)
+	if err != nil {
+		return fmt.Errorf("kube-apiserver restart: %w", err)
+	}
+	l.res.restartDown = ready.Sub(start)
+	_ = waitFor(ctx, 2*time.Minute, func() (bool, error) {
+		for _, k := range l.kubes {
+			if _, _, ok := k.view(); !ok.After(exited) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	for _, k := range l.kubes {
+		if _, _, ok := k.view(); ok.After(exited) {
+			l.res.reconnect = append(l.res.reconnect, ok.Sub(ready))
+		} else {
+			l.res.unreconnected++
+		}
+	}
+	sortDurations(l.res.reconnect)
+	l.say("kube-apiserver restarted: exited %v after SIGTERM, ready %v after; %d kubelets watching again, the last %v after ready",
+		exited.Sub(start).Round(100*time.Millisecond), ready.Sub(exited).Round(100*time.Millisecond),
+		len(l.res.reconnect), lastOf(l.res.reconnect).Round(10*time.Millisecond))
+	// The restart's window: until 30s after ready. measure stops the
+	// timer when it ends first.
+	l.restartWindow = time.AfterFunc(time.Until(ready.Add(restartPhase)), func() {
+		st.phase.CompareAndSwap(int32(phaseRestart), int32(phaseSteady))
+	})
+	return nil
+}
+
+// checkViews waits until every kubelet's pods are the server's pods on its
+// node, at the same resourceVersions, or 60s pass: an event lost on a
+// watch leaves a view behind for good.
+func (l *load) checkViews(ctx context.Context) {
+	var last string
+	err := waitFor(ctx, 60*time.Second, func() (bool, error) {
+		list, err := l.cluster.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		want := map[string]map[string]string{}
+		for _, p := range list.Items {
+			if p.Spec.NodeName == "" {
+				continue
+			}
+			if want[p.Spec.NodeName] == nil {
+				want[p.Spec.NodeName] = map[string]string{}
+			}
+			want[p.Spec.NodeName][p.Namespace+"/"+p.Name] = p.ResourceVersion
+		}
+		var bad []string
+		for _, k := range l.kubes {
+			got, _, _ := k.view()
+			if d := diffViews(got, want[k.name]); d != "" {
+				bad = append(bad, k.name+": "+d)
+			}
+		}
+		if len(bad) > 0 {
+			sort.Strings(bad)
+			last = fmt.Sprintf("%d kubelets differ from the server, e.g. %s", len(bad), bad[0])
+			return false, nil
+		}
+		return true, nil
+	})
+	l.res.consistent = err == nil
+	if err == nil {
+		l.res.consistency = fmt.Sprintf("every kubelet's pods equal the server's (%d kubelets)", len(l.kubes))
+	} else {
+		l.res.consistency = "after 60s: " + last
+	}
+	l.say("views: %s", l.res.consistency)
+}
+
+func diffViews(got, want map[string]string) string {
+	for key, rv := range want {
+		if g, ok := got[key]; !ok {
+			return "missing " + key
+		} else if g != rv {
+			return fmt.Sprintf("%s at rv %s, server %s", key, g, rv)
+		}
+	}
+	for key := range got {
+		if _, ok := want[key]; !ok {
+			return "still has " + key
+		}
+	}
+	return ""
+}
+
+func (l *load) cpuProfile(ctx context.Context, after, window time.Duration) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(after):
+	}
+	data, err := fetchProfile(ctx, l.cluster.Server, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(window.Seconds())), window+time.Minute)
+	if err != nil {
+		l.say("cpu profile: %v", err)
+		return
+	}
+	path := filepath.Join(l.cfg.profileDir, l.name+"-cpu.pprof")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		l.say("cpu profile: %v", err)
+		return
+	}
+	l.res.prof.cpuPath = path
+	l.say("cpu profile of %v: %s", window, path)
+}
+
+func (l *load) heapProfile(ctx context.Context) {
+	data, err := fetchProfile(ctx, l.cluster.Server, "/debug/pprof/heap?gc=1", 2*time.Minute)
+	if err != nil {
+		l.say("heap profile: %v", err)
+		return
+	}
+	if l.res.heap, err = heapOf(data); err != nil {
+		l.say("heap profile: %v", err)
+		return
+	}
+	l.say("heap in use %d MiB, of it the caches' %d MiB", l.res.heap.total>>20, l.res.heap.caches>>20)
+	if l.cfg.profileDir == "" {
+		return
+	}
+	path := filepath.Join(l.cfg.profileDir, l.name+"-heap.pprof")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		l.say("heap profile: %v", err)
+		return
+	}
+	l.res.prof.heapPath = path
+}
+
+func sortDurations(d []time.Duration) { sort.Slice(d, func(i, j int) bool { return d[i] < d[j] }) }
+
+func lastOf(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return d[len(d)-1]
+}
+
+// quantileOf is the nearest-rank q-quantile of sorted d.
+func quantileOf(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(d))+0.999999) - 1
+	return d[min(max(i, 0), len(d)-1)]
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/watchkeeper/watchkeeper/e2e/internal/kubecluster"
+)
+
+// clockTicks is the unit of /proc/PID/stat's times (USER_HZ, 100 on Linux).
+const clockTicks = 100
+
+// procUsage is a process's CPU time so far and its peak resident set.
+type procUsage struct {
+	cpu     time.Duration
+	peakRSS int64 // bytes
+}
+
+func readProc(pid int) (procUsage, error) {
+	var u procUsage
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return u, err
+	}
+	// The command may hold spaces: fields start after its closing paren.
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	// utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	u.cpu = time.Duration(ut+st) * time.Second / clockTicks
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return u, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			u.peakRSS = kb * 1024
+		}
+	}
+	return u, nil
+}
+
+// cachePackages are the function-name prefixes whose allocations count as
+// the watch cache's heap: either cache's own package, and etcd3's watch
+// decoding (which both caches' storage watch runs, and only they do for
+// cached resources: its objects are the caches' contents and events).
+var cachePackages = []string{
+	"github.com/watchkeeper/watchkeeper/cacher.",
+	"k8s.io/apiserver/pkg/storage/cacher.",
+	"k8s.io/apiserver/pkg/storage/etcd3.(*watchChan).",
+}
+
+// heapUse is a heap profile's in-use bytes, in total and attributed to the
+// caches (any frame of an allocation's stack in cachePackages).
+type heapUse struct {
+	total, caches int64
+}
+
+func fetchProfile(ctx context.Context, s *kubecluster.Server, path string, timeout time.Duration) ([]byte, error) {
+	code, body, err := s.GetBytes(ctx, path, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("%s: %d %s", path, code, firstLine(string(body)))
+	}
+	return body, nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+func heapOf(data []byte) (heapUse, error) {
+	var h heapUse
+	p, err := profile.Parse(bytes.NewReader(data))
+	if err != nil {
+		return h, err
+	}
+	idx := -1
+	for i, st := range p.SampleType {
+		if st.Type == "inuse_space" {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return h, fmt.Errorf("no inuse_space in the heap profile")
+	}
+	for _, s := range p.Sample {
+		v := s.Value[idx]
+		h.total += v
+		if stackIn(s, cachePackages) {
+			h.caches += v
+		}
+	}
+	return h, nil
+}
+
+func stackIn(s *profile.Sample, prefixes []string) bool {
+	for _, loc := range s.Location {
+		for _, line := range loc.Line {
+			if line.Function == nil {
+				continue
+			}
+			for _, p := range prefixes {
+				if strings.HasPrefix(line.Function.Name, p) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// profiles are a server's CPU profile (a window of the steady churn) and
+// heap profile, saved in dir.
+type profiles struct {
+	cpuPath, heapPath string
+}
+
+// topDiff names the functions whose share of a profile's total differs
+// most between two profiles of the same kind (cumulative, as pprof -top
+// -cum), as "name: a% vs b%".
+func topDiff(aPath, bPath string, sampleType string, n int) ([]string, error) {
+	a, err := cumShares(aPath, sampleType)
+	if err != nil {
+		return nil, err
+	}
+	b, err := cumShares(bPath, sampleType)
+	if err != nil {
+		return nil, err
+	}
+	type row struct {
+		name   string
+		sa, sb float64
+	}
+	var rows []row
+	for name := range union(a, b) {
+		rows = append(rows, row{name, a[name], b[name]})
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		di, dj := rows[i].sa-rows[i].sb, rows[j].sa-rows[j].sb
+		if di < 0 {
+			di = -di
+		}
+		if dj < 0 {
+			dj = -dj
+		}
+		return di > dj
+	})
+	var out []string
+	for _, r := range rows[:min(n, len(rows))] {
+		out = append(out, fmt.Sprintf("%s: %.1f%% vs %.1f%%", r.name, 100*r.sa, 100*r.sb))
+	}
+	return out, nil
+}
+
+func union(a, b map[string]float64) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
+}
+
+// cumShares is each function's cumulative share of the profile's total of
+// sampleType (each function counted once per sample).
+func cumShares(path, sampleType string) (map[string]float64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		return nil, err
+	}
+	idx := -1
+	for i, st := range p.SampleType {
+		if st.Type == sampleType {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return nil, fmt.Errorf("%s: no %s", filepath.Base(path), sampleType)
+	}
+	var total float64
+	cum := map[string]float64{}
+	for _, s := range p.Sample {
+		v := float64(s.Value[idx])
+		total += v
+		seen := map[string]bool{}
+		for _, loc := range s.Location {
+			for _, line := range loc.Line {
+				if line.Function == nil || seen[line.Function.Name] {
+					continue
+				}
+				seen[line.Function.Name] = true
+				cum[line.Function.Name] += v
+			}
+		}
+	}
+	if total > 0 {
+		for k := range cum {
+			cum[k] /= total
+		}
+	}
+	return cum, nil
+}

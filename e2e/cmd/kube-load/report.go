@@ -1,0 +1,246 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/watchkeeper/watchkeeper/internal/histogram"
+)
+
+// minSamples is the fewest calls of a kind, on each cache, for its p99
+// ratio to be judged: below it the p99 is one or two calls.
+const minSamples = 100
+
+var allClasses = []class{classPods, classNode, classObjects, classDriver}
+
+// printReport prints the API call table, the side-by-side figures with
+// ratios, and the targets judged.
+func printReport(w io.Writer, cfg config, wk, up *result) {
+	fmt.Fprintf(w, "kube-load: %d nodes, %d pods, churn %.0f pods/s, measured %v (watchkeeper) and %v (stock)\n\n",
+		cfg.nodes, cfg.pods, cfg.churnRate, wk.measured.Round(time.Second), up.measured.Round(time.Second))
+	wa, ua := apiLatencies(wk.acc), apiLatencies(up.acc)
+	calls := map[apiCall]bool{}
+	for c := range wa {
+		calls[c] = true
+	}
+	for c := range ua {
+		calls[c] = true
+	}
+	sorted := make([]apiCall, 0, len(calls))
+	for c := range calls {
+		sorted = append(sorted, c)
+	}
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].String() < sorted[j].String() })
+
+	fmt.Fprintln(w, "API call latency, apiserver_request_duration_seconds over the run (calls with >= 20 on either cache):")
+	fmt.Fprintf(w, "%-44s %8s %8s %9s %9s %9s %9s %7s %s\n", "call", "n wk", "n stock", "p50 wk", "p50 stock", "p99 wk", "p99 stock", "ratio", "SLO")
+	var sloMiss, ratioMiss []string
+	judged := 0
+	for _, c := range sorted {
+		a, b := wa[c], ua[c]
+		for _, x := range []struct {
+			name string
+			l    latency
+		}{{"watchkeeper", a}, {"stock", b}} {
+			if x.l.count() > 0 && x.l.quantile(0.99) > c.threshold() {
+				sloMiss = append(sloMiss, fmt.Sprintf("%s on %s: p99 %v > %v", c, x.name, fmtDur(x.l.quantile(0.99)), c.threshold()))
+			}
+		}
+		if a.count() < 20 && b.count() < 20 {
+			continue
+		}
+		ratio := ""
+		if a.count() >= minSamples && b.count() >= minSamples {
+			judged++
+			r := safeRatio(float64(a.quantile(0.99)), float64(b.quantile(0.99)))
+			ratio = fmt.Sprintf("%.2fx", r)
+			if r > 1.0 {
+				ratioMiss = append(ratioMiss, fmt.Sprintf("%s %.2fx (%v vs %v)", c, r, fmtDur(a.quantile(0.99)), fmtDur(b.quantile(0.99))))
+			}
+		}
+		fmt.Fprintf(w, "%-44s %8.0f %8.0f %9s %9s %9s %9s %7s %s\n", c, a.count(), b.count(),
+			fmtDur(a.quantile(0.5)), fmtDur(b.quantile(0.5)), fmtDur(a.quantile(0.99)), fmtDur(b.quantile(0.99)), ratio, c.threshold())
+	}
+	fmt.Fprintln(w)
+
+	fmt.Fprintf(w, "%-58s %14s %14s %8s\n", "figure", "watchkeeper", "stock", "ratio")
+	row := func(name string, a, b float64, format func(float64) string) {
+		fmt.Fprintf(w, "%-58s %14s %14s %8s\n", name, format(a), format(b), fmtRatio(a, b))
+	}
+	dur := func(v float64) string { return fmtDur(time.Duration(v)) }
+	num := func(v float64) string { return fmt.Sprintf("%.0f", v) }
+	mib := func(v float64) string { return fmt.Sprintf("%.0f MiB", v/(1<<20)) }
+	rate := func(v float64) string { return fmt.Sprintf("%.1f/s", v) }
+	q := func(h *histogram.Histogram, x float64) float64 { return float64(h.Quantile(x)) }
+	both := func(r *result, x float64) float64 {
+		return float64(histogram.Quantile(x, &r.st.podLatency, &r.st.objectLatency))
+	}
+	row("watch event latency p50, all kubelet watches", both(wk, 0.5), both(up, 0.5), dur)
+	row("watch event latency p99, all kubelet watches", both(wk, 0.99), both(up, 0.99), dur)
+	row("  p50, pods (WatchList by spec.nodeName)", q(&wk.st.podLatency, 0.5), q(&up.st.podLatency, 0.5), dur)
+	row("  p99, pods", q(&wk.st.podLatency, 0.99), q(&up.st.podLatency, 0.99), dur)
+	row("  p50, secrets/configmaps (per-object watches)", q(&wk.st.objectLatency, 0.5), q(&up.st.objectLatency, 0.5), dur)
+	row("  p99, secrets/configmaps", q(&wk.st.objectLatency, 0.99), q(&up.st.objectLatency, 0.99), dur)
+	row("  events timed (pods + secrets/configmaps)", float64(wk.st.podLatency.Count()+wk.st.objectLatency.Count()),
+		float64(up.st.podLatency.Count()+up.st.objectLatency.Count()), num)
+	row("kube-apiserver CPU over the run", float64(wk.cpu), float64(up.cpu), dur)
+	row("kube-apiserver peak RSS", float64(wk.peakRSS), float64(up.peakRSS), mib)
+	row("kube-apiserver heap in use (before the storm)", float64(wk.heap.total), float64(up.heap.total), mib)
+	row("  of it the caches' (cacher and etcd3 watch stacks)", float64(wk.heap.caches), float64(up.heap.caches), mib)
+	count := func(f func(*counters) *atomic.Int64, p ...phase) func(*result) float64 {
+		return func(r *result) float64 { return float64(r.st.sum(f, allClasses, p...)) }
+	}
+	relists := func(c *counters) *atomic.Int64 { return &c.relists }
+	gone := func(c *counters) *atomic.Int64 { return &c.gone }
+	ended := func(c *counters) *atomic.Int64 { return &c.endedByServer }
+	for _, x := range []struct {
+		name string
+		f    func(*result) float64
+	}{
+		{"relists by clients, outside the restart", count(relists, phaseSteady)},
+		{"relists by clients, at the restart (until 30s after ready)", count(relists, phaseRestart)},
+		{"410s seen by clients, outside the restart", count(gone, phaseSteady)},
+		{"410s seen by clients, at the restart", count(gone, phaseRestart)},
+		{"watches ended by the server, outside the restart", count(ended, phaseSteady)},
+		{"watches ended by the server, at the restart", count(ended, phaseRestart)},
+	} {
+		row(x.name, x.f(wk), x.f(up), num)
+	}
+	for _, cl := range allClasses {
+		fmt.Fprintf(w, "  %-56s %14s %14s\n", classNames[cl]+": relists/410s/ended/errors",
+			classSummary(wk.st, cl), classSummary(up.st, cl))
+	}
+	serverLists := func(r *result) float64 {
+		return r.acc.sumOf("apiserver_request_total", map[string]string{"verb": "LIST"}) +
+			r.acc.sumOf("apiserver_watch_list_duration_seconds_count", nil)
+	}
+	row("initial lists served (LISTs + WatchLists, every client)", serverLists(wk), serverLists(up), num)
+	terminated := func(r *result) float64 { return r.acc.sumOf("apiserver_terminated_watchers_total", nil) }
+	row("watchers the cache terminated (too slow: terminated_watchers)", terminated(wk), terminated(up), num)
+	dropped := func(r *result) float64 { return r.acc.sumOf("watchkeeper_watch_cache_dropped_total", nil) }
+	row("events owed but dropped (watchkeeper_watch_cache_dropped)", dropped(wk), dropped(up), num)
+	row("pod startup p50 (created to Running, one watch)", q(&wk.tracker.startup, 0.5), q(&up.tracker.startup, 0.5), dur)
+	row("pod startup p99", q(&wk.tracker.startup, 0.99), q(&up.tracker.startup, 0.99), dur)
+	row("pods created", float64(wk.tracker.created.Load())/wk.measured.Seconds(), float64(up.tracker.created.Load())/up.measured.Seconds(), rate)
+	row("start storm: WatchLists synced, p50", float64(quantileOf(wk.stormSync, 0.5)), float64(quantileOf(up.stormSync, 0.5)), dur)
+	row("start storm: p99", float64(quantileOf(wk.stormSync, 0.99)), float64(quantileOf(up.stormSync, 0.99)), dur)
+	row("start storm: last", float64(lastOf(wk.stormSync)), float64(lastOf(up.stormSync)), dur)
+	row("restart: SIGTERM to ready", float64(wk.restartDown), float64(up.restartDown), dur)
+	row("restart: kubelets watching again after ready, p99", float64(quantileOf(wk.reconnect, 0.99)), float64(quantileOf(up.reconnect, 0.99)), dur)
+	row("stamped writes (pods, secrets/configmaps)", float64(wk.podStamps.Load()+wk.objStamps.Load()), float64(up.podStamps.Load()+up.objStamps.Load()), num)
+	row("failed writes of the load (stamps, scaling)", float64(wk.writeErrors.Load()+wk.churnErrors.Load()), float64(up.writeErrors.Load()+up.churnErrors.Load()), num)
+	fmt.Fprintf(w, "views at the end: watchkeeper: %s; stock: %s\n", wk.consistency, up.consistency)
+	if wk.stormUnsynced+up.stormUnsynced+wk.unreconnected+up.unreconnected > 0 {
+		fmt.Fprintf(w, "not synced after the storm's 2m: watchkeeper %d, stock %d; not watching 2m after the restart: watchkeeper %d, stock %d\n",
+			wk.stormUnsynced, up.stormUnsynced, wk.unreconnected, up.unreconnected)
+	}
+	fmt.Fprintln(w)
+
+	// The targets, watchkeeper against stock, same run.
+	target := func(met bool, name, detail string) {
+		verdict := "met   "
+		if !met {
+			verdict = "MISSED"
+		}
+		fmt.Fprintf(w, "target %s %s: %s\n", verdict, name, detail)
+	}
+	target(len(sloMiss) == 0, "every SLO met (API call p99 <= 1s / 5s / 30s)", orNone(sloMiss))
+	target(len(ratioMiss) == 0, fmt.Sprintf("API call p99 <= 1.0x on every call with >= %d samples", minSamples),
+		fmt.Sprintf("%d judged; over: %s", judged, orNone(ratioMiss)))
+	wr := safeRatio(both(wk, 0.99), both(up, 0.99))
+	target(wr <= 0.8, "watch event latency p99 <= 0.8x", fmt.Sprintf("%.2fx (%v vs %v)", wr, fmtDur(time.Duration(both(wk, 0.99))), fmtDur(time.Duration(both(up, 0.99)))))
+	rr := safeRatio(float64(wk.peakRSS), float64(up.peakRSS))
+	target(rr <= 0.8, "kube-apiserver peak RSS <= 0.8x", fmt.Sprintf("%.2fx (%d vs %d MiB)", rr, wk.peakRSS>>20, up.peakRSS>>20))
+	cr := safeRatio(float64(wk.cpu), float64(up.cpu))
+	target(cr <= 0.9, "kube-apiserver CPU <= 0.9x", fmt.Sprintf("%.2fx (%v vs %v)", cr, wk.cpu.Round(100*time.Millisecond), up.cpu.Round(100*time.Millisecond)))
+	outside := count(relists, phaseSteady)(wk) + count(gone, phaseSteady)(wk)
+	target(outside == 0, "0 relists or 410s outside the restart", fmt.Sprintf("watchkeeper %.0f relists, %.0f 410s; stock %.0f, %.0f",
+		count(relists, phaseSteady)(wk), count(gone, phaseSteady)(wk), count(relists, phaseSteady)(up), count(gone, phaseSteady)(up)))
+	atW := count(relists, phaseRestart)(wk) + count(gone, phaseRestart)(wk)
+	atU := count(relists, phaseRestart)(up) + count(gone, phaseRestart)(up)
+	target(atW <= atU, "relists and 410s at the restart no more than stock's", fmt.Sprintf("watchkeeper %.0f relists, %.0f 410s; stock %.0f, %.0f",
+		count(relists, phaseRestart)(wk), count(gone, phaseRestart)(wk), count(relists, phaseRestart)(up), count(gone, phaseRestart)(up)))
+	target(wk.consistent, "every kubelet's view equals the server's at the end (no lost event)", wk.consistency)
+	printProfileDiffs(w, wk, up)
+}
+
+// printProfileDiffs names the functions whose share of kube-apiserver's
+// CPU and of its heap differ most between the caches, when profiles were
+// taken (-profile-dir).
+func printProfileDiffs(w io.Writer, wk, up *result) {
+	for _, x := range []struct {
+		what, a, b, sampleType string
+	}{
+		{"CPU", wk.prof.cpuPath, up.prof.cpuPath, "cpu"},
+		{"heap in use", wk.prof.heapPath, up.prof.heapPath, "inuse_space"},
+	} {
+		if x.a == "" || x.b == "" {
+			continue
+		}
+		rows, err := topDiff(x.a, x.b, x.sampleType, 8)
+		if err != nil {
+			fmt.Fprintf(w, "profiles, %s: %v\n", x.what, err)
+			continue
+		}
+		fmt.Fprintf(w, "\n%s, cumulative share of the profile, watchkeeper vs stock (%s, %s), largest differences:\n", x.what, x.a, x.b)
+		for _, r := range rows {
+			fmt.Fprintln(w, "  "+r)
+		}
+	}
+}
+
+func classSummary(st *stats, cl class) string {
+	var r, g, e, o int64
+	for p := phaseSteady; p < nPhases; p++ {
+		c := &st.c[cl][p]
+		r += c.relists.Load()
+		g += c.gone.Load()
+		e += c.endedByServer.Load()
+		o += c.otherErrors.Load() + c.forbidden.Load()
+	}
+	return fmt.Sprintf("%d/%d/%d/%d", r, g, e, o)
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, "; ")
+}
+
+func safeRatio(a, b float64) float64 {
+	if b == 0 {
+		if a == 0 {
+			return 1
+		}
+		return 99
+	}
+	return a / b
+}
+
+func fmtRatio(a, b float64) string {
+	if b == 0 {
+		if a == 0 {
+			return "-"
+		}
+		return "inf"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	default:
+		return d.Round(100 * time.Millisecond).String()
+	}
+}

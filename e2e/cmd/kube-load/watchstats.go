@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/watchkeeper/watchkeeper/internal/histogram"
+)
+
+// stampAnnotation carries the time (Unix nanoseconds) at which the load
+// client wrote an object; a watcher's latency is its arrival time minus it.
+const stampAnnotation = "kube-load.watchkeeper.io/written"
+
+// phase is the part of the run a count falls in.
+type phase int32
+
+const (
+	phaseRamp    phase = iota // setting up: not measured
+	phaseSteady               // the measured run, outside the restart's window
+	phaseRestart              // from kube-apiserver's SIGTERM until 30s after it is ready again
+	nPhases
+)
+
+// class is the kind of client a count belongs to.
+type class int
+
+const (
+	classPods    class = iota // a kubelet's WatchList of its pods
+	classNode                 // a kubelet's watch of its own Node
+	classObjects              // a kubelet's per-object watches of secrets and configmaps
+	classDriver               // the load driver's own cluster-wide informer of pods
+	nClasses
+)
+
+var classNames = [nClasses]string{"kubelet pods", "kubelet node", "kubelet secrets/configmaps", "driver pods"}
+
+// counters are the watch-side counts of one class in one phase.
+type counters struct {
+	initialLists  atomic.Int64 // initial lists completed (WatchList end bookmark, or a LIST)
+	relists       atomic.Int64 // of which by a reflector that had synced before
+	gone          atomic.Int64 // 410 Gone/Expired, as a watch's answer or an error event
+	forbidden     atomic.Int64 // 403 (a kubelet's secret watch before the node authorizer's graph has the pod)
+	otherErrors   atomic.Int64 // every other failed list or watch call, or error event
+	endedByServer atomic.Int64 // watch streams that ended without the client stopping them
+}
+
+// stats is what every client of the run records into.
+type stats struct {
+	phase atomic.Int32
+	c     [nClasses][nPhases]counters
+	// Watch event latency, write to arrival, measured phases only.
+	podLatency, objectLatency histogram.Histogram
+}
+
+func (s *stats) now() phase { return phase(s.phase.Load()) }
+
+func (s *stats) of(c class) *counters { return &s.c[c][s.now()] }
+
+// sum adds a counter over classes and the given phases.
+func (s *stats) sum(f func(*counters) *atomic.Int64, classes []class, phases ...phase) int64 {
+	var n int64
+	for _, c := range classes {
+		for _, p := range phases {
+			n += f(&s.c[c][p]).Load()
+		}
+	}
+	return n
+}
+
+// countingLW is a reflector's ListerWatcher that counts what the reflector
+// does and sees: initial lists, relists, 410s, errors, streams the server
+// ended, and the latency of stamped MODIFIED events.
+type countingLW struct {
+	inner   cache.ListerWatcherWithContext
+	st      *stats
+	class   class
+	latency *histogram.Histogram // nil: no latency for this watch
+	// onSynced is called at each completed initial list.
+	onSynced func(at time.Time, relist bool)
+	// onWatch is called when a watch call succeeds.
+	onWatch func(at time.Time)
+
+	synced atomic.Bool
+	mu     sync.Mutex
+	stamps map[string]string // object key -> last stamp this client saw
+}
+
+func newCountingLW(inner cache.ListerWatcherWithContext, st *stats, cl class, latency *histogram.Histogram) *countingLW {
+	return &countingLW{inner: inner, st: st, class: cl, latency: latency, stamps: map[string]string{}}
+}
+
+func (lw *countingLW) List(options metav1.ListOptions) (runtime.Object, error) {
+	return lw.ListWithContext(context.Background(), options)
+}
+
+func (lw *countingLW) Watch(options metav1.ListOptions) (watch.Interface, error) {
+	return lw.WatchWithContext(context.Background(), options)
+}
+
+func (lw *countingLW) ListWithContext(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+	obj, err := lw.inner.ListWithContext(ctx, options)
+	if err != nil {
+		lw.countError(err)
+		return nil, err
+	}
+	lw.synced1(time.Now())
+	return obj, nil
+}
+
+func (lw *countingLW) WatchWithContext(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+	w, err := lw.inner.WatchWithContext(ctx, options)
+	if err != nil {
+		lw.countError(err)
+		return nil, err
+	}
+	if lw.onWatch != nil {
+		lw.onWatch(time.Now())
+	}
+	initial := options.SendInitialEvents != nil && *options.SendInitialEvents
+	return lw.wrap(w, initial), nil
+}
+
+// synced1 counts one completed initial list.
+func (lw *countingLW) synced1(at time.Time) {
+	c := lw.st.of(lw.class)
+	c.initialLists.Add(1)
+	relist := lw.synced.Swap(true)
+	if relist {
+		c.relists.Add(1)
+	}
+	if lw.onSynced != nil {
+		lw.onSynced(at, relist)
+	}
+}
+
+func (lw *countingLW) countError(err error) {
+	c := lw.st.of(lw.class)
+	switch {
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+		c.gone.Add(1)
+	case apierrors.IsForbidden(err):
+		c.forbidden.Add(1)
+	default:
+		c.otherErrors.Add(1)
+	}
+}
+
+// countingWatch forwards a watch's events after lw has looked at them.
+type countingWatch struct {
+	inner   watch.Interface
+	out     chan watch.Event
+	done    chan struct{}
+	stopped atomic.Bool
+	once    sync.Once
+}
+
+func (w *countingWatch) ResultChan() <-chan watch.Event { return w.out }
+
+func (w *countingWatch) Stop() {
+	w.once.Do(func() {
+		w.stopped.Store(true)
+		close(w.done)
+		w.inner.Stop()
+	})
+}
+
+func (lw *countingLW) wrap(inner watch.Interface, initial bool) watch.Interface {
+	w := &countingWatch{inner: inner, out: make(chan watch.Event), done: make(chan struct{})}
+	go func() { // owned by w: ends when the stream ends or w is stopped
+		defer close(w.out)
+		inInitial := initial
+		for {
+			var ev watch.Event
+			var ok bool
+			select {
+			case ev, ok = <-inner.ResultChan():
+			case <-w.done:
+				return
+			}
+			if !ok {
+				if !w.stopped.Load() {
+					lw.st.of(lw.class).endedByServer.Add(1)
+				}
+				return
+			}
+			now := time.Now()
+			switch ev.Type {
+			case watch.Error:
+				lw.countError(apierrors.FromObject(ev.Object))
+			case watch.Bookmark:
+				if inInitial {
+					if m, err := meta.Accessor(ev.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+						inInitial = false
+						lw.synced1(now)
+					}
+				}
+			default:
+				lw.observe(ev, now, inInitial)
+			}
+			select {
+			case w.out <- ev:
+			case <-w.done:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// observe records the latency of a live MODIFIED event whose stamp this
+// client has not seen yet on that object (a status write after the stamped
+// write carries the same stamp: it is not counted again).
+func (lw *countingLW) observe(ev watch.Event, now time.Time, initial bool) {
+	m, err := meta.Accessor(ev.Object)
+	if err != nil {
+		return
+	}
+	key := m.GetNamespace() + "/" + m.GetName()
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if ev.Type == watch.Deleted {
+		delete(lw.stamps, key)
+		return
+	}
+	stamp, ok := m.GetAnnotations()[stampAnnotation]
+	if !ok || lw.stamps[key] == stamp {
+		return
+	}
+	lw.stamps[key] = stamp
+	if initial || ev.Type != watch.Modified || lw.latency == nil || lw.st.now() == phaseRamp {
+		return
+	}
+	ns, err := strconv.ParseInt(stamp, 10, 64)
+	if err != nil {
+		return
+	}
+	lw.latency.Record(now.Sub(time.Unix(0, ns)))
+}
