@@ -33,9 +33,7 @@ const backfillTimeout = 10 * time.Second
 func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
 	b := &c.backfills
 	for {
-		c.state.mu.RLock()
-		start, fromList := c.state.history.startRV, c.state.history.fromList
-		c.state.mu.RUnlock()
+		start, fromList := c.state.historyStart()
 		if !fromList || rv >= start {
 			return nil
 		}
@@ -118,9 +116,7 @@ func (c *Cacher) runBackfill(run *backfillRun) {
 // start, and prepends them. If etcd has compacted rv away the read fails
 // and the clients get their 410, as they should.
 func (c *Cacher) fillHistory(ctx context.Context, rv uint64) error {
-	c.state.mu.RLock()
-	start, fromList := c.state.history.startRV, c.state.history.fromList
-	c.state.mu.RUnlock()
+	start, fromList := c.state.historyStart()
 	if !fromList || rv >= start {
 		return nil
 	}

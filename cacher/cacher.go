@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
-	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -140,7 +139,7 @@ func New(cfg Config) (*Cacher, error) {
 		backfillMetadata: metadata.New(map[string]string{"source": "watchkeeper-backfill", "resource": cfg.GroupResource.String()}),
 		stopCh:           make(chan struct{}),
 		incoming:         make(chan *event, incomingBuffer),
-		state: newCacheState(cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
+		state: newCacheState(cfg.ResourcePrefix, cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
 			utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot), metrics, cfg.Clock.Now()),
 		watchers:          newWatcherSet(),
 		calendar:          bookmarks.NewCalendar[*watcher](cfg.Clock, cfg.BookmarkGranularity),
@@ -152,7 +151,6 @@ func New(cfg Config) (*Cacher, error) {
 		clock: c.clock, buffer: cfg.WatcherBuffer, stop: c.stopCh, wg: &c.wg,
 		forget: c.forgetWatcher, moved: c.metrics.watcherMoved, bookmark: c.bookmarkObject, dropped: c.dropped,
 	}
-	upstream.WatchCacheCapacity.WithLabelValues(cfg.GroupResource.Group, cfg.GroupResource.Resource).Set(float64(c.state.history.limit))
 	if utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {
 		// The store estimates object sizes for list cost from the keys it is
 		// told exist; the cache knows them without asking etcd.
@@ -176,7 +174,7 @@ func (c *Cacher) Stop() {
 		close(c.stopCh)
 		c.cancelCtx()
 		c.state.mu.Lock()
-		c.state.ready.stop()
+		c.state.stopLocked()
 		c.terminateAllLocked()
 		c.state.mu.Unlock()
 		c.wg.Wait()
@@ -185,17 +183,13 @@ func (c *Cacher) Stop() {
 
 // Ready reports whether the cache has its first list in and is serving.
 func (c *Cacher) Ready() bool {
-	c.state.mu.RLock()
-	defer c.state.mu.RUnlock()
-	return c.state.ready.state == stateReady
+	return c.state.isReady()
 }
 
 // WaitReady blocks until the cache is ready, ctx ends or the cache stops.
 func (c *Cacher) WaitReady(ctx context.Context) error {
 	for {
-		c.state.mu.RLock()
-		state, changed := c.state.ready.state, c.state.ready.changed
-		c.state.mu.RUnlock()
+		state, _, changed := c.state.readiness()
 		switch state {
 		case stateReady:
 			return nil
@@ -303,7 +297,7 @@ func (c *Cacher) keys(ctx context.Context) ([]string, error) {
 	if err := c.waitFresh(ctx, rv); err != nil {
 		return nil, err
 	}
-	return c.state.store.ListKeys(), nil
+	return c.state.keys(), nil
 }
 
 // GroupResource is the resource the cache holds.
@@ -334,11 +328,11 @@ func (c *Cacher) GuaranteedUpdate(ctx context.Context, key string, destination r
 // cachedCopy is the cached object under key, copied because the storage
 // layer may set its resourceVersion; nil when the cache does not have it.
 func (c *Cacher) cachedCopy(key string) runtime.Object {
-	item, ok, err := c.state.store.GetByKey(key)
-	if err != nil || !ok {
+	o := c.state.peek(key)
+	if o == nil {
 		return nil
 	}
-	return item.(*object).obj.DeepCopyObject()
+	return o.obj.DeepCopyObject()
 }
 
 // Stats implements storage.Interface.

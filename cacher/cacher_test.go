@@ -980,7 +980,7 @@ func TestStorageWatchErrorRelists(t *testing.T) {
 				}
 			}
 			c.waitReady(t)
-			if got := c.currentRV(); got != 300 {
+			if got := c.state.currentRV(); got != 300 {
 				t.Errorf("cache RV %d after the relist, want 300", got)
 			}
 			w := c.startWatch(t, context.Background(), "0", everything(false))

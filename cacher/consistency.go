@@ -61,20 +61,10 @@ func (c *Cacher) checkConsistency(ctx context.Context) error {
 	count := func(status string) {
 		upstream.StorageConsistencyCheckTotal.WithLabelValues(c.groupResource.Group, c.groupResource.Resource, status).Inc()
 	}
-	c.state.mu.RLock()
-	if c.state.ready.state != stateReady {
-		c.state.mu.RUnlock()
+	cached, rv, ready, err := c.state.objectRVs(c.versioner.ObjectResourceVersion)
+	if !ready {
 		return fmt.Errorf("watch cache of %v not ready", c.groupResource)
 	}
-	rv := c.state.rv
-	cached := map[string]uint64{}
-	var err error
-	for _, o := range c.state.ordered.under(c.resourcePrefix) {
-		if cached[o.key], err = c.versioner.ObjectResourceVersion(o.obj); err != nil {
-			break
-		}
-	}
-	c.state.mu.RUnlock()
 	var etcd map[string]*object
 	if err == nil {
 		etcd, err = c.stateAt(ctx, rv)

@@ -154,9 +154,7 @@ func (c *Cacher) waitFresh(ctx context.Context, rv uint64) error {
 	}
 	var timeout clock.Timer
 	for {
-		c.state.mu.RLock()
-		cur, advanced := c.state.rv, c.state.advanced
-		c.state.mu.RUnlock()
+		cur, advanced := c.state.progress()
 		if cur >= rv {
 			return nil
 		}

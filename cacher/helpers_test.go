@@ -235,7 +235,7 @@ func (tc *testCacher) waitReady(t *testing.T) {
 // waitRV waits until the cache has applied rv.
 func (tc *testCacher) waitRV(t *testing.T, rv uint64) {
 	t.Helper()
-	poll(t, fmt.Sprintf("the cache to reach RV %d", rv), func() bool { return tc.currentRV() >= rv })
+	poll(t, fmt.Sprintf("the cache to reach RV %d", rv), func() bool { return tc.state.currentRV() >= rv })
 }
 
 // waitWaiters waits until exactly n timers wait on the fake clock.

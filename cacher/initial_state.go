@@ -25,25 +25,9 @@ import (
 // storm does not hold up the reflector, lists and Gets for the length of a
 // full scan each.
 func (c *Cacher) initialState(ctx context.Context, key string, opts storage.ListOptions) ([]watch.Event, []*object, uint64, error) {
-	c.state.mu.Lock()
-	if c.state.ready.state != stateReady {
-		c.state.mu.Unlock()
-		return nil, nil, 0, notReadyError(c.clock.Now(), c.state.ready.since)
-	}
-	rv := c.state.rv
-	var objs []*object
-	var clone orderedObjects
-	switch indexed, index := c.indexedLocked(ctx, key, opts); {
-	case !opts.Recursive:
-		objs = c.objectsLocked(key, false)
-	case index != "":
-		objs = indexed
-	default:
-		clone = c.state.ordered.clone()
-	}
-	c.state.mu.Unlock()
-	if clone.tree != nil {
-		objs = clone.under(key)
+	objs, rv, since, ok := c.state.startingState(ctx, key, opts)
+	if !ok {
+		return nil, nil, 0, notReadyError(c.clock.Now(), since)
 	}
 	events, objs := c.initialAdded(objs, opts.Predicate, rv)
 	return events, objs, rv, nil

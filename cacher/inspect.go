@@ -71,21 +71,13 @@ func (c *Cacher) Inspect(ctx context.Context) Inspection {
 	}
 
 	c.state.mu.RLock()
-	in.Ready = c.state.ready.state == stateReady
-	in.CacheRV = c.state.rv
+	in.Ready, in.CacheRV, in.History = c.state.inspectLocked()
 	for w := range c.watchers.all {
 		w.mu.Lock()
 		in.Watchers[w.tracker.State()]++
 		w.mu.Unlock()
 	}
 	in.Calendar = c.calendar.Slots()
-	h := c.state.history
-	in.History = HistoryInspection{Events: h.len(), Capacity: h.capacity, Bound: h.limit, Window: h.window, StartRV: h.startRV,
-		Snapshots: c.state.snapshots.len()}
-	if oldest, newest := h.span(); oldest != nil {
-		in.History.OldestRV, in.History.NewestRV = oldest.rv, newest.rv
-		in.History.OldestAt, in.History.NewestAt = time.Unix(0, oldest.recordedNanos), time.Unix(0, newest.recordedNanos)
-	}
 	c.state.mu.RUnlock()
 
 	in.EtcdRV, in.EtcdErr = c.storageRV(ctx)

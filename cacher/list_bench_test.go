@@ -216,7 +216,7 @@ func BenchmarkSnapshotMemory(b *testing.B) {
 						c.clk.Step(time.Second)
 					}
 				}
-				poll(b, "the writes to be applied", func() bool { return c.currentRV() >= rv })
+				poll(b, "the writes to be applied", func() bool { return c.state.currentRV() >= rv })
 				b.ReportMetric(float64(heap()-before)/(1<<20), "MiB-kept")
 				c.state.mu.RLock()
 				b.ReportMetric(float64(c.state.snapshots.len()), "snapshots")
@@ -242,7 +242,7 @@ func BenchmarkListAfterWrites(b *testing.B) {
 			for i := range 10_000 {
 				sw.send(b, watch.Added, newTestPod(fmt.Sprintf("pod-%05d", i), uint64(101+i), map[string]string{"app": "web"}, "node1"))
 			}
-			poll(b, "applied", func() bool { return c.currentRV() >= 10_100 })
+			poll(b, "applied", func() bool { return c.state.currentRV() >= 10_100 })
 			opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}
 			b.ResetTimer()
 			for b.Loop() {
@@ -269,7 +269,7 @@ func BenchmarkListPastRV(b *testing.B) {
 	for i := range n + later {
 		sw.send(b, watch.Added, newTestPod(fmt.Sprintf("pod-%05d", i), uint64(101+i), map[string]string{"app": "web"}, "node1"))
 	}
-	poll(b, "applied", func() bool { return c.currentRV() >= 100+n+later })
+	poll(b, "applied", func() bool { return c.state.currentRV() >= 100+n+later })
 	rv := fmt.Sprint(100 + n)
 	b.Run("rv0", func(b *testing.B) {
 		opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"reflect"
-	"slices"
 	"sort"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -42,17 +40,14 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 	if err := c.waitFresh(ctx, rv); err != nil {
 		return err
 	}
-	c.state.mu.RLock()
-	item, ok, _ := c.state.store.GetByKey(key)
-	cacheRV := c.state.rv
-	c.state.mu.RUnlock()
+	o, ok, cacheRV := c.state.get(key)
 	if !ok {
 		if opts.IgnoreNotFound {
 			return runtime.SetZeroValue(objPtr)
 		}
 		return storage.NewKeyNotFoundError(key, int64(cacheRV))
 	}
-	return setObject(objPtr, item.(*object).obj)
+	return setObject(objPtr, o.obj)
 }
 
 // GetList implements storage.Interface. Lists the cache can serve exactly
@@ -75,7 +70,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		// A list at an RV ahead of the cache waits for the cache to reach
 		// it, as upstream does, and is a 504 if it does not: etcd would read
 		// an RV beyond int64 as a negative revision and answer 500.
-		if rv, err := c.versioner.ParseResourceVersion(opts.ResourceVersion); err == nil && rv > 0 && c.Ready() && rv > c.currentRV() {
+		if rv, err := c.versioner.ParseResourceVersion(opts.ResourceVersion); err == nil && rv > 0 && c.Ready() && rv > c.state.currentRV() {
 			if err := c.waitFresh(ctx, rv); err != nil {
 				c.metrics.freshnessTimedOut(requestList, err)
 				return err
@@ -95,9 +90,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		if delegateWhileNotReady(opts) {
 			return c.storage.GetList(ctx, key, opts, listObj)
 		}
-		c.state.mu.RLock()
-		since := c.state.ready.since
-		c.state.mu.RUnlock()
+		_, since, _ := c.state.readiness()
 		return notReadyError(c.clock.Now(), since)
 	}
 	if at, fromKey, ok := c.pastListPoint(opts, preparedKey); ok {
@@ -186,46 +179,11 @@ func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.Lis
 		}
 		start = from
 	}
-	c.state.mu.RLock()
-	objs, index := c.indexedLocked(ctx, key, opts)
-	var walk iter.Seq[*object]
-	hint := 0
-	switch current, cloned := c.state.snapshots.current(); {
-	case index != "":
-	case !opts.Recursive:
-		objs = c.objectsLocked(key, false)
-	case cloned:
-		// The clone of the current state (snapshots.go) is never written:
-		// it is walked after the lock, and nothing is collected but what
-		// is listed.
-		walk, hint = current.ascend(key, start), c.sizeHint(key, current)
-	default:
-		// No snapshots (ListFromCacheSnapshot off): the objects are
-		// collected under the lock.
-		objs = slices.AppendSeq(make([]*object, 0, c.sizeHint(key, c.state.ordered)), c.state.ordered.ascend(key, start))
-		start = key
-	}
-	cacheRV := c.state.rv
-	c.state.mu.RUnlock()
-	if walk == nil {
-		if start != key {
-			objs = objs[sort.Search(len(objs), func(i int) bool { return objs[i].key >= start }):]
-		}
-		walk, hint = slices.Values(objs), len(objs)
-	}
+	walk, hint, index, cacheRV := c.state.listCurrent(ctx, key, start, opts)
 
 	// Later pages carry the RV in their continue token: the snapshot of
 	// that state serves them (or etcd, which has its revisions).
 	return c.fillList(listObj, walk, hint, index, key, cacheRV, listLimit(opts), opts)
-}
-
-// sizeHint is how many objects a list of everything under key in tree may
-// hold: all of them for the whole resource, else unknown (0).
-func (c *Cacher) sizeHint(key string, tree orderedObjects) int {
-	if strings.TrimSuffix(key, "/") == strings.TrimSuffix(c.resourcePrefix, "/") {
-		return tree.len()
-	}
-	return 0
 }
 
 // fillList puts into listObj the objects of objs (in key order; about
@@ -319,37 +277,6 @@ func selectPage(listVal reflect.Value, objs iter.Seq[*object], sizeHint int, pre
 		p.lastKey = o.key
 	}
 	return p
-}
-
-// indexedLocked narrows a recursive list with the first of the resource's
-// indexers that the selector pins to one value (pods on one node, objects in
-// one namespace), instead of scanning every object. The predicate still
-// runs on what it returns.
-//
-// It returns the objects and the index's name, "" when no index applies.
-func (c *Cacher) indexedLocked(ctx context.Context, key string, opts storage.ListOptions) ([]*object, string) {
-	if !opts.Recursive {
-		return nil, ""
-	}
-	indexers := c.state.store.GetIndexers()
-	for _, mv := range opts.Predicate.MatcherIndex(ctx) {
-		if _, ok := indexers[mv.IndexName]; !ok {
-			continue
-		}
-		items, err := c.state.store.ByIndex(mv.IndexName, mv.Value)
-		if err != nil {
-			return nil, ""
-		}
-		out := make([]*object, 0, len(items))
-		for _, item := range items {
-			if o := item.(*object); strings.HasPrefix(o.key, key) {
-				out = append(out, o)
-			}
-		}
-		sortObjects(out)
-		return out, mv.IndexName
-	}
-	return nil, ""
 }
 
 // delegateWhileNotReady: a paginated list with no selectors is cheap for

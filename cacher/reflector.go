@@ -54,7 +54,7 @@ func (c *Cacher) reflectLoop() {
 		c.metrics.initializationErrors.Inc()
 		c.logger.Error(err, "Watch cache lost its watch; relisting", "backoff", backoff)
 		c.state.mu.Lock()
-		c.state.ready.set(statePending, c.clock.Now())
+		c.state.setReadyLocked(statePending, c.clock.Now())
 		c.terminateAllLocked()
 		c.state.mu.Unlock()
 		select {
@@ -115,7 +115,7 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 			// nothing they should not.
 			c.state.mu.Lock()
 			c.silenced.Store(true)
-			c.state.ready.set(statePending, c.clock.Now())
+			c.state.setReadyLocked(statePending, c.clock.Now())
 			c.state.mu.Unlock()
 			c.logger.Info("Storage watch lost; not ready until it answers, re-opening it from the cache's resourceVersion, watchers kept",
 				"resourceVersion", rv, "failingFor", c.clock.Since(retry.first), "err", err)
@@ -279,8 +279,8 @@ func (c *Cacher) answered() {
 	}
 	c.state.mu.Lock()
 	defer c.state.mu.Unlock()
-	if c.silenced.CompareAndSwap(true, false) && c.state.ready.state == statePending {
-		c.state.ready.set(stateReady, c.clock.Now())
+	if c.silenced.CompareAndSwap(true, false) {
+		c.state.readyAgainLocked(c.clock.Now())
 	}
 }
 
@@ -297,7 +297,7 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 	// Only this goroutine writes the state, so the object the event
 	// replaces can be read before the lock, and the event linked to it:
 	// nobody sees the event before the state holds it.
-	prev := c.state.held(cur.key)
+	prev := c.state.peek(cur.key)
 	if prev != nil {
 		cur.shareUnchanged(prev)
 	}

@@ -2,7 +2,6 @@ package cacher
 
 import (
 	"errors"
-	"sort"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,10 +36,10 @@ func (h snapshotHelper) ShouldDelegateExactRV(rv string, recursive bool) (delega
 // catch up (upstream's rule); one it has reached, from a snapshot that
 // still holds it.
 func (h snapshotHelper) exactRV(rv uint64) delegator.Result {
-	if rv > h.c.currentRV() {
+	if rv > h.c.state.currentRV() {
 		return delegator.Result{ShouldDelegate: !delegator.ConsistentReadSupported()}
 	}
-	return delegator.Result{ShouldDelegate: !h.c.hasStateAt(rv)}
+	return delegator.Result{ShouldDelegate: !h.c.state.hasStateAt(rv, h.c.storage.CompactRevision())}
 }
 
 func (h snapshotHelper) ShouldDelegateContinue(token string, recursive bool) (delegator.Result, error) {
@@ -60,59 +59,6 @@ func (h snapshotHelper) ShouldDelegateContinue(token string, recursive bool) (de
 
 func (h snapshotHelper) ShouldDelegateConsistentRead() (delegator.Result, error) {
 	return delegator.CacheWithoutSnapshots{}.ShouldDelegateConsistentRead()
-}
-
-// hasStateAt is whether the snapshots hold the state at rv, which the
-// cache has reached and etcd has not compacted (etcd's store answers those
-// 410 without a request, as it would for the cache).
-func (c *Cacher) hasStateAt(rv uint64) bool {
-	if rv == 0 || int64(rv) < c.storage.CompactRevision() {
-		return false
-	}
-	c.state.mu.RLock()
-	defer c.state.mu.RUnlock()
-	return rv <= c.state.rv && c.state.ready.state == stateReady && c.state.snapshots.covers(rv)
-}
-
-// snapshotAt is the state at rv: the checkpoint at or after it, and the
-// history's events between them to undo.
-func (c *Cacher) snapshotAt(rv uint64) (pastState, bool) {
-	if rv == 0 || int64(rv) < c.storage.CompactRevision() {
-		return pastState{}, false
-	}
-	c.state.mu.RLock()
-	defer c.state.mu.RUnlock()
-	if rv > c.state.rv || c.state.ready.state != stateReady {
-		return pastState{}, false
-	}
-	at, from, ok := c.state.snapshots.checkpointFor(rv)
-	if !ok {
-		return pastState{}, false
-	}
-	events, ok := c.eventsBetweenLocked(at, from.rv)
-	if !ok {
-		return pastState{}, false
-	}
-	return pastState{tree: from.tree, undo: undoSince(events)}, true
-}
-
-// eventsBetweenLocked returns the history's events above after and at or
-// below upTo, oldest first; false if the history no longer holds them all.
-func (c *Cacher) eventsBetweenLocked(after, upTo uint64) ([]*event, bool) {
-	h := c.state.history
-	if after < h.startRV {
-		return nil, false
-	}
-	if after >= upTo {
-		return nil, true
-	}
-	first := sort.Search(h.count, func(i int) bool { return h.at(i).rv > after })
-	end := first + sort.Search(h.count-first, func(i int) bool { return h.at(first+i).rv > upTo })
-	out := make([]*event, end-first)
-	for i := range out {
-		out[i] = h.at(first + i)
-	}
-	return out, true
 }
 
 // pastListPoint is the RV and start key of a list the snapshots serve: an
@@ -144,10 +90,10 @@ func (c *Cacher) pastListPoint(opts storage.ListOptions, key string) (rv uint64,
 
 // listFromSnapshot serves a page of the state at rv, from fromKey on.
 func (c *Cacher) listFromSnapshot(key, fromKey string, rv uint64, opts storage.ListOptions, listObj runtime.Object) error {
-	state, ok := c.snapshotAt(rv)
+	state, ok := c.state.snapshotAt(rv, c.storage.CompactRevision())
 	if !ok {
 		return errNoSnapshot
 	}
 	// A checkpoint is never written: it is read without the lock.
-	return c.fillList(listObj, state.ascend(key, fromKey), c.sizeHint(key, state.tree), "", key, rv, listLimit(opts), opts)
+	return c.fillList(listObj, state.ascend(key, fromKey), c.state.sizeHint(key, state.tree), "", key, rv, listLimit(opts), opts)
 }

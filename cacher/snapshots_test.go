@@ -221,7 +221,7 @@ func TestSnapshotListsDuringWrites(t *testing.T) {
 				default:
 				}
 				opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}
-				if rv := c.currentRV(); exact && rv > 105 {
+				if rv := c.state.currentRV(); exact && rv > 105 {
 					opts.ResourceVersion, opts.ResourceVersionMatch = strconv.FormatUint(rv-5, 10), metav1.ResourceVersionMatchExact
 				}
 				list := &example.PodList{}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
+	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -25,11 +26,12 @@ type cacheState struct {
 	history      *history
 	snapshots    snapshots
 	snapshotting bool
+	prefix       string
 	metrics      *resourceMetrics
 }
 
 // newCacheState is an empty state, pending its first list.
-func newCacheState(indexers *cache.Indexers, window time.Duration, capacity int, snapshotting bool, metrics *resourceMetrics, now time.Time) *cacheState {
+func newCacheState(prefix string, indexers *cache.Indexers, window time.Duration, capacity int, snapshotting bool, metrics *resourceMetrics, now time.Time) *cacheState {
 	s := &cacheState{
 		advanced:     make(chan struct{}),
 		store:        newStore(indexers),
@@ -37,24 +39,17 @@ func newCacheState(indexers *cache.Indexers, window time.Duration, capacity int,
 		history:      newHistory(window, capacity),
 		snapshots:    snapshots{window: window},
 		snapshotting: snapshotting,
+		prefix:       prefix,
 		metrics:      metrics,
 	}
 	s.ready.init(now)
+	// The bound the history starts at; historyBoundChanged follows it.
+	upstream.WatchCacheCapacity.WithLabelValues(metrics.gr.Group, metrics.gr.Resource).Set(float64(s.history.limit))
 	return s
 }
 
 // The apply path: the reflector's changes. Only the reflector goroutine
 // writes the store, the ordered index and the history's newest end.
-
-// held is the object the store holds under key, nil if none, read without
-// the lock: only the reflector, the one writer, calls it, so nothing
-// changes it meanwhile.
-func (s *cacheState) held(key string) *object {
-	if item, ok, _ := s.store.GetByKey(key); ok {
-		return item.(*object)
-	}
-	return nil
-}
 
 // apply records one change (e, linked to what it changed) in the store,
 // the ordered index, the history and the snapshots, and moves rv to it.
@@ -101,6 +96,21 @@ func (s *cacheState) resetLocked(objs []any, rv uint64, now time.Time) error {
 	s.ready.set(stateReady, now)
 	return nil
 }
+
+// setReadyLocked moves the serving state to st (readiness.set).
+func (s *cacheState) setReadyLocked(st readyState, now time.Time) { s.ready.set(st, now) }
+
+// readyAgainLocked makes a pending state ready again: its storage watch
+// answered after a silence, so what it holds is etcd's again. A relist in
+// progress (also pending) makes it ready itself; a stopped state stays so.
+func (s *cacheState) readyAgainLocked(now time.Time) {
+	if s.ready.state == statePending {
+		s.ready.set(stateReady, now)
+	}
+}
+
+// stopLocked stops serving for good.
+func (s *cacheState) stopLocked() { s.ready.stop() }
 
 // advance moves rv to a progress notification's rv: nothing changed up to
 // it.

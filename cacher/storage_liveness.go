@@ -104,7 +104,7 @@ func (c *Cacher) verifySilence(silent time.Duration) {
 	defer c.state.mu.Unlock()
 	if c.endWatchLocked(silentError(c.cfg.StorageSilenceTimeout)) {
 		c.logger.Info("Storage watch silent; ending it", "silentFor", silent,
-			"etcdRV", rv, "cacheRV", c.state.rv, "err", err)
+			"etcdRV", rv, "cacheRV", c.state.rvLocked(), "err", err)
 	}
 }
 
@@ -140,9 +140,7 @@ func (c *Cacher) probeIdle() (rv uint64, idle bool, err error) {
 	if rv, err = c.storage.GetCurrentResourceVersion(ctx); err != nil {
 		return rv, false, err
 	}
-	c.state.mu.RLock()
-	idle = rv <= c.state.rv
-	c.state.mu.RUnlock()
+	idle = rv <= c.state.currentRV()
 	if idle {
 		c.heard(c.clock.Now())
 		c.answered()

@@ -36,10 +36,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	if err != nil {
 		return nil, err
 	}
-	c.state.mu.RLock()
-	state, since := c.state.ready.state, c.state.ready.since
-	c.state.mu.RUnlock()
-	if state != stateReady {
+	if state, since, _ := c.state.readiness(); state != stateReady {
 		return nil, notReadyError(c.clock.Now(), since)
 	}
 
@@ -64,10 +61,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	}
 
 	if requestedRV > 0 && !sendInitial {
-		c.state.mu.RLock()
-		gap := requestedRV < c.state.history.startRV && c.state.history.fromList
-		c.state.mu.RUnlock()
-		if gap {
+		if start, fromList := c.state.historyStart(); requestedRV < start && fromList {
 			// A resume from before the cache's list: etcd may still have
 			// what it missed. Failing that, the 410 below stands.
 			if err := c.backfill(ctx, requestedRV); err != nil {
@@ -97,48 +91,52 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 			return nil, err
 		}
 	}
+	// The watcher is registered under the state's lock, atomically with the
+	// state it starts from: the dispatcher, which also takes it, then hands
+	// it exactly the events after w.startRV (cacheState).
 	c.state.mu.Lock()
-	if c.state.ready.state != stateReady {
+	if since, notReady := c.state.notReadyLocked(); notReady {
 		c.state.mu.Unlock()
-		return nil, notReadyError(c.clock.Now(), c.state.ready.since)
+		return nil, notReadyError(c.clock.Now(), since)
 	}
+	rv := c.state.rvLocked()
 	switch {
 	case fromState:
 		// The state was read at stateRV; what the cache applied since is
 		// in the history and is folded into it, so the client starts from
-		// the state at c.state.rv (initial_state.go). When the history no longer
+		// the state at rv (initial_state.go). When the history no longer
 		// reaches back to stateRV (a relist, or a write storm at capacity
 		// while the state was built), the state is read again, here.
-		if events, ok := c.state.history.since(stateRV); ok && stateRV >= c.state.history.startRV {
+		if events, ok := c.state.sinceLocked(stateRV); ok {
 			initial = c.fold(initial, stateObjs, w, events)
 		} else {
-			initial, _ = c.initialAdded(c.objectsLocked(key, opts.Recursive), opts.Predicate, c.state.rv)
+			initial, _ = c.initialAdded(c.state.objectsLocked(key, opts.Recursive), opts.Predicate, rv)
 		}
-		w.startRV = c.state.rv
+		w.startRV = rv
 	case requestedRV == 0:
 		// From now: etcd's current RV when it was read (RV "" with
 		// sendInitialEvents=false), or wherever the cache is.
-		w.startRV = max(requiredRV, c.state.rv)
+		w.startRV = max(requiredRV, rv)
 	default:
-		events, ok := c.state.history.since(requestedRV)
+		events, ok := c.state.sinceLocked(requestedRV)
 		if !ok {
-			oldest := c.state.history.startRV
+			oldest := c.state.historyStartLocked()
 			c.state.mu.Unlock()
 			c.metrics.expiredWatches.Inc()
 			return newErrWatcher(errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", requestedRV, oldest))), nil
 		}
 		initial = c.appendInterested(initial, w, events)
-		w.startRV = max(requestedRV, c.state.rv)
+		w.startRV = max(requestedRV, rv)
 	}
 	floor := uint64(0)
 	if sendInitial && w.bookmarks {
-		floor = max(watchlist.Floor(opts.ResourceVersion, requestedRV, requiredRV, c.state.rv), 1)
+		floor = max(watchlist.Floor(opts.ResourceVersion, requestedRV, requiredRV, rv), 1)
 	}
 	w.tracker = watchlist.NewTracker(floor)
-	if floor > 0 && c.state.rv >= floor {
+	if floor > 0 && rv >= floor {
 		// The cache already holds the floor: end the initial events now
 		// rather than on the next tick (kubernetes issue 122277).
-		end, err := c.bookmarkObject(c.state.rv)
+		end, err := c.bookmarkObject(rv)
 		if err == nil {
 			err = storage.AnnotateInitialEventsEndBookmark(end)
 		}
@@ -146,7 +144,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 			c.state.mu.Unlock()
 			return nil, err
 		}
-		w.tracker.Accept(c.state.rv)
+		w.tracker.Accept(rv)
 		initial = append(initial, watch.Event{Type: watch.Bookmark, Object: end})
 	}
 	c.watchers.add(w, sig)
@@ -183,25 +181,6 @@ func (c *Cacher) appendInterested(out []watch.Event, w *watcher, events []*event
 		}
 	}
 	return out
-}
-
-// currentRV is the RV of the newest event or progress the cache applied.
-func (c *Cacher) currentRV() uint64 {
-	c.state.mu.RLock()
-	defer c.state.mu.RUnlock()
-	return c.state.rv
-}
-
-// objectsLocked returns the cached objects under key, sorted by key.
-func (c *Cacher) objectsLocked(key string, recursive bool) []*object {
-	if !recursive {
-		item, ok, _ := c.state.store.GetByKey(key)
-		if !ok {
-			return nil
-		}
-		return []*object{item.(*object)}
-	}
-	return c.state.ordered.under(key)
 }
 
 // errWatcher delivers one error event and closes: once a watch request has

@@ -121,7 +121,7 @@ func TestWatchFromStateFoldsChangesWhileTheStateIsBuilt(t *testing.T) {
 			// its state, the wait itself would block on it.
 			applied := make(chan struct{})
 			go func() {
-				for c.currentRV() < 108 {
+				for c.state.currentRV() < 108 {
 					time.Sleep(time.Millisecond)
 				}
 				close(applied)

@@ -1,0 +1,294 @@
+package cacher
+
+import (
+	"context"
+	"iter"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// The state's reads. Methods named ...Locked need the caller to hold mu
+// (the read lock at least); the others take it themselves.
+
+// isReady is whether the state may be served.
+func (s *cacheState) isReady() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ready.state == stateReady
+}
+
+// readiness is the serving state, since when it has not been ready (for
+// Retry-After), and a channel closed at its next change.
+func (s *cacheState) readiness() (state readyState, since time.Time, changed <-chan struct{}) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ready.state, s.ready.since, s.ready.changed
+}
+
+// notReadyLocked is whether the state may not be served, and since when.
+func (s *cacheState) notReadyLocked() (since time.Time, notReady bool) {
+	return s.ready.since, s.ready.state != stateReady
+}
+
+// currentRV is the RV of the newest event or progress applied.
+func (s *cacheState) currentRV() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.rv
+}
+
+// rvLocked is the RV of the newest event or progress applied.
+func (s *cacheState) rvLocked() uint64 { return s.rv }
+
+// progress is rv and a channel closed when it next moves.
+func (s *cacheState) progress() (rv uint64, advanced <-chan struct{}) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.rv, s.advanced
+}
+
+// peek is the object held under key, nil if none, read without mu: the
+// indexer's own lock makes the read consistent in itself, but it may be one
+// applied event ahead of or behind rv. The reflector, the one writer, reads
+// exactly what it last applied; a write's hint (cachedCopy) accepts either.
+func (s *cacheState) peek(key string) *object {
+	if item, ok, _ := s.store.GetByKey(key); ok {
+		return item.(*object)
+	}
+	return nil
+}
+
+// keys lists the keys held, without mu (see peek): for size estimation.
+func (s *cacheState) keys() []string { return s.store.ListKeys() }
+
+// get is the object held under key and the RV of the state it was read in.
+func (s *cacheState) get(key string) (*object, bool, uint64) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	item, ok, _ := s.store.GetByKey(key)
+	if !ok {
+		return nil, false, s.rv
+	}
+	return item.(*object), true, s.rv
+}
+
+// listCurrent is what a list of the current state under key, from the key
+// start on, walks: the objects in key order (about hint of them, 0 if
+// unknown), the index that narrowed them ("" if none), and the state's RV.
+// Read under the read lock; the walk is done after it.
+func (s *cacheState) listCurrent(ctx context.Context, key, start string, opts storage.ListOptions) (walk iter.Seq[*object], hint int, index string, rv uint64) {
+	s.mu.RLock()
+	objs, index := s.indexedLocked(ctx, key, opts)
+	switch current, cloned := s.snapshots.current(); {
+	case index != "":
+	case !opts.Recursive:
+		objs = s.objectsLocked(key, false)
+	case cloned:
+		// The clone of the current state (snapshots.go) is never written:
+		// it is walked after the lock, and nothing is collected but what
+		// is listed.
+		walk, hint = current.ascend(key, start), s.sizeHint(key, current)
+	default:
+		// No snapshots (ListFromCacheSnapshot off): the objects are
+		// collected under the lock.
+		objs = slices.AppendSeq(make([]*object, 0, s.sizeHint(key, s.ordered)), s.ordered.ascend(key, start))
+		start = key
+	}
+	rv = s.rv
+	s.mu.RUnlock()
+	if walk == nil {
+		if start != key {
+			objs = objs[sort.Search(len(objs), func(i int) bool { return objs[i].key >= start }):]
+		}
+		walk, hint = slices.Values(objs), len(objs)
+	}
+	return walk, hint, index, rv
+}
+
+// sizeHint is how many objects a list of everything under key in tree may
+// hold: all of them for the whole resource, else unknown (0).
+func (s *cacheState) sizeHint(key string, tree orderedObjects) int {
+	if strings.TrimSuffix(key, "/") == strings.TrimSuffix(s.prefix, "/") {
+		return tree.len()
+	}
+	return 0
+}
+
+// objectsLocked returns the objects held under key, sorted by key.
+func (s *cacheState) objectsLocked(key string, recursive bool) []*object {
+	if !recursive {
+		item, ok, _ := s.store.GetByKey(key)
+		if !ok {
+			return nil
+		}
+		return []*object{item.(*object)}
+	}
+	return s.ordered.under(key)
+}
+
+// indexedLocked narrows a recursive list with the first of the resource's
+// indexers that the selector pins to one value (pods on one node, objects in
+// one namespace), instead of scanning every object. The predicate still
+// runs on what it returns.
+//
+// It returns the objects and the index's name, "" when no index applies.
+func (s *cacheState) indexedLocked(ctx context.Context, key string, opts storage.ListOptions) ([]*object, string) {
+	if !opts.Recursive {
+		return nil, ""
+	}
+	indexers := s.store.GetIndexers()
+	for _, mv := range opts.Predicate.MatcherIndex(ctx) {
+		if _, ok := indexers[mv.IndexName]; !ok {
+			continue
+		}
+		items, err := s.store.ByIndex(mv.IndexName, mv.Value)
+		if err != nil {
+			return nil, ""
+		}
+		out := make([]*object, 0, len(items))
+		for _, item := range items {
+			if o := item.(*object); strings.HasPrefix(o.key, key) {
+				out = append(out, o)
+			}
+		}
+		sortObjects(out)
+		return out, mv.IndexName
+	}
+	return nil, ""
+}
+
+// startingState is the state a watch under key starts from, the objects
+// sorted by key, and its RV; false (with since) when the state is not
+// ready. The exclusive lock is held only to take a copy-on-write clone of
+// the ordered objects (O(1)), or for an index lookup when the selector pins
+// an indexed field (spec.nodeName for a kubelet's pods: only that node's
+// pods are read), or for a single key; the walk under the prefix is done
+// outside it, so an informer start storm does not hold up the reflector,
+// lists and Gets for the length of a full scan each.
+func (s *cacheState) startingState(ctx context.Context, key string, opts storage.ListOptions) (objs []*object, rv uint64, since time.Time, ok bool) {
+	s.mu.Lock()
+	if s.ready.state != stateReady {
+		s.mu.Unlock()
+		return nil, 0, s.ready.since, false
+	}
+	rv = s.rv
+	var clone orderedObjects
+	switch indexed, index := s.indexedLocked(ctx, key, opts); {
+	case !opts.Recursive:
+		objs = s.objectsLocked(key, false)
+	case index != "":
+		objs = indexed
+	default:
+		clone = s.ordered.clone()
+	}
+	s.mu.Unlock()
+	if clone.tree != nil {
+		objs = clone.under(key)
+	}
+	return objs, rv, time.Time{}, true
+}
+
+// historyStart is the RV a resume must be at or above (history.startRV),
+// and whether it is still the (re)list's (history.fromList): then what came
+// before it is a gap a backfill can fill.
+func (s *cacheState) historyStart() (start uint64, fromList bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.history.startRV, s.history.fromList
+}
+
+// historyStartLocked is the RV a resume must be at or above.
+func (s *cacheState) historyStartLocked() uint64 { return s.history.startRV }
+
+// sinceLocked returns the history's events after rv, oldest first, and
+// false when rv is older than the history covers.
+func (s *cacheState) sinceLocked(rv uint64) ([]*event, bool) { return s.history.since(rv) }
+
+// eventsBetweenLocked returns the history's events above after and at or
+// below upTo, oldest first; false if the history no longer holds them all.
+func (s *cacheState) eventsBetweenLocked(after, upTo uint64) ([]*event, bool) {
+	h := s.history
+	if after < h.startRV {
+		return nil, false
+	}
+	if after >= upTo {
+		return nil, true
+	}
+	first := sort.Search(h.count, func(i int) bool { return h.at(i).rv > after })
+	end := first + sort.Search(h.count-first, func(i int) bool { return h.at(first+i).rv > upTo })
+	out := make([]*event, end-first)
+	for i := range out {
+		out[i] = h.at(first + i)
+	}
+	return out, true
+}
+
+// hasStateAt is whether the snapshots hold the state at rv, which the
+// state has reached and etcd has not compacted (at compacted; etcd's store
+// answers those 410 without a request, as it would for the cache).
+func (s *cacheState) hasStateAt(rv uint64, compacted int64) bool {
+	if rv == 0 || int64(rv) < compacted {
+		return false
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return rv <= s.rv && s.ready.state == stateReady && s.snapshots.covers(rv)
+}
+
+// snapshotAt is the state at rv (see hasStateAt): the checkpoint at or
+// after it, and the history's events between them to undo.
+func (s *cacheState) snapshotAt(rv uint64, compacted int64) (pastState, bool) {
+	if rv == 0 || int64(rv) < compacted {
+		return pastState{}, false
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if rv > s.rv || s.ready.state != stateReady {
+		return pastState{}, false
+	}
+	at, from, ok := s.snapshots.checkpointFor(rv)
+	if !ok {
+		return pastState{}, false
+	}
+	events, ok := s.eventsBetweenLocked(at, from.rv)
+	if !ok {
+		return pastState{}, false
+	}
+	return pastState{tree: from.tree, undo: undoSince(events)}, true
+}
+
+// objectRVs is each held object's RV (rvOf) by key and the state's RV, for
+// the consistency check; false when the state is not ready. It stops at the
+// first error of rvOf.
+func (s *cacheState) objectRVs(rvOf func(runtime.Object) (uint64, error)) (map[string]uint64, uint64, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.ready.state != stateReady {
+		return nil, 0, false, nil
+	}
+	cached := map[string]uint64{}
+	var err error
+	for _, o := range s.ordered.under(s.prefix) {
+		if cached[o.key], err = rvOf(o.obj); err != nil {
+			break
+		}
+	}
+	return cached, s.rv, true, err
+}
+
+// inspectLocked is what Inspect shows of the state.
+func (s *cacheState) inspectLocked() (ready bool, rv uint64, hi HistoryInspection) {
+	h := s.history
+	hi = HistoryInspection{Events: h.len(), Capacity: h.capacity, Bound: h.limit, Window: h.window, StartRV: h.startRV,
+		Snapshots: s.snapshots.len()}
+	if oldest, newest := h.span(); oldest != nil {
+		hi.OldestRV, hi.NewestRV = oldest.rv, newest.rv
+		hi.OldestAt, hi.NewestAt = time.Unix(0, oldest.recordedNanos), time.Unix(0, newest.recordedNanos)
+	}
+	return s.ready.state == stateReady, s.rv, hi
+}
