@@ -135,8 +135,10 @@ func (l *load) setUp(ctx context.Context) error {
 		},
 		ServerArgs: args,
 		// The churn's pods are created and deleted by the replicaset
-		// controller: its default 20 QPS would cap the churn.
+		// controller and bound by the scheduler (an event each): their
+		// default 20 and 50 QPS would cap the churn and the start.
 		ControllerManagerArgs: []string{"--kube-api-qps=200", "--kube-api-burst=400"},
+		SchedulerArgs:         []string{"--kube-api-qps=200", "--kube-api-burst=400"},
 	}, l.name, l.cache)
 	if err != nil {
 		return err
