@@ -26,18 +26,11 @@ const incomingBuffer = 1000
 
 // Cacher is one resource's watch cache. It implements storage.Interface.
 //
-// Lock order. backfills.mu is taken alone, never with another lock held.
-// Then mu (the cache's), then, held inside it, a watcher's mu or the
-// progress requester's mu; those two are never held together, and neither
-// is held when mu is taken. dropLog.mu is a leaf, taken with anything held.
-//
-// The store (current objects) may be read without mu: it is a thread-safe
-// indexer whose own lock makes each read consistent in itself. Without mu a
-// read may be one applied event ahead of or behind c.state.rv, which is what the
-// reads done that way accept: a write's hint (cachedCopy: the storage layer
-// checks the object's RV and retries on conflict) and the keys for size
-// estimation. Anything that must match c.state.rv (lists, watches' starting
-// states) reads under mu.
+// It keeps the storage feed (the reflector, its retries, the liveness and
+// consistency checks, backfills), the watchers, the bookmark calendar and
+// the dispatcher. What the cache holds of the resource is its state
+// (cacheState, state.go), whose lock, state.mu, also guards the watchers,
+// the calendar and watchLost; the lock order is written there.
 type Cacher struct {
 	cfg            Config
 	storage        storage.Interface
@@ -94,8 +87,8 @@ type Cacher struct {
 	// dropLog limits the log of what could not be built (dropped.go).
 	dropLog dropLog
 
-	// state is the objects, history and snapshots; its lock (state.mu) also
-	// guards everything below.
+	// state is the objects, history and snapshots; its lock, state.mu, also
+	// guards everything below (cacheState says why).
 	state    *cacheState
 	watchers watcherSet
 	calendar *bookmarks.Calendar[*watcher]

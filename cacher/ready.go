@@ -15,7 +15,7 @@ const (
 	stateStopped
 )
 
-// readiness is the cache's serving state; Cacher.mu guards it.
+// readiness is the cache's serving state; cacheState.mu guards it.
 type readiness struct {
 	state readyState
 	// since is when the cache last stopped being ready, for Retry-After.

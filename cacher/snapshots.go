@@ -19,7 +19,7 @@ const checkpointEvery = 32
 // at, as upstream's cache keeps since ListFromCacheSnapshot: they serve
 // lists at an exact RV and the later pages of a paginated list (whose
 // continue token carries the RV of its first page) from memory.
-// Cacher.mu guards them.
+// cacheState.mu guards them.
 //
 // Upstream keeps a copy-on-write clone of its store per event. Each clone
 // is O(1) to take, but the next write copies the B-tree nodes on its path

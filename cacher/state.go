@@ -13,21 +13,87 @@ import (
 
 // cacheState is what the cache holds of its resource: the current objects
 // (store and ordered index), the past events (history), the past states
-// (snapshots), the RV they are at and whether they may be served.
+// (snapshots), the RV they are at and whether they may be served. The
+// Cacher (watchers, dispatch, calendar, the storage feed) changes it only
+// through the methods here (the apply path) and reads it through those of
+// state_read.go, as upstream's Cacher does its watchCache.
+//
+// # Invariants
+//
+//   - rv is the RV of the newest event applied, progress notification
+//     heard or (re)list made; it only moves forward, but for a relist,
+//     which sets it to the list's RV. advanced is closed and replaced each
+//     time it moves.
+//   - store and ordered hold the same *object values, one per key: the
+//     objects of the resource at rv. ordered sorts them by key for lists;
+//     store indexes them for the resource's indexers.
+//   - history holds every event applied with an RV in (history.startRV,
+//     newest], in RV order, none above rv: a watch from any RV at or above
+//     startRV resumes from it, one below gets 410. startRV is the (re)list's
+//     RV (fromList) until an eviction moves it to the evicted event's; a
+//     backfill moves it back, putting etcd's events in front.
+//   - An event's prev is what store held under its key before it (see
+//     linkPrev), so the history can undo its events back to any RV it
+//     covers.
+//   - snapshots (only when snapshotting) hold states at RVs at or above
+//     history.startRV; the newest (snapshots.latest) is a copy-on-write
+//     clone of ordered at the newest RV applied, and every other RV they
+//     cover is rebuilt from a checkpoint at or after it by undoing the
+//     history's events in between. A clone is never written once taken.
+//   - ready says whether all of the above is etcd's resource as of rv, to
+//     be served: pending until the first list and during a relist or a
+//     silent storage watch; stopped for good.
+//
+// Only the reflector goroutine applies events and relists (apply,
+// resetLocked, advance); it reads store without the lock (peek) because
+// nobody else writes it. The tick forgets compacted snapshots, a backfill
+// prepends to the history's old end, DropHistoryThrough evicts from it.
+//
+// # Lock
+//
+// mu guards every field but snapshotting, prefix and metrics (set at New).
+// It is also the lock of the Cacher's watchers, calendar and watchLost, on
+// purpose: a watcher must be registered atomically with the state it
+// starts from. Watch reads rv (the watcher's startRV) and the history or
+// the state after it and adds the watcher in one exclusive hold; the
+// reflector's apply changes rv under the lock and only then hands the event
+// to the dispatcher, which finds its watchers under the read lock. So an
+// event applied before the registration is at or below startRV and skipped
+// for that watcher, and one applied after it finds the watcher: none is
+// missed or sent twice. Likewise a relist terminates the watchers in the
+// hold that replaces the state they started from. A second lock would have
+// to be held with this one on each of those paths; one lock is simpler.
+//
+// Lock order: the Cacher's backfills.mu alone, never with mu; mu before a
+// watcher's mu or the progress requester's mu (those two never held
+// together, neither held when mu is taken). The store's own lock and the
+// Cacher's dropLog.mu are leaves. Methods named ...Locked need mu held by
+// the caller (exclusively where they change something); the others take
+// it themselves.
+//
+// Without mu, store may be read (peek, keys): the indexer's own lock makes
+// each read consistent in itself, one applied event ahead of or behind rv,
+// which a write's hint (the storage layer checks the object's RV and
+// retries on conflict) and size estimation accept. Anything that must
+// match rv (lists, a watch's starting state) reads under mu.
 type cacheState struct {
-	// mu guards the fields below, and the Cacher's watchers, calendar and
-	// watchLost, which must change atomically with the state.
-	mu           sync.RWMutex
-	ready        readiness
-	rv           uint64
-	advanced     chan struct{} // closed and replaced whenever rv moves
-	store        cache.Indexer
-	ordered      orderedObjects
-	history      *history
-	snapshots    snapshots
+	mu       sync.RWMutex
+	ready    readiness
+	rv       uint64
+	advanced chan struct{}
+	store    cache.Indexer
+	ordered  orderedObjects
+	history  *history
+	// snapshots are past states for exact-RV and paginated lists
+	// (snapshots.go); empty when snapshotting is off.
+	snapshots snapshots
+
+	// snapshotting is whether ListFromCacheSnapshot was on at New.
 	snapshotting bool
-	prefix       string
-	metrics      *resourceMetrics
+	// prefix is the resource's key prefix: a list under it is of every
+	// object (sizeHint).
+	prefix  string
+	metrics *resourceMetrics
 }
 
 // newCacheState is an empty state, pending its first list.

@@ -160,7 +160,7 @@ func (w *watcher) floorReached() bool {
 func (w *watcher) queuedLocked() int { return len(w.queue) - w.head }
 
 // start hands the watcher its initial events (nil for none) before it is
-// visible to the dispatcher, so they come first. The caller holds c.mu,
+// visible to the dispatcher, so they come first. The caller holds c.state.mu,
 // under which Stop cannot have started waiting for the pump.
 func (w *watcher) start(ctx context.Context, initial []watch.Event) {
 	w.mu.Lock()
