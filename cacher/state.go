@@ -166,9 +166,9 @@ func (s *cacheState) resetLocked(objs []any, rv uint64, now time.Time) error {
 // setReadyLocked moves the serving state to st (readiness.set).
 func (s *cacheState) setReadyLocked(st readyState, now time.Time) { s.ready.set(st, now) }
 
-// readyAgainLocked makes a pending state ready again: its storage watch
-// answered after a silence, so what it holds is etcd's again. A relist in
-// progress (also pending) makes it ready itself; a stopped state stays so.
+// readyAgainLocked makes a pending state ready again: the caller heard its
+// storage watch answer after a silence, so what it holds is etcd's again.
+// A stopped state stays stopped.
 func (s *cacheState) readyAgainLocked(now time.Time) {
 	if s.ready.state == statePending {
 		s.ready.set(stateReady, now)
