@@ -93,9 +93,12 @@ kube-apiserver:
 # once with watchkeeper, printed side by side (docs/kube-apiserver.md).
 # Everything is built from k8s.io/kubernetes v1.37.2 in e2e/ and kwok
 # v0.8.0 in e2e/kwok/: long the first time, then from the Go build cache.
+# The e2e module's own unit tests (the cluster driver, kube-load's
+# arithmetic) run first.
 # make kube-e2e KUBE_E2E_FLAGS="-checks=false -procs 2"; bin/kube-e2e -help.
 KWOK_STAGES = $(shell $(GO) -C e2e/kwok list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
 kube-e2e: kube-e2e-build
+	$(GO) -C e2e test -count=1 ./internal/... ./cmd/...
 	bin/kube-e2e -kwok-stages=$(KWOK_STAGES) $(KUBE_E2E_FLAGS)
 
 kube-e2e-build: kube-apiserver
