@@ -2,11 +2,11 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -94,6 +94,11 @@ type linReport struct {
 	// unknown writes, and those found in etcd's history.
 	unknown, happened int
 	verdict           porcupine.CheckResult
+	// perKey is each key's verdict, operations and search time.
+	perKey []string
+	// unsettled are the files holding the histories of keys whose search
+	// timed out.
+	unsettled []string
 	// failing is the smallest failing part of an illegal history, one line
 	// per operation; visualization its HTML (porcupine's), where saved.
 	failing       []string
@@ -221,21 +226,19 @@ func checkLinearizability(ops []linOp, events []truthEvent, keys *keyTable, nkey
 		}
 	}
 
-	// Each key's history on its own, all at once (porcupine's own
-	// partitioning would not say which key failed).
-	results := make([]porcupine.CheckResult, len(parts))
-	var wg sync.WaitGroup
-	for k, part := range parts {
-		if len(part) > 0 {
-			wg.Go(func() { results[k] = porcupine.CheckOperationsTimeout(linModel, part, timeout) })
-		}
-	}
-	wg.Wait()
+	// Each key's history on its own (porcupine's own partitioning would not
+	// say which key failed), one at a time: a search that cannot settle a
+	// history grows its memory by tens of MB a second until the timeout
+	// (upstream's 30-minute chaos history took 15 GB in a minute with all
+	// eight keys at once), so the timeout bounds one search's memory only
+	// if the searches do not run side by side.
 	for k, part := range parts {
 		if len(part) == 0 {
 			continue
 		}
-		res := results[k]
+		began := time.Now()
+		res := porcupine.CheckOperationsTimeout(linModel, part, timeout)
+		rep.perKey = append(rep.perKey, fmt.Sprintf("%s:%s:%d:%s", linKeyName(k), res, len(part), time.Since(began).Round(time.Millisecond)))
 		switch {
 		case res == porcupine.Illegal:
 			rep.verdict = porcupine.Illegal
@@ -247,8 +250,17 @@ func checkLinearizability(ops []linOp, events []truthEvent, keys *keyTable, nkey
 					rep.visualization = path
 				}
 			}
-		case res == porcupine.Unknown && rep.verdict == porcupine.Ok:
-			rep.verdict = porcupine.Unknown
+		case res == porcupine.Unknown:
+			if rep.verdict == porcupine.Ok {
+				rep.verdict = porcupine.Unknown
+			}
+			// The whole history, to study why it would not settle.
+			if dir != "" {
+				path := filepath.Join(dir, "lin-"+linKeyName(k)+"-unknown.txt")
+				if err := os.WriteFile(path, []byte(strings.Join(listOps(part), "\n")+"\n"), 0o644); err == nil {
+					rep.unsettled = append(rep.unsettled, path)
+				}
+			}
 		}
 	}
 	return rep
@@ -281,10 +293,16 @@ func smallestIllegal(ops []porcupine.Operation, timeout time.Duration) []porcupi
 // describeOps is the last operations of a failing history, one line each,
 // by call time: what the failure is made of.
 func describeOps(key string, ops []porcupine.Operation) []string {
+	lines := listOps(ops)
+	lines = lines[max(0, len(lines)-12):]
+	return append([]string{fmt.Sprintf("%s: the shortest history that is not linearizable ends with (times since the start):", key)}, lines...)
+}
+
+// listOps is a line per operation, by call time.
+func listOps(ops []porcupine.Operation) []string {
 	sorted := slices.Clone(ops)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Call < sorted[j].Call })
-	sorted = sorted[max(0, len(sorted)-12):]
-	out := []string{fmt.Sprintf("%s: the shortest history that is not linearizable ends with (times since the start):", key)}
+	out := make([]string, 0, len(sorted))
 	for _, op := range sorted {
 		out = append(out, fmt.Sprintf("  client %d (%s) [%v, %v] %s", op.ClientId, op.Metadata,
 			time.Duration(op.Call).Round(time.Millisecond), time.Duration(op.Return).Round(time.Millisecond),

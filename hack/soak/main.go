@@ -146,7 +146,7 @@ func run() int {
 	fs.Float64Var(&c.rewind, "rewind", 0.25, "the share of plain watchers' resumes that start from an earlier RV their stream delivered (within 20s) rather than the last: resumption from any RV, checked")
 	fs.IntVar(&c.linClients, "lin-clients", 6, "linearizability clients: writes, consistent reads and RV \"0\" reads of their own widgets through every replica, checked with porcupine")
 	fs.IntVar(&c.linKeys, "lin-keys", 8, "widgets the linearizability clients share")
-	fs.DurationVar(&c.linTimeout, "lin-timeout", 5*time.Minute, "how long porcupine may take for one key's history before the verdict is Unknown")
+	fs.DurationVar(&c.linTimeout, "lin-timeout", time.Minute, "how long porcupine may take for one key's history before the verdict is Unknown; keys are checked one after another, and a search that cannot settle grows by tens of MB a second")
 	fs.BoolVar(&c.chaos, "chaos", false, "the chaos schedule (chaos.go): partitions (a replica cut from etcd, etcd's leader or a follower cut from its peers), a slow lossy link and the HA shape's crashes, each held and healed in turn on a clock drawn from -seed; implies -replicas 3 -etcd-members 3 and -compact-lag 5m unless given")
 	chaosFaults := fs.String("chaos-faults", strings.Join(allChaosFaults, ","), "the chaos schedule's faults, taken in this order, round and round")
 	fs.DurationVar(&c.chaosGap, "chaos-gap", 15*time.Second, "chaos: the pause after each fault healed")
@@ -538,10 +538,13 @@ func soak(ctx context.Context, c config) (ok bool, err error) {
 	}
 	linStartCheck := time.Now()
 	lin := checkLinearizability(linOps, events, keys, c.linKeys, linStart, dir, c.linTimeout)
-	logf("checked %d operations of %d linearizability clients for linearizability in %v: %s (read errors by code: %v)",
-		lin.ops, c.linClients, time.Since(linStartCheck).Round(time.Millisecond), lin.verdict, linRec.errors)
+	logf("checked %d operations of %d linearizability clients for linearizability in %v: %s (read errors by code: %v; per key, verdict:operations:search time: %s)",
+		lin.ops, c.linClients, time.Since(linStartCheck).Round(time.Millisecond), lin.verdict, linRec.errors, strings.Join(lin.perKey, " "))
 	if len(lin.failing) > 0 {
 		logf("not linearizable:\n%s", lin.failure())
+	}
+	if len(lin.unsettled) > 0 {
+		logf("histories whose search timed out (-lin-timeout %v): %s", c.linTimeout, strings.Join(lin.unsettled, " "))
 	}
 	if lin.visualization != "" {
 		logf("porcupine's visualization of it: %s", lin.visualization)
