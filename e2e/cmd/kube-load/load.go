@@ -26,18 +26,22 @@ type result struct {
 	measured time.Duration
 	st       *stats
 	tracker  *podTracker
-	acc      scraped // the increase of the scraped series over the measured run
-	cpu      time.Duration
+	acc      scraped       // the increase of the scraped series over the measured run
+	cpu      time.Duration // kube-apiserver's
 	peakRSS  int64
-	heap     heapUse
-	prof     profiles
+	// The machine's CPU over the run: every process's, and of it the
+	// run's other processes' (kube-load itself with etcd, the
+	// controllers, kwok); the rest is someone else's.
+	hostCPU, helpersCPU time.Duration
+	heap                heapUse
+	prof                profiles
 
 	podStamps, objStamps, writeErrors, churnErrors atomic.Int64
 
 	stormSync     []time.Duration // per kubelet: storm start to its WatchList synced
 	stormUnsynced int
-	restartDown   time.Duration // SIGTERM to ready
-	reconnect     []time.Duration
+	restartDown   time.Duration   // SIGTERM to ready
+	reconnect     []time.Duration // per kubelet: the old process's exit to its pods' watch open again
 	unreconnected int
 	consistency   string // the kubelets' views against the server's pods at the end
 	consistent    bool
@@ -221,6 +225,14 @@ func (l *load) measure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	h0, err := hostBusy()
+	if err != nil {
+		return err
+	}
+	helpers0, err := cpuOf(l.helperPIDs()...)
+	if err != nil {
+		return err
+	}
 	st.phase.Store(int32(phaseSteady))
 	t0 := time.Now()
 	wctx, stopWork := context.WithCancel(ctx)
@@ -297,12 +309,31 @@ func (l *load) measure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	h2, err := hostBusy()
+	if err != nil {
+		return err
+	}
+	helpers2, err := cpuOf(l.helperPIDs()...)
+	if err != nil {
+		return err
+	}
+	res.hostCPU, res.helpersCPU = h2-h0, helpers2-helpers0
 	acc.delta(m0, m2)
 	res.acc = acc
 	res.cpu += u2.cpu - u0.cpu
 	res.peakRSS = max(res.peakRSS, u2.peakRSS)
 	l.say("measured %v: kube-apiserver %v CPU, peak RSS %d MiB", res.measured.Round(time.Second), res.cpu.Round(100*time.Millisecond), res.peakRSS>>20)
 	return nil
+}
+
+// helperPIDs are the run's processes other than kube-apiserver: this one
+// (the load and etcd) and the controllers.
+func (l *load) helperPIDs() []int {
+	pids := []int{os.Getpid()}
+	for _, c := range l.cluster.Controllers {
+		pids = append(pids, c.PID())
+	}
+	return pids
 }
 
 // storm restarts every kubelet's watches at once and waits until each
@@ -353,13 +384,13 @@ func (l *load) restart(ctx context.Context) error {
 	})
 	for _, k := range l.kubes {
 		if _, _, ok := k.view(); ok.After(exited) {
-			l.res.reconnect = append(l.res.reconnect, ok.Sub(ready))
+			l.res.reconnect = append(l.res.reconnect, ok.Sub(exited))
 		} else {
 			l.res.unreconnected++
 		}
 	}
 	sortDurations(l.res.reconnect)
-	l.say("kube-apiserver restarted: exited %v after SIGTERM, ready %v after; %d kubelets watching again, the last %v after ready",
+	l.say("kube-apiserver restarted: exited %v after SIGTERM, ready %v after; %d kubelets watching again, the last %v after the exit",
 		exited.Sub(start).Round(100*time.Millisecond), ready.Sub(exited).Round(100*time.Millisecond),
 		len(l.res.reconnect), lastOf(l.res.reconnect).Round(10*time.Millisecond))
 	// The restart's window: until 30s after ready. measure stops the

@@ -106,7 +106,14 @@ func run(ctx context.Context, cfg config) int {
 		return 1
 	}
 	defer logFile.Close()
-	klog.LogToStderr(false)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	for name, value := range map[string]string{"logtostderr": "false", "stderrthreshold": "FATAL"} {
+		if err := klogFlags.Set(name, value); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	klog.SetOutput(logFile)
 	if cfg.profileDir != "" {
 		if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {

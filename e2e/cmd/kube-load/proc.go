@@ -52,6 +52,47 @@ func readProc(pid int) (procUsage, error) {
 	return u, nil
 }
 
+// hostBusy is the CPU time every process of the machine has used so far
+// (/proc/stat's cpu line without idle and iowait).
+func hostBusy() (time.Duration, error) {
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(stat), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var busy int64
+	// user nice system idle iowait irq softirq steal: guest time is
+	// already in user.
+	for i, v := range f[1:9] {
+		if i == 3 || i == 4 {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		busy += n
+	}
+	return time.Duration(busy) * time.Second / clockTicks, nil
+}
+
+// cpuOf is the CPU time the processes pids have used so far.
+func cpuOf(pids ...int) (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range pids {
+		u, err := readProc(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += u.cpu
+	}
+	return sum, nil
+}
+
 // cachePackages are the function-name prefixes whose allocations count as
 // the watch cache's heap: either cache's own package, and etcd3's watch
 // decoding (which both caches' storage watch runs, and only they do for

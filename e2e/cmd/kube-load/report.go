@@ -88,6 +88,10 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	row("  events timed (pods + secrets/configmaps)", float64(wk.st.podLatency.Count()+wk.st.objectLatency.Count()),
 		float64(up.st.podLatency.Count()+up.st.objectLatency.Count()), num)
 	row("kube-apiserver CPU over the run", float64(wk.cpu), float64(up.cpu), dur)
+	row("machine CPU busy over the run, every process", float64(wk.hostCPU), float64(up.hostCPU), dur)
+	row("  of it the load, etcd, controllers and kwok", float64(wk.helpersCPU), float64(up.helpersCPU), dur)
+	others := func(r *result) float64 { return float64(max(0, r.hostCPU-r.cpu-r.helpersCPU)) }
+	row("  of it processes not of this run (noise)", others(wk), others(up), dur)
 	row("kube-apiserver peak RSS", float64(wk.peakRSS), float64(up.peakRSS), mib)
 	row("kube-apiserver heap in use (before the storm)", float64(wk.heap.total), float64(up.heap.total), mib)
 	row("  of it the caches' (cacher and etcd3 watch stacks)", float64(wk.heap.caches), float64(up.heap.caches), mib)
@@ -129,8 +133,8 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	row("start storm: WatchLists synced, p50", float64(quantileOf(wk.stormSync, 0.5)), float64(quantileOf(up.stormSync, 0.5)), dur)
 	row("start storm: p99", float64(quantileOf(wk.stormSync, 0.99)), float64(quantileOf(up.stormSync, 0.99)), dur)
 	row("start storm: last", float64(lastOf(wk.stormSync)), float64(lastOf(up.stormSync)), dur)
-	row("restart: SIGTERM to ready", float64(wk.restartDown), float64(up.restartDown), dur)
-	row("restart: kubelets watching again after ready, p99", float64(quantileOf(wk.reconnect, 0.99)), float64(quantileOf(up.reconnect, 0.99)), dur)
+	row("restart: SIGTERM to ready again", float64(wk.restartDown), float64(up.restartDown), dur)
+	row("restart: kubelets watching pods again, after the exit, p99", float64(quantileOf(wk.reconnect, 0.99)), float64(quantileOf(up.reconnect, 0.99)), dur)
 	row("stamped writes (pods, secrets/configmaps)", float64(wk.podStamps.Load()+wk.objStamps.Load()), float64(up.podStamps.Load()+up.objStamps.Load()), num)
 	row("failed writes of the load (stamps, scaling)", float64(wk.writeErrors.Load()+wk.churnErrors.Load()), float64(up.writeErrors.Load()+up.churnErrors.Load()), num)
 	fmt.Fprintf(w, "views at the end: watchkeeper: %s; stock: %s\n", wk.consistency, up.consistency)
