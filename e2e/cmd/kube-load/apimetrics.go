@@ -90,6 +90,9 @@ type apiCall struct {
 }
 
 func (c apiCall) String() string {
+	if c.resource == "" { // a non-resource URL: subresource holds its path
+		return c.verb + " " + c.subresource
+	}
 	r := c.resource
 	if c.subresource != "" {
 		r += "/" + c.subresource
