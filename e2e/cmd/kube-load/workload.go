@@ -56,17 +56,6 @@ func configMapName(i int) string     { return "app-config-" + strconv.Itoa(i) }
 func stampNow() string               { return strconv.FormatInt(time.Now().UnixNano(), 10) }
 func groupsFor(nodes int) int        { return (nodes + nodesPerGroup - 1) / nodesPerGroup }
 func (w *workload) deployments() int { return w.groups * deploymentsPerNamespace }
-func (w *workload) total() (n int32) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, g := range w.replicas {
-		for _, r := range g {
-			n += r
-		}
-	}
-	return n
-}
-
 func newWorkload(client kubernetes.Interface, nodes, pods int) *workload {
 	w := &workload{client: client, groups: groupsFor(nodes), pods: pods}
 	per := pods / w.deployments()
