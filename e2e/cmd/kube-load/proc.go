@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -172,80 +173,95 @@ type profiles struct {
 	cpuPath, heapPath string
 }
 
-// topDiff names the functions whose share of a profile's total differs
-// most between two profiles of the same kind (cumulative, as pprof -top
-// -cum), as "name: a% vs b%".
+// ownCachePackages are the two caches' own code, without the etcd3 watch
+// both run.
+var ownCachePackages = cachePackages[:2]
+
+// topDiff compares two profiles of the same kind (sampleType: cpu,
+// inuse_space) of the two servers. First the caches' own code (samples
+// with a frame in either cache's package); then, of the functions both
+// profiles have (the code the servers share: handlers, etcd3, encoding,
+// the runtime), the n whose cumulative value (as pprof -top -cum) differs
+// most. A function of one cache only has no counterpart to compare with:
+// the first line covers them.
 func topDiff(aPath, bPath string, sampleType string, n int) ([]string, error) {
-	a, err := cumShares(aPath, sampleType)
+	a, err := cumValues(aPath, sampleType)
 	if err != nil {
 		return nil, err
 	}
-	b, err := cumShares(bPath, sampleType)
+	b, err := cumValues(bPath, sampleType)
 	if err != nil {
 		return nil, err
+	}
+	out := []string{
+		fmt.Sprintf("%-72s %10s %10s", "total", a.format(a.total), b.format(b.total)),
+		fmt.Sprintf("%-72s %10s %10s", "the cache's own code (cacher package of either)", a.format(a.cache), b.format(b.cache)),
 	}
 	type row struct {
 		name   string
-		sa, sb float64
+		va, vb float64
 	}
 	var rows []row
-	for name := range union(a, b) {
-		rows = append(rows, row{name, a[name], b[name]})
+	for name, va := range a.cum {
+		if vb, ok := b.cum[name]; ok {
+			rows = append(rows, row{name, va, vb})
+		}
 	}
 	sort.Slice(rows, func(i, j int) bool {
-		di, dj := rows[i].sa-rows[i].sb, rows[j].sa-rows[j].sb
-		if di < 0 {
-			di = -di
-		}
-		if dj < 0 {
-			dj = -dj
-		}
-		return di > dj
+		return math.Abs(rows[i].va-rows[i].vb) > math.Abs(rows[j].va-rows[j].vb)
 	})
-	var out []string
 	for _, r := range rows[:min(n, len(rows))] {
-		out = append(out, fmt.Sprintf("%s: %.1f%% vs %.1f%%", r.name, 100*r.sa, 100*r.sb))
+		name := r.name
+		if len(name) > 72 {
+			name = name[:69] + "..."
+		}
+		out = append(out, fmt.Sprintf("%-72s %10s %10s", name, a.format(r.va), b.format(r.vb)))
 	}
 	return out, nil
 }
 
-func union(a, b map[string]float64) map[string]bool {
-	out := map[string]bool{}
-	for k := range a {
-		out[k] = true
-	}
-	for k := range b {
-		out[k] = true
-	}
-	return out
+// profileValues are a profile's values of one sample type: in total, in
+// samples with a frame of the caches' own code, and per function
+// cumulative (each function counted once per sample).
+type profileValues struct {
+	unit         string
+	total, cache float64
+	cum          map[string]float64
 }
 
-// cumShares is each function's cumulative share of the profile's total of
-// sampleType (each function counted once per sample).
-func cumShares(path, sampleType string) (map[string]float64, error) {
+func (p profileValues) format(v float64) string {
+	if p.unit == "bytes" {
+		return fmt.Sprintf("%.1f MiB", v/(1<<20))
+	}
+	return fmt.Sprintf("%.2fs", v/1e9) // nanoseconds
+}
+
+func cumValues(path, sampleType string) (profileValues, error) {
+	pv := profileValues{cum: map[string]float64{}}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return pv, err
 	}
 	defer f.Close()
 	p, err := profile.Parse(f)
 	if err != nil {
-		return nil, err
+		return pv, err
 	}
 	idx := -1
 	for i, st := range p.SampleType {
 		if st.Type == sampleType {
-			idx = i
+			idx, pv.unit = i, st.Unit
 		}
 	}
 	if idx < 0 {
-		return nil, fmt.Errorf("%s: no %s", filepath.Base(path), sampleType)
+		return pv, fmt.Errorf("%s: no %s", filepath.Base(path), sampleType)
 	}
-	var total float64
-	cum := map[string]float64{}
 	for _, s := range p.Sample {
 		v := float64(s.Value[idx])
-		total += v
+		pv.total += v
+		if stackIn(s, ownCachePackages) {
+			pv.cache += v
+		}
 		seen := map[string]bool{}
 		for _, loc := range s.Location {
 			for _, line := range loc.Line {
@@ -253,14 +269,9 @@ func cumShares(path, sampleType string) (map[string]float64, error) {
 					continue
 				}
 				seen[line.Function.Name] = true
-				cum[line.Function.Name] += v
+				pv.cum[line.Function.Name] += v
 			}
 		}
 	}
-	if total > 0 {
-		for k := range cum {
-			cum[k] /= total
-		}
-	}
-	return cum, nil
+	return pv, nil
 }

@@ -190,7 +190,7 @@ func printProfileDiffs(w io.Writer, wk, up *result) {
 			fmt.Fprintf(w, "profiles, %s: %v\n", x.what, err)
 			continue
 		}
-		fmt.Fprintf(w, "\n%s, cumulative share of the profile, watchkeeper vs stock (%s, %s), largest differences:\n", x.what, x.a, x.b)
+		fmt.Fprintf(w, "\n%s: watchkeeper (%s) vs stock (%s); then the shared functions that differ most, cumulative:\n", x.what, x.a, x.b)
 		for _, r := range rows {
 			fmt.Fprintln(w, "  "+r)
 		}
