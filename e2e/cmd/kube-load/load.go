@@ -343,24 +343,39 @@ func (l *load) storm(ctx context.Context) {
 	for _, k := range l.kubes {
 		k.restartWatches()
 	}
+	l.res.stormSync, l.res.stormUnsynced = l.waitKubelets(ctx, start, func(synced, _ time.Time) time.Time { return synced })
+	l.say("start storm: %d kubelets' WatchLists restarted at once, %d synced, the last after %v",
+		len(l.kubes), len(l.res.stormSync), lastOf(l.res.stormSync).Round(10*time.Millisecond))
+}
+
+// waitKubelets waits up to 2 minutes until, for every kubelet, at (of
+// its pods' latest WatchList sync and latest watch call) is after since;
+// it returns those kubelets' at-since, sorted, and how many never got
+// there.
+func (l *load) waitKubelets(ctx context.Context, since time.Time, at func(synced, watchOK time.Time) time.Time) ([]time.Duration, int) {
+	when := func(k *kubelet) time.Time {
+		_, synced, watchOK := k.view()
+		return at(synced, watchOK)
+	}
 	_ = waitFor(ctx, 2*time.Minute, func() (bool, error) {
 		for _, k := range l.kubes {
-			if _, synced, _ := k.view(); !synced.After(start) {
+			if !when(k).After(since) {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
+	var got []time.Duration
+	missing := 0
 	for _, k := range l.kubes {
-		if _, synced, _ := k.view(); synced.After(start) {
-			l.res.stormSync = append(l.res.stormSync, synced.Sub(start))
+		if t := when(k); t.After(since) {
+			got = append(got, t.Sub(since))
 		} else {
-			l.res.stormUnsynced++
+			missing++
 		}
 	}
-	sortDurations(l.res.stormSync)
-	l.say("start storm: %d kubelets' WatchLists restarted at once, %d synced, the last after %v",
-		len(l.kubes), len(l.res.stormSync), lastOf(l.res.stormSync).Round(10*time.Millisecond))
+	sortDurations(got)
+	return got, missing
 }
 
 // restart restarts kube-apiserver (SIGTERM) and waits until every kubelet
@@ -374,22 +389,7 @@ func (l *load) restart(ctx context.Context) error {
 		return fmt.Errorf("kube-apiserver restart: %w", err)
 	}
 	l.res.restartDown = ready.Sub(start)
-	_ = waitFor(ctx, 2*time.Minute, func() (bool, error) {
-		for _, k := range l.kubes {
-			if _, _, ok := k.view(); !ok.After(exited) {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	for _, k := range l.kubes {
-		if _, _, ok := k.view(); ok.After(exited) {
-			l.res.reconnect = append(l.res.reconnect, ok.Sub(exited))
-		} else {
-			l.res.unreconnected++
-		}
-	}
-	sortDurations(l.res.reconnect)
+	l.res.reconnect, l.res.unreconnected = l.waitKubelets(ctx, exited, func(_, watchOK time.Time) time.Time { return watchOK })
 	l.say("kube-apiserver restarted: exited %v after SIGTERM, ready %v after; %d kubelets watching again, the last %v after the exit",
 		exited.Sub(start).Round(100*time.Millisecond), ready.Sub(exited).Round(100*time.Millisecond),
 		len(l.res.reconnect), lastOf(l.res.reconnect).Round(10*time.Millisecond))

@@ -169,20 +169,21 @@ func deployment(ns string, g, d int, replicas int32) *appsv1.Deployment {
 func (w *workload) churn(ctx context.Context, rate float64, errs *atomic.Int64) {
 	const steps = 4
 	step := max(1, int32(rate/steps+0.5))
-	tick := time.NewTicker(time.Second / steps)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, time.Second/steps, func() {
 		w.mu.Lock()
-		ug, ud := rand.IntN(w.groups), rand.IntN(deploymentsPerNamespace)
-		dg, dd := rand.IntN(w.groups), rand.IntN(deploymentsPerNamespace)
+		// A pair of deployments, the one scaled down with step replicas
+		// to give: a few picks find one (the total stays at w.pods).
+		var ug, ud, dg, dd int
+		for range 20 {
+			ug, ud = rand.IntN(w.groups), rand.IntN(deploymentsPerNamespace)
+			dg, dd = rand.IntN(w.groups), rand.IntN(deploymentsPerNamespace)
+			if (ug != dg || ud != dd) && w.replicas[dg][dd] >= step {
+				break
+			}
+		}
 		if (ug == dg && ud == dd) || w.replicas[dg][dd] < step {
 			w.mu.Unlock()
-			continue
+			return
 		}
 		w.replicas[ug][ud] += step
 		w.replicas[dg][dd] -= step
@@ -194,6 +195,20 @@ func (w *workload) churn(ctx context.Context, rate float64, errs *atomic.Int64) 
 		if err := w.scale(ctx, dg, dd, down); err != nil && ctx.Err() == nil {
 			errs.Add(1)
 		}
+	})
+}
+
+// every calls f every period until ctx ends.
+func every(ctx context.Context, period time.Duration, f func()) {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		f()
 	}
 }
 
@@ -210,14 +225,9 @@ func (w *workload) stampObjects(ctx context.Context, rate float64, writes, errs 
 	if rate <= 0 {
 		return
 	}
-	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-	defer tick.Stop()
-	for i := 0; ; i++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	i := -1
+	every(ctx, time.Duration(float64(time.Second)/rate), func() {
+		i++
 		n := i % (w.groups * objectsPerKind * 2)
 		ns := namespaceName(n / (objectsPerKind * 2))
 		k := n % (objectsPerKind * 2)
@@ -232,10 +242,10 @@ func (w *workload) stampObjects(ctx context.Context, rate float64, writes, errs 
 			if ctx.Err() == nil {
 				errs.Add(1)
 			}
-			continue
+			return
 		}
 		writes.Add(1)
-	}
+	})
 }
 
 // stampPods patches a random Running pod's annotation with a fresh stamp,
@@ -244,17 +254,10 @@ func stampPods(ctx context.Context, client kubernetes.Interface, t *podTracker, 
 	if rate <= 0 {
 		return
 	}
-	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, time.Duration(float64(time.Second)/rate), func() {
 		ns, name, ok := t.randomRunning()
 		if !ok {
-			continue
+			return
 		}
 		patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, stampAnnotation, stampNow()))
 		_, err := client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
@@ -266,7 +269,7 @@ func stampPods(ctx context.Context, client kubernetes.Interface, t *podTracker, 
 		default:
 			errs.Add(1)
 		}
-	}
+	})
 }
 
 // podTracker is the driver's informer of every pod: it measures pod
