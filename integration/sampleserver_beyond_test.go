@@ -371,8 +371,11 @@ func TestSampleServerDebugView(t *testing.T) {
 
 	code, ctype, body := get(false, nil)
 	if code != http.StatusOK || !strings.HasPrefix(ctype, "text/html") || !strings.Contains(body, "<svg") ||
-		!strings.Contains(body, "widgets.demo.watchkeeper.io") || strings.Count(body, `class="slot"`) < 20 {
-		t.Errorf("HTML view: %d %s, %d bytes, svg %v", code, ctype, len(body), strings.Contains(body, "<svg"))
+		!strings.Contains(body, "widgets.demo.watchkeeper.io") || strings.Count(body, `class="slot"`) < 10 || !strings.Contains(body, `class="xtick"`) {
+		// The chart draws the calendars of the resources that have watchers:
+		// widgets' 10 slots, with a time axis.
+		t.Errorf("HTML view: %d %s, %d bytes, svg %v, %d slot bars, time axis %v", code, ctype, len(body), strings.Contains(body, "<svg"),
+			strings.Count(body, `class="slot"`), strings.Contains(body, `class="xtick"`))
 	}
 	if code, _, body := get(true, nil); code != http.StatusUnauthorized {
 		t.Errorf("anonymous GET %s: %d %s, want 401", byDebugPath, code, body)
