@@ -88,18 +88,12 @@ func main() {
 
 func run(ctx context.Context, cfg config) int {
 	start := time.Now()
-	dir, err := os.MkdirTemp("", "watchkeeper-kube-e2e-")
+	dir, done, err := kubecluster.RunDir("watchkeeper-kube-e2e-", cfg.keep)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() {
-		if cfg.keep {
-			fmt.Println("kept", dir)
-		} else {
-			os.RemoveAll(dir)
-		}
-	}()
+	defer done()
 	r := &kubecluster.Report{Name: "kube-e2e"}
 	rd := &runDir{dir: dir}
 	if !r.Step("setup: certificates", func() (string, error) {

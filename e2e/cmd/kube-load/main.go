@@ -87,18 +87,12 @@ func main() {
 
 func run(ctx context.Context, cfg config) int {
 	start := time.Now()
-	dir, err := os.MkdirTemp("", "watchkeeper-kube-load-")
+	dir, done, err := kubecluster.RunDir("watchkeeper-kube-load-", cfg.keep)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() {
-		if cfg.keep {
-			fmt.Println("kept", dir)
-		} else {
-			os.RemoveAll(dir)
-		}
-	}()
+	defer done()
 	// client-go's logs (a thousand reflectors reconnecting) go to a file.
 	logFile, err := os.Create(filepath.Join(dir, "kube-load-clients.log"))
 	if err != nil {

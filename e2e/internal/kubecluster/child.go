@@ -98,3 +98,20 @@ func (c *Child) LogTail() string {
 	}
 	return string(data)
 }
+
+// RunDir makes a run's directory under the system's temporary directory,
+// named prefix plus a random suffix; done removes it, or prints its path when
+// keep is set.
+func RunDir(prefix string, keep bool) (dir string, done func(), err error) {
+	dir, err = os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, func() {
+		if keep {
+			fmt.Println("kept", dir)
+		} else {
+			os.RemoveAll(dir)
+		}
+	}, nil
+}
