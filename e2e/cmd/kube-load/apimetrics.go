@@ -198,3 +198,63 @@ func (acc scraped) sumOf(name string, match map[string]string) float64 {
 	}
 	return n
 }
+
+// apiPhase is the part of the measured run an increase of the scraped
+// series is counted in, so that a p99 can be placed in time.
+type apiPhase int
+
+const (
+	apiSteady  apiPhase = iota // the churn alone: every span outside the storm and the restart, summed
+	apiStorm                   // the start storm until every kubelet's WatchList synced (or its 2m ran out)
+	apiRestart                 // from the last scrape before kube-apiserver's SIGTERM until 30s after it is ready again
+	nAPIPhases
+)
+
+var apiPhaseNames = [nAPIPhases]string{"steady", "storm", "restart"}
+
+func (p apiPhase) String() string { return apiPhaseNames[p] }
+
+// phased differences the run's scrapes, taken at its phase boundaries in
+// order, into the increase of every series per phase. Each scrape closes
+// the span since the previous one and names that span's phase.
+type phased struct {
+	last   scraped // the previous scrape; nil once its process was replaced
+	lastAt time.Time
+	inc    [nAPIPhases]scraped
+	took   [nAPIPhases]time.Duration
+}
+
+// newPhased starts at the scrape that opens the measured run.
+func newPhased(at time.Time, s scraped) *phased {
+	p := &phased{last: s, lastAt: at}
+	for i := range p.inc {
+		p.inc[i] = scraped{}
+	}
+	return p
+}
+
+// mark adds the increase from the previous scrape to s to phase ph.
+func (p *phased) mark(at time.Time, s scraped, ph apiPhase) {
+	p.inc[ph].delta(p.last, s)
+	p.took[ph] += at.Sub(p.lastAt)
+	p.last, p.lastAt = s, at
+}
+
+// replaced says kube-apiserver was restarted after the previous scrape:
+// the next scrape is the new process's, whose counters start from zero,
+// so all of it is the increase (what the old process served after its
+// last scrape is lost with it). delta's own guard, a counter gone
+// backwards, would miss every series the new process has already counted
+// past the old one's value.
+func (p *phased) replaced() { p.last = nil }
+
+// total is the increase over the whole measured run.
+func (p *phased) total() scraped {
+	acc := scraped{}
+	for _, inc := range p.inc {
+		for id, v := range inc {
+			acc[id] += v
+		}
+	}
+	return acc
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"math"
 	"testing"
 	"time"
@@ -128,5 +129,68 @@ func TestThresholdsAreTheSLOs(t *testing.T) {
 		if got := tc.c.threshold(); got != tc.want {
 			t.Errorf("%v: threshold %v, want %v", tc.c, got, tc.want)
 		}
+	}
+}
+
+// leases is a scrape of PUT leases' histogram: cumulative counts at
+// le 0.1, 1, 5 and +Inf.
+func leases(c01, c1, c5, inf float64) scraped {
+	call := func(le string, v float64) kubecluster.Sample {
+		return bucket(le, v, "PUT", "leases", "", "resource", "apiserver")
+	}
+	return scrapeOf(call("0.1", c01), call("1", c1), call("5", c5), call("+Inf", inf))
+}
+
+func TestPhasesDifferenceTheScrapesAcrossTheRestart(t *testing.T) {
+	put := apiCall{verb: "PUT", resource: "leases", scope: "resource"}
+	t0 := time.Unix(1000, 0)
+	// The old process has served 110 calls before the run.
+	p := newPhased(t0, leases(100, 110, 110, 110))
+	// Steady: 200 calls under 0.1s.
+	p.mark(t0.Add(60*time.Second), leases(300, 310, 310, 310), apiSteady)
+	// The storm: 50 under 0.1s, 50 in (1, 5].
+	p.mark(t0.Add(64*time.Second), leases(350, 360, 410, 410), apiStorm)
+	// Steady again: 100 under 0.1s, up to the scrape before the SIGTERM.
+	p.mark(t0.Add(120*time.Second), leases(450, 460, 510, 510), apiSteady)
+	p.replaced()
+	// The new process counts from zero: by 30s after ready it served 100
+	// calls under 0.1s and 500 in (0.1, 1]. Its buckets from 1s up are
+	// past the old process's last values, the one under 0.1s is not: a
+	// reset told only by counters going backwards gets both wrong.
+	p.mark(t0.Add(170*time.Second), leases(100, 600, 600, 600), apiRestart)
+	// Steady to the end: 300 under 0.1s.
+	p.mark(t0.Add(180*time.Second), leases(400, 900, 900, 900), apiSteady)
+
+	for _, tc := range []struct {
+		ph   apiPhase
+		want latency
+		took time.Duration
+		p99  time.Duration
+	}{
+		// 600 calls under 0.1s: rank 594, 0.1 * 594/600.
+		{apiSteady, buckets(0.1, 600, 1, 600, 5, 600, math.Inf(1), 600), 126 * time.Second, 99 * time.Millisecond},
+		// Rank 99 is the 49th of 50 in (1, 5]: 1 + 4*49/50.
+		{apiStorm, buckets(0.1, 50, 1, 50, 5, 100, math.Inf(1), 100), 4 * time.Second, 4920 * time.Millisecond},
+		// Rank 594 is the 494th of 500 in (0.1, 1]: 0.1 + 0.9*494/500.
+		{apiRestart, buckets(0.1, 100, 1, 600, 5, 600, math.Inf(1), 600), 50 * time.Second, 989200 * time.Microsecond},
+	} {
+		got := apiLatencies(p.inc[tc.ph])[put]
+		if !maps.Equal(got.buckets, tc.want.buckets) {
+			t.Errorf("%s: buckets %v, want %v", tc.ph, got.buckets, tc.want.buckets)
+		}
+		if q := got.quantile(0.99); (q - tc.p99).Abs() > time.Microsecond {
+			t.Errorf("%s: p99 %v, want %v", tc.ph, q, tc.p99)
+		}
+		if p.took[tc.ph] != tc.took {
+			t.Errorf("%s: lasted %v, want %v", tc.ph, p.took[tc.ph], tc.took)
+		}
+	}
+	// The phases add up to the whole run, as one difference per process
+	// (the old process's first and last scrape, the new one's last) has it.
+	whole := scraped{}
+	whole.delta(leases(100, 110, 110, 110), leases(450, 460, 510, 510))
+	whole.delta(nil, leases(400, 900, 900, 900))
+	if got := apiLatencies(p.total())[put]; !maps.Equal(got.buckets, apiLatencies(whole)[put].buckets) {
+		t.Errorf("the phases' sum %v, want the whole run's %v", got.buckets, apiLatencies(whole)[put].buckets)
 	}
 }

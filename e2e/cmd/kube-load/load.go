@@ -27,6 +27,10 @@ type result struct {
 	st       *stats
 	tracker  *podTracker
 	acc      scraped       // the increase of the scraped series over the measured run
+	// The same increase split by phase (acc is their sum), and how long
+	// each phase lasted, summed.
+	byPhase   [nAPIPhases]scraped
+	phaseTook [nAPIPhases]time.Duration
 	cpu      time.Duration // kube-apiserver's
 	peakRSS  int64
 	// The machine's CPU over the run: every process's, and of it the
@@ -58,8 +62,6 @@ type load struct {
 	kubes   []*kubelet
 	work    *workload
 	say     func(format string, args ...any)
-	// restartWindow ends the restart's phase; nil before the restart.
-	restartWindow *time.Timer
 }
 
 // restartPhase is how long after kube-apiserver is ready again its
@@ -235,6 +237,18 @@ func (l *load) measure(ctx context.Context) error {
 	}
 	st.phase.Store(int32(phaseSteady))
 	t0 := time.Now()
+	// The API call latency by phase: a scrape at every boundary closes
+	// the span before it.
+	phases := newPhased(t0, m0)
+	mark := func(ph apiPhase) error {
+		now := time.Now()
+		s, err := scrape(ctx, l.cluster.Server)
+		if err != nil {
+			return fmt.Errorf("/metrics at the end of a %s span: %w", ph, err)
+		}
+		phases.mark(now, s, ph)
+		return nil
+	}
 	wctx, stopWork := context.WithCancel(ctx)
 	var work sync.WaitGroup
 	work.Go(func() { l.work.churn(wctx, cfg.churnRate, &res.churnErrors) })
@@ -244,9 +258,6 @@ func (l *load) measure(ctx context.Context) error {
 	defer func() {
 		stopWork()
 		work.Wait()
-		if l.restartWindow != nil {
-			l.restartWindow.Stop()
-		}
 	}()
 	l.say("measuring for %v: churn %.0f pods/s, %.0f pod and %.0f secret/configmap stamps/s; start storm at %v, kube-apiserver restart at %v",
 		cfg.duration, cfg.churnRate, cfg.podStamps, cfg.objectStamps, cfg.duration/3, 2*cfg.duration/3)
@@ -267,29 +278,51 @@ func (l *load) measure(ctx context.Context) error {
 		return ctx.Err()
 	case <-at(cfg.duration / 3):
 	}
+	if err := mark(apiSteady); err != nil {
+		return err
+	}
 	l.storm(ctx)
+	if err := mark(apiStorm); err != nil {
+		return err
+	}
 
-	acc := scraped{}
+	last := apiSteady // the phase the run's last span is in
 	if cfg.restart {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-at(2 * cfg.duration / 3):
 		}
-		m1, err := scrape(ctx, l.cluster.Server)
-		if err != nil {
+		if err := mark(apiSteady); err != nil {
 			return err
 		}
 		u1, err := readProc(l.cluster.KAS.PID())
 		if err != nil {
 			return err
 		}
-		acc.delta(m0, m1)
 		res.cpu += u1.cpu - u0.cpu
 		res.peakRSS = u1.peakRSS
-		m0, u0 = scraped{}, procUsage{}
-		if err := l.restart(ctx); err != nil {
+		u0 = procUsage{}
+		phases.replaced()
+		ready, err := l.restart(ctx)
+		if err != nil {
 			return err
+		}
+		// The restart's window: until 30s after ready (or until every
+		// kubelet watches again, if that was later), unless the run
+		// ends first.
+		last = apiRestart
+		if end := ready.Add(restartPhase); end.Before(t0.Add(cfg.duration)) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Until(end)):
+			}
+			st.phase.Store(int32(phaseSteady))
+			if err := mark(apiRestart); err != nil {
+				return err
+			}
+			last = apiSteady
 		}
 	}
 	select {
@@ -301,8 +334,7 @@ func (l *load) measure(ctx context.Context) error {
 	work.Wait()
 	res.measured = time.Since(t0)
 	st.phase.Store(int32(phaseRamp)) // what follows is not measured
-	m2, err := scrape(ctx, l.cluster.Server)
-	if err != nil {
+	if err := mark(last); err != nil {
 		return err
 	}
 	u2, err := readProc(l.cluster.KAS.PID())
@@ -318,11 +350,12 @@ func (l *load) measure(ctx context.Context) error {
 		return err
 	}
 	res.hostCPU, res.helpersCPU = h2-h0, helpers2-helpers0
-	acc.delta(m0, m2)
-	res.acc = acc
+	res.acc, res.byPhase, res.phaseTook = phases.total(), phases.inc, phases.took
 	res.cpu += u2.cpu - u0.cpu
 	res.peakRSS = max(res.peakRSS, u2.peakRSS)
-	l.say("measured %v: kube-apiserver %v CPU, peak RSS %d MiB", res.measured.Round(time.Second), res.cpu.Round(100*time.Millisecond), res.peakRSS>>20)
+	l.say("measured %v: kube-apiserver %v CPU, peak RSS %d MiB; API calls' phases: steady %v, storm %v, restart %v",
+		res.measured.Round(time.Second), res.cpu.Round(100*time.Millisecond), res.peakRSS>>20,
+		res.phaseTook[apiSteady].Round(100*time.Millisecond), res.phaseTook[apiStorm].Round(100*time.Millisecond), res.phaseTook[apiRestart].Round(100*time.Millisecond))
 	return nil
 }
 
@@ -379,26 +412,21 @@ func (l *load) waitKubelets(ctx context.Context, since time.Time, at func(synced
 }
 
 // restart restarts kube-apiserver (SIGTERM) and waits until every kubelet
-// watches its pods again.
-func (l *load) restart(ctx context.Context) error {
+// watches its pods again; it returns when the new process was ready.
+func (l *load) restart(ctx context.Context) (time.Time, error) {
 	st := l.res.st
 	st.phase.Store(int32(phaseRestart))
 	start := time.Now()
 	exited, ready, err := l.cluster.Restart(ctx, 70*time.Second)
 	if err != nil {
-		return fmt.Errorf("kube-apiserver restart: %w", err)
+		return time.Time{}, fmt.Errorf("kube-apiserver restart: %w", err)
 	}
 	l.res.restartDown = ready.Sub(start)
 	l.res.reconnect, l.res.unreconnected = l.waitKubelets(ctx, exited, func(_, watchOK time.Time) time.Time { return watchOK })
 	l.say("kube-apiserver restarted: exited %v after SIGTERM, ready %v after; %d kubelets watching again, the last %v after the exit",
 		exited.Sub(start).Round(100*time.Millisecond), ready.Sub(exited).Round(100*time.Millisecond),
 		len(l.res.reconnect), lastOf(l.res.reconnect).Round(10*time.Millisecond))
-	// The restart's window: until 30s after ready. measure stops the
-	// timer when it ends first.
-	l.restartWindow = time.AfterFunc(time.Until(ready.Add(restartPhase)), func() {
-		st.phase.CompareAndSwap(int32(phaseRestart), int32(phaseSteady))
-	})
-	return nil
+	return ready, nil
 }
 
 // checkViews waits until every kubelet's pods are the server's pods on its
