@@ -26,13 +26,13 @@ type result struct {
 	measured time.Duration
 	st       *stats
 	tracker  *podTracker
-	acc      scraped       // the increase of the scraped series over the measured run
+	acc      scraped // the increase of the scraped series over the measured run
 	// The same increase split by phase (acc is their sum), and how long
 	// each phase lasted, summed.
 	byPhase   [nAPIPhases]scraped
 	phaseTook [nAPIPhases]time.Duration
-	cpu      time.Duration // kube-apiserver's
-	peakRSS  int64
+	cpu       time.Duration // kube-apiserver's
+	peakRSS   int64
 	// The machine's CPU over the run: every process's, and of it the
 	// run's other processes' (kube-load itself with etcd, the
 	// controllers, kwok); the rest is someone else's.
