@@ -13,20 +13,34 @@ import (
 func fakeResult(cache string, le float64, watchLatency time.Duration, cpu time.Duration, rss int64, relists int64) *result {
 	st := &stats{}
 	r := &result{cache: cache, st: st, tracker: newPodTracker(st), measured: time.Minute, cpu: cpu, peakRSS: rss, consistent: true}
-	r.acc = scraped{}
-	// 200 GETs of pods: 190 under 0.05s, 10 in (0.05, le]: p99, rank 198,
-	// is 8/10 into the second bucket.
-	for _, b := range []struct {
-		le string
-		n  float64
-	}{{"0.05", 190}, {strconv.FormatFloat(le, 'g', -1, 64), 200}, {"+Inf", 200}} {
-		r.acc[seriesID(requestDuration, map[string]string{"le": b.le, "verb": "GET", "resource": "pods", "subresource": "", "scope": "resource"})] = b.n
-	}
+	withPhases(r, getPods(le), nil, nil)
 	for range 100 {
 		st.podLatency.Record(watchLatency)
 	}
 	st.c[classPods][phaseSteady].relists.Add(relists)
 	return r
+}
+
+// getPods is 200 GETs of pods, in buckets up to 0.05, 0.2, 0.4, 2 and
+// +Inf: 190 under 0.05s, 10 in the bucket up to le (0.2, 0.4 or 2). p99,
+// rank 198, is 8/10 into that bucket.
+func getPods(le float64) scraped {
+	s := scraped{}
+	for _, b := range []float64{0.05, 0.2, 0.4, 2, math.Inf(1)} {
+		n := 200.0
+		if b < le {
+			n = 190
+		}
+		s[seriesID(requestDuration, map[string]string{"le": strconv.FormatFloat(b, 'g', -1, 64), "verb": "GET", "resource": "pods", "subresource": "", "scope": "resource"})] = n
+	}
+	return s
+}
+
+// withPhases sets a result's increase per phase, and the whole run's as
+// their sum.
+func withPhases(r *result, steady, storm, restart scraped) {
+	p := phased{inc: [nAPIPhases]scraped{steady, storm, restart}}
+	r.acc, r.byPhase = p.total(), p.inc
 }
 
 func verdicts(out string) map[string]string {
@@ -50,8 +64,8 @@ func TestTargetsJudgeWatchkeeperAgainstStock(t *testing.T) {
 			t.Errorf("%s: %s, want met\n%s", name, v, b.String())
 		}
 	}
-	if got := len(verdicts(b.String())); got != 8 {
-		t.Errorf("%d targets judged, want 8:\n%s", got, b.String())
+	if got := len(verdicts(b.String())); got != 9 {
+		t.Errorf("%d targets judged, want 9:\n%s", got, b.String())
 	}
 
 	// watchkeeper: worse on every figure, a relist outside the restart,
@@ -63,6 +77,7 @@ func TestTargetsJudgeWatchkeeperAgainstStock(t *testing.T) {
 	for _, name := range []string{
 		"every SLO met (API call p99 <= 1s / 5s / 30s)",
 		"API call p99 <= 1.0x on every call with >= 100 samples",
+		steadyTarget,
 		"watch event latency p99 <= 0.8x",
 		"kube-apiserver peak RSS <= 0.8x",
 		"kube-apiserver CPU <= 0.9x",
@@ -72,8 +87,53 @@ func TestTargetsJudgeWatchkeeperAgainstStock(t *testing.T) {
 			t.Errorf("%q: %q, want MISSED\n%s", name, v[name], b.String())
 		}
 	}
-	if !strings.Contains(b.String(), "GET pods resource on watchkeeper: p99 1610.0ms > 1s") {
+	if !strings.Contains(b.String(), "GET pods resource on watchkeeper: p99 1680.0ms > 1s") {
 		t.Errorf("the SLO miss does not name the call and cache:\n%s", b.String())
+	}
+}
+
+const steadyTarget = "API call p99 <= 1.0x in the steady phase only (outside the storm and the restart), on every call with >= 100 samples there"
+
+func TestPhasesPlaceAWholeRunMissInTime(t *testing.T) {
+	cfg := config{nodes: 10, pods: 100, churnRate: 20}
+	wk := fakeResult("watchkeeper", 0.2, 10*time.Millisecond, 50*time.Second, 700<<20, 0)
+	up := fakeResult("upstream", 0.2, 20*time.Millisecond, 60*time.Second, 1000<<20, 0)
+	// Steady equal on both caches (p99 170ms); at the restart watchkeeper
+	// has its 10 slow calls in (0.4, 2] (p99 1.68s), stock in (0.05, 0.2].
+	// Over the whole run (400 calls, rank 396): 0.4 + 1.6*6/10 = 1.36s
+	// against 0.05 + 0.15*16/20 = 170ms.
+	withPhases(wk, getPods(0.2), nil, getPods(2))
+	withPhases(up, getPods(0.2), nil, getPods(0.2))
+	var b strings.Builder
+	printReport(&b, cfg, wk, up)
+	out := b.String()
+	v := verdicts(out)
+	if v["API call p99 <= 1.0x on every call with >= 100 samples"] != "MISSED" || v[steadyTarget] != "met" {
+		t.Errorf("whole run %q, steady %q; want MISSED, met:\n%s", v["API call p99 <= 1.0x on every call with >= 100 samples"], v[steadyTarget], out)
+	}
+	for _, want := range []string{
+		"GET pods resource 8.00x (1360.0ms vs 170.0ms)",
+		"1 judged; over: none; the whole run's misses: GET pods resource not in steady (1.00x)",
+		// The phase table: the call (over 1.0x and over its SLO), steady
+		// and restart, no storm row (no calls there).
+		"GET pods resource                            steady        200      200   170.0ms   170.0ms   1.00x\n" +
+			"                                             restart       200      200  1680.0ms   170.0ms   9.88x\n\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+
+	// The same miss in the steady phase instead.
+	withPhases(wk, getPods(2), nil, getPods(0.2))
+	b.Reset()
+	printReport(&b, cfg, wk, up)
+	out = b.String()
+	if v := verdicts(out); v[steadyTarget] != "MISSED" {
+		t.Errorf("steady %q, want MISSED:\n%s", v[steadyTarget], out)
+	}
+	if want := "1 judged; over: GET pods resource 9.88x (1680.0ms vs 170.0ms); the whole run's misses: GET pods resource in steady (9.88x)"; !strings.Contains(out, want) {
+		t.Errorf("the report lacks %q:\n%s", want, out)
 	}
 }
 
