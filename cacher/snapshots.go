@@ -27,10 +27,12 @@ const checkpointEvery = 32
 // are they: 10,000 writes in the window kept some 17 MB of pointer-dense
 // nodes that every GC cycle scans, which slowed every list (RV "0"
 // included) by the collector's share. Here a clone is kept only every
-// checkpointEvery RVs (and the newest, which is the current state); the
-// state at any RV in between is the next kept clone with the history's
-// events after that RV undone: the same states, at 1/checkpointEvery of
-// the memory.
+// checkpointEvery RVs; the state at any RV in between is the next
+// checkpoint with the history's events after that RV undone, and above the
+// last checkpoint, the current state (cacheState.currentTreeLocked, a clone
+// taken only when something reads it) with them undone: the same states,
+// at 1/checkpointEvery of the memory, and a write copies a path of nodes
+// only after a checkpoint or a read, not after every write.
 //
 // A state is kept while the history covers its RV and it is younger than
 // the window; the newest is always kept.
@@ -44,8 +46,6 @@ type snapshots struct {
 	// checkpoints are clones at some of rvs, in RV order, none below
 	// rvs[0].
 	checkpoints []checkpoint
-	// latest is the clone at the newest RV applied: the current state.
-	latest checkpoint
 	// sinceCheckpoint counts the RVs applied since the last checkpoint.
 	sinceCheckpoint int
 }
@@ -56,24 +56,22 @@ type checkpoint struct {
 	tree orderedObjects
 }
 
-// add records the state at rv (tree, a clone the caller made); rvs only
-// grow.
-func (s *snapshots) add(rv uint64, tree orderedObjects, now time.Time) {
+// add records the state at rv, which clone copies (copy-on-write) when a
+// checkpoint is due; rvs only grow.
+func (s *snapshots) add(rv uint64, now time.Time, clone func() orderedObjects) {
 	if n := len(s.rvs); n > 0 && s.rvs[n-1] >= rv {
 		// The same RV again (one etcd transaction changing several keys):
 		// the newer state.
 		s.at[n-1] = now.UnixNano()
-		s.latest.tree = tree
 		if m := len(s.checkpoints); m > 0 && s.checkpoints[m-1].rv == s.rvs[n-1] {
-			s.checkpoints[m-1].tree = tree
+			s.checkpoints[m-1].tree = clone()
 		}
 		return
 	}
 	s.rvs = append(s.rvs, rv)
 	s.at = append(s.at, now.UnixNano())
-	s.latest = checkpoint{rv: rv, tree: tree}
 	if s.sinceCheckpoint++; s.sinceCheckpoint >= checkpointEvery {
-		s.checkpoints = append(s.checkpoints, s.latest)
+		s.checkpoints = append(s.checkpoints, checkpoint{rv: rv, tree: clone()})
 		s.sinceCheckpoint = 0
 	}
 	// Age out: what the window no longer covers (the newest stays).
@@ -120,7 +118,7 @@ func (s *snapshots) drop(n int) {
 
 // reset forgets every state, after a relist.
 func (s *snapshots) reset() {
-	s.rvs, s.at, s.checkpoints, s.latest, s.sinceCheckpoint = nil, nil, nil, checkpoint{}, 0
+	s.rvs, s.at, s.checkpoints, s.sinceCheckpoint = nil, nil, nil, 0
 }
 
 // covers is whether the state at rv is kept: some RV at or below it is.
@@ -132,7 +130,9 @@ func (s *snapshots) covers(rv uint64) bool {
 // checkpointFor finds what the state at rv is rebuilt from: at, the newest
 // RV applied at or below rv (nothing changed after it up to rv), and the
 // first checkpoint at or above at, whose changes after at are to be
-// undone. False when rv is older than every state kept.
+// undone. Above the last checkpoint, from is the newest RV's state with no
+// tree: the current state, which the caller clones. False when rv is older
+// than every state kept.
 func (s *snapshots) checkpointFor(rv uint64) (at uint64, from checkpoint, ok bool) {
 	i := sort.Search(len(s.rvs), func(i int) bool { return s.rvs[i] > rv })
 	if i == 0 {
@@ -143,13 +143,7 @@ func (s *snapshots) checkpointFor(rv uint64) (at uint64, from checkpoint, ok boo
 	if j < len(s.checkpoints) {
 		return at, s.checkpoints[j], true
 	}
-	return at, s.latest, true
-}
-
-// current is the clone of the current state, which lists of it walk
-// without the cache's lock; false before the first state.
-func (s *snapshots) current() (orderedObjects, bool) {
-	return s.latest.tree, s.latest.tree.tree != nil
+	return at, checkpoint{rv: s.rvs[len(s.rvs)-1]}, true
 }
 
 func (s *snapshots) len() int { return len(s.rvs) }

@@ -167,7 +167,7 @@ func TestSnapshotsKeepCheckpointsOnly(t *testing.T) {
 	tree := newOrderedObjects()
 	start := time.Unix(1000, 0)
 	for i := range 10 * checkpointEvery {
-		s.add(uint64(100+i), tree.clone(), start.Add(time.Duration(i)*time.Millisecond))
+		s.add(uint64(100+i), start.Add(time.Duration(i)*time.Millisecond), tree.clone)
 	}
 	if got, want := len(s.checkpoints), 10; got != want {
 		t.Fatalf("%d checkpoints for %d states, want %d", got, s.len(), want)
@@ -190,7 +190,7 @@ func TestSnapshotsKeepCheckpointsOnly(t *testing.T) {
 		}
 	}
 	// Two minutes later: only the newest state is inside the window.
-	s.add(newest+1, tree.clone(), start.Add(2*time.Minute))
+	s.add(newest+1, start.Add(2*time.Minute), tree.clone)
 	if s.len() != 1 || len(s.checkpoints) != 0 || !s.covers(newest+1) || s.covers(newest) {
 		t.Fatalf("after the window: %d states from %v, %d checkpoints", s.len(), s.rvs, len(s.checkpoints))
 	}
@@ -263,7 +263,7 @@ func TestSnapshotsForgetCompacted(t *testing.T) {
 	tree := newOrderedObjects()
 	at := time.Unix(1000, 0)
 	for _, rv := range []uint64{90, 110, 120} {
-		s.add(rv, tree.clone(), at)
+		s.add(rv, at, tree.clone)
 	}
 	s.forgetCompacted(50)
 	if !s.covers(90) {

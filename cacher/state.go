@@ -36,10 +36,14 @@ import (
 //     linkPrev), so the history can undo its events back to any RV it
 //     covers.
 //   - snapshots (only when snapshotting) hold states at RVs at or above
-//     history.startRV; the newest (snapshots.latest) is a copy-on-write
-//     clone of ordered at the newest RV applied, and every other RV they
-//     cover is rebuilt from a checkpoint at or after it by undoing the
-//     history's events in between. A clone is never written once taken.
+//     history.startRV; each RV they cover is rebuilt from a checkpoint (a
+//     copy-on-write clone of ordered) at or after it, or from the current
+//     state above the last checkpoint, by undoing the history's events in
+//     between. A clone is never written once taken.
+//   - current, when set, is a copy-on-write clone of ordered as it is now:
+//     taken by the first read that walks the state after a write (or by a
+//     checkpoint) and shared by every read until the next write clears it,
+//     so a write copies a path of B-tree nodes only after a clone.
 //   - ready says whether all of the above is etcd's resource as of rv, to
 //     be served: pending until the first list and during a relist or a
 //     silent storage watch; stopped for good.
@@ -64,10 +68,14 @@ import (
 // hold that replaces the state they started from. A second lock would have
 // to be held with this one on each of those paths; one lock is simpler.
 //
+// cloneMu guards current among readers: a reader holding mu's read lock
+// takes it to set current (currentTreeLocked); a writer holding mu
+// exclusively sets and clears current without it.
+//
 // Lock order: the Cacher's backfills.mu alone, never with mu; mu before a
 // watcher's mu or the progress requester's mu (those two never held
-// together, neither held when mu is taken). The store's own lock and the
-// Cacher's dropLog.mu are leaves. Methods named ...Locked need mu held by
+// together, neither held when mu is taken). cloneMu, the store's own lock
+// and the Cacher's dropLog.mu are leaves. Methods named ...Locked need mu held by
 // the caller (exclusively where they change something); the others take
 // it themselves.
 //
@@ -83,6 +91,8 @@ type cacheState struct {
 	advanced chan struct{}
 	store    cache.Indexer
 	ordered  orderedObjects
+	cloneMu  sync.Mutex
+	current  orderedObjects
 	history  *history
 	// snapshots are past states for exact-RV and paginated lists
 	// (snapshots.go); empty when snapshotting is off.
@@ -137,6 +147,7 @@ func (s *cacheState) apply(e *event, now time.Time) (forced bool, err error) {
 	} else {
 		s.ordered.set(e.cur)
 	}
+	s.current = orderedObjects{}
 	bound := s.history.limit
 	forced = s.history.add(e, now)
 	s.snapshotLocked(e.rv, now)
@@ -154,6 +165,7 @@ func (s *cacheState) resetLocked(objs []any, rv uint64, now time.Time) error {
 		return err
 	}
 	s.ordered.reset(objs)
+	s.current = orderedObjects{}
 	s.history.reset(rv)
 	s.snapshots.reset()
 	s.snapshotLocked(rv, now)
@@ -203,8 +215,25 @@ func (s *cacheState) snapshotLocked(rv uint64, now time.Time) {
 	if !s.snapshotting {
 		return
 	}
-	s.snapshots.add(rv, s.ordered.clone(), now)
+	s.snapshots.add(rv, now, func() orderedObjects {
+		s.current = s.ordered.clone()
+		return s.current
+	})
 	s.snapshots.forgetBelow(s.history.startRV)
+}
+
+// currentTreeLocked is a copy-on-write clone of the current state, to be
+// walked without mu: the one taken since the last write, or a new one.
+// The caller holds mu, read or write.
+func (s *cacheState) currentTreeLocked() orderedObjects {
+	s.cloneMu.Lock()
+	defer s.cloneMu.Unlock()
+	if s.current.tree == nil {
+		// Taking a clone writes ordered's copy-on-write context, which
+		// only writers (holding mu exclusively) and clones read.
+		s.current = s.ordered.clone()
+	}
+	return s.current
 }
 
 // forgetCompactedLocked drops the snapshots etcd's compaction at rev (0:

@@ -84,14 +84,14 @@ func (s *cacheState) get(key string) (*object, bool, uint64) {
 func (s *cacheState) listCurrent(ctx context.Context, key, start string, opts storage.ListOptions) (walk iter.Seq[*object], hint int, index string, rv uint64) {
 	s.mu.RLock()
 	objs, index := s.indexedLocked(ctx, key, opts)
-	switch current, cloned := s.snapshots.current(); {
+	switch {
 	case index != "":
 	case !opts.Recursive:
 		objs = s.objectsLocked(key, false)
-	case cloned:
-		// The clone of the current state (snapshots.go) is never written:
-		// it is walked after the lock, and nothing is collected but what
-		// is listed.
+	case s.snapshotting && s.snapshots.len() > 0:
+		// A clone of the current state is never written: it is walked
+		// after the lock, and nothing is collected but what is listed.
+		current := s.currentTreeLocked()
 		walk, hint = current.ascend(key, start), s.sizeHint(key, current)
 	default:
 		// No snapshots (ListFromCacheSnapshot off): the objects are
@@ -164,16 +164,17 @@ func (s *cacheState) indexedLocked(ctx context.Context, key string, opts storage
 
 // startingState is the state a watch under key starts from, the objects
 // sorted by key, and its RV; false (with since) when the state is not
-// ready. The exclusive lock is held only to take a copy-on-write clone of
-// the ordered objects (O(1)), or for an index lookup when the selector pins
+// ready. The read lock is held only to take a copy-on-write clone of the
+// ordered objects (O(1), shared with every reader since the last write),
+// or for an index lookup when the selector pins
 // an indexed field (spec.nodeName for a kubelet's pods: only that node's
 // pods are read), or for a single key; the walk under the prefix is done
 // outside it, so an informer start storm does not hold up the reflector,
 // lists and Gets for the length of a full scan each.
 func (s *cacheState) startingState(ctx context.Context, key string, opts storage.ListOptions) (objs []*object, rv uint64, since time.Time, ok bool) {
-	s.mu.Lock()
+	s.mu.RLock()
 	if s.ready.state != stateReady {
-		s.mu.Unlock()
+		s.mu.RUnlock()
 		return nil, 0, s.ready.since, false
 	}
 	rv = s.rv
@@ -184,9 +185,9 @@ func (s *cacheState) startingState(ctx context.Context, key string, opts storage
 	case index != "":
 		objs = indexed
 	default:
-		clone = s.ordered.clone()
+		clone = s.currentTreeLocked()
 	}
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	if clone.tree != nil {
 		objs = clone.under(key)
 	}
@@ -254,6 +255,9 @@ func (s *cacheState) snapshotAt(rv uint64, compacted int64) (pastState, bool) {
 	at, from, ok := s.snapshots.checkpointFor(rv)
 	if !ok {
 		return pastState{}, false
+	}
+	if from.tree.tree == nil {
+		from.tree = s.currentTreeLocked()
 	}
 	events, ok := s.eventsBetweenLocked(at, from.rv)
 	if !ok {

@@ -1,0 +1,79 @@
+package cacher
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// TestStateClonesOnlyForReaders: a write copies the ordered index's B-tree
+// nodes on its path only where a clone taken since (a checkpoint's, or a
+// reader's) still shares them. Writes nobody reads take no clone between
+// checkpoints, so after a checkpoint the root and the inner nodes are
+// copied once and each write copies at most its leaf; reads between two
+// writes share one clone; a read after a write sees it.
+func TestStateClonesOnlyForReaders(t *testing.T) {
+	const n = 10_000
+	now := time.Unix(1_700_000_000, 0)
+	s := newCacheState("/pods/", nil, time.Hour, 100_000, true, newResourceMetrics(schema.GroupResource{Resource: "pods"}), now)
+	held := make([]*object, n)
+	list := make([]any, n)
+	for i := range held {
+		pod := newTestPod(podName(i), 100, nil, "")
+		held[i] = &object{key: "/pods/" + testNamespace + "/" + pod.Name, obj: pod}
+		list[i] = held[i]
+	}
+	s.mu.Lock()
+	if err := s.resetLocked(list, 100, now); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Unlock()
+	rv, i := uint64(100), 0
+	write := func() {
+		rv++
+		i++
+		k := (i * 7919) % n
+		prev := held[k]
+		cur := &object{key: prev.key, obj: prev.obj}
+		if _, err := s.apply(&event{typ: watch.Modified, rv: rv, cur: cur, prev: prev, recordedNanos: now.UnixNano()}, now); err != nil {
+			t.Fatal(err)
+		}
+		held[k] = cur
+	}
+	// Past the first checkpoint, so the writes measured below copy no
+	// node a checkpoint shares but their own first ones.
+	for range 2 * checkpointEvery {
+		write()
+	}
+	// Each write: the event and its object, the RV's channel (3), and at
+	// most its leaf (node and items: 2). A clone per write would copy the
+	// whole path, root and inner nodes too (2-3 allocations a level).
+	if got := testing.AllocsPerRun(checkpointEvery-2, write); got > 5.5 {
+		t.Errorf("a write nobody read made %.1f allocations, want at most 5: it copied more of the tree than its leaf", got)
+	}
+
+	opts := storage.ListOptions{Recursive: true, Predicate: everything(false)}
+	walk := func() (tree orderedObjects, got int) {
+		w, _, _, _ := s.listCurrent(context.Background(), "/pods/", "/pods/", opts)
+		for range w {
+			got++
+		}
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return s.current, got
+	}
+	first, _ := walk()
+	second, _ := walk()
+	if first.tree == nil || first.tree != second.tree {
+		t.Fatalf("two lists with no write between took clones %p and %p, want one shared", first.tree, second.tree)
+	}
+	prev := held[0]
+	s.apply(&event{typ: watch.Deleted, rv: rv + 1, cur: prev, prev: prev, recordedNanos: now.UnixNano()}, now)
+	if after, got := walk(); after.tree == first.tree || got != n-1 {
+		t.Fatalf("a list after a deletion walked %d objects (clone %p, before %p), want %d from a new clone", got, after.tree, first.tree, n-1)
+	}
+}
