@@ -104,7 +104,10 @@ child's CPU from the first write until every exact-key watcher has its events, t
 of five rounds of the writes over the same watchers. Between those rounds come five of the
 same writes to 1,000 more objects no watcher watches (cpu_ms_per_write_unwatched); the
 difference of the two medians over the deliveries per write is cpu_us_per_delivery (from
-one delivery a write). storm's lag is, per write, its scheduled time (open-loop pacing) until an
+one delivery a write). allocs_per_write and allocs_per_write_unwatched count the heap
+objects the child allocated over the same spans (MemStats.Mallocs, what go test's
+allocs/op counts), per write, the median of the watched and of the unwatched rounds.
+storm's lag is, per write, its scheduled time (open-loop pacing) until an
 always-open plain watch of the cache has the event. Rows of level http come from
 package httpbench: the sample apiserver over HTTP/2, measured as its doc describes.
 Rows with pairs=N ran N times with each cache, which went first alternating: each figure

@@ -58,11 +58,13 @@ func TestExactKeyAgainstEtcd(t *testing.T) {
 					t.Errorf("%s = %v (reported: %v), want %v", m, g, ok, v)
 				}
 			}
-			for _, m := range []string{"cpu_ms_per_write", "cpu_ms_per_write_first", "cpu_ms_per_write_max", "cpu_ms_per_write_unwatched", "write_seconds", "latency_p99_ms"} {
+			for _, m := range []string{"cpu_ms_per_write", "cpu_ms_per_write_first", "cpu_ms_per_write_max", "cpu_ms_per_write_unwatched", "write_seconds", "latency_p99_ms",
+				"allocs_per_write", "allocs_per_write_unwatched"} {
 				if got[m] <= 0 {
 					t.Errorf("%s = %v, want > 0", m, got[m])
 				}
 			}
+			t.Logf("allocs per write %v, unwatched %v; CPU per write %v ms", got["allocs_per_write"], got["allocs_per_write_unwatched"], got["cpu_ms_per_write"])
 			// Three deliveries a write: reported. The difference of two
 			// medians of a few ms may have any sign.
 			if _, ok := got["cpu_us_per_delivery"]; !ok {

@@ -195,14 +195,14 @@ func ExactKey(ctx context.Context, env Env, decorator string, watchers, objects,
 	if missing > 0 || extra > 0 {
 		klog.InfoS("Exact-key watchers got the wrong events", "missing", missing, "extra", extra, "wrongObject", wrong.Load())
 	}
-	cpus := cpuPerWrite(rounds, writes)
+	cpus := perWrite(rounds, writes, exactKeyRound.cpuMs)
 	rec.Add("cpu_ms_per_write", result.Median(cpus), "ms", result.Lower)
 	rec.Add("cpu_ms_per_write_max", slices.Max(cpus), "ms", result.Lower)
 	// The first round also pays what each watcher costs once, on its first
 	// event (upstream's per-watcher goroutines grow their stacks then).
 	rec.Add("cpu_ms_per_write_first", cpus[0], "ms", result.Lower)
 	if len(unwatchedRounds) > 0 {
-		unwatchedCPU := result.Median(cpuPerWrite(unwatchedRounds, writes))
+		unwatchedCPU := result.Median(perWrite(unwatchedRounds, writes, exactKeyRound.cpuMs))
 		rec.Add("cpu_ms_per_write_unwatched", unwatchedCPU, "ms", result.Lower)
 		// Below a delivery a write the difference of two medians, each
 		// as noisy as the other, is mostly noise once divided by the
@@ -211,6 +211,13 @@ func ExactKey(ctx context.Context, env Env, decorator string, watchers, objects,
 			perDelivery := (result.Median(cpus) - unwatchedCPU) * 1000 / deliveries
 			rec.Add("cpu_us_per_delivery", perDelivery, "us", result.Lower)
 		}
+	}
+	// Allocations per applied event are a cost the CPU per write hides in
+	// part (the collections they bring fall in some rounds, not others):
+	// heap objects allocated in the round, the clients' included, per write.
+	rec.Add("allocs_per_write", result.Median(perWrite(rounds, writes, exactKeyRound.allocCount)), "allocs", result.Lower)
+	if len(unwatchedRounds) > 0 {
+		rec.Add("allocs_per_write_unwatched", result.Median(perWrite(unwatchedRounds, writes, exactKeyRound.allocCount)), "allocs", result.Lower)
 	}
 	// A GC cycle is a large share of a round's CPU at 100k watchers (their
 	// clients' stacks are scanned), so whether one fell in a round
@@ -243,40 +250,51 @@ const exactKeyRounds = 5
 // exactKeyUnwatched is how many objects the unwatched rounds write to.
 const exactKeyUnwatched = 1000
 
-// cpuPerWrite is each round's CPU per write, in ms.
-func cpuPerWrite(rounds []exactKeyRound, writes int) []float64 {
-	cpus := make([]float64, len(rounds))
+// perWrite is each round's figure (of: its CPU in ms, its allocations)
+// over the writes.
+func perWrite(rounds []exactKeyRound, writes int, of func(exactKeyRound) float64) []float64 {
+	xs := make([]float64, len(rounds))
 	for i, r := range rounds {
-		cpus[i] = r.cpu / float64(writes) * 1000
+		xs[i] = of(r) / float64(writes)
 	}
-	return cpus
+	return xs
 }
 
 // exactKeyRound is what one round of writes cost the measured process.
 type exactKeyRound struct {
 	// cpu is the process's CPU seconds from the first write until every
 	// watcher had the round's events.
-	cpu      float64
+	cpu float64
+	// allocs is how many heap objects the process allocated over the
+	// same span.
+	allocs   uint64
 	wall     time.Duration
 	writes   time.Duration
 	gcCycles uint64
 	complete bool
 }
 
+func (r exactKeyRound) cpuMs() float64      { return r.cpu * 1000 }
+func (r exactKeyRound) allocCount() float64 { return float64(r.allocs) }
+
 // exactKeyRoundOf collects garbage, then has the writer make batch b and
 // waits (delivered) until every watcher has its writes.
 func exactKeyRoundOf(writer *writerProcess, b exactKeyBatch, delivered func() bool) (exactKeyRound, error) {
 	runtime.GC()
+	allocStart := heapAllocs()
 	start, cpuStart, gcStart := time.Now(), cpuSeconds(), gcCycles()
 	writeTime, err := writer.exactKey(b)
 	if err != nil {
 		return exactKeyRound{}, err
 	}
 	complete := delivered()
-	return exactKeyRound{
+	round := exactKeyRound{
 		cpu: cpuSeconds() - cpuStart, wall: time.Since(start), writes: writeTime,
 		gcCycles: gcCycles() - gcStart, complete: complete,
-	}, nil
+	}
+	// Read after the CPU: its stop of the world is no round's cost.
+	round.allocs = heapAllocs() - allocStart
+	return round, nil
 }
 
 func exactKeyName(i int) string { return fmt.Sprintf("obj-%d", i) }
