@@ -30,6 +30,9 @@ const (
 	// ready, over upstream's.
 	memoryMaxHeapRatio  = 0.5
 	memoryMaxReadyRatio = 1.0
+	// exactkey's own cost (issue 29.1): watchkeeper's CPU per write over
+	// no cache's, at every size.
+	exactKeyMaxOwnCost = 1.15
 )
 
 // figures indexes one level's results by scenario, decorator and metric,
@@ -71,6 +74,7 @@ func targetRows(results []result.Result) []targetRow {
 	f := indexFigures(results, "storage")
 	var rows []targetRow
 	rows = append(rows, exactKeyTargets(f, decWatchkeeper)...)
+	rows = append(rows, ownCostTargets(f)...)
 	rows = append(rows, stormTargets(f)...)
 	rows = append(rows, httpFanOutTargets(indexFigures(results, "http"))...)
 	rows = append(rows, memoryTargets(f)...)
@@ -135,16 +139,11 @@ func objectsOf(bytes int) string {
 // httpFanOutTargets judges the HTTP fan-out's events/s and p99 at each size
 // both caches ran, on its figures (the median of its pairs, when paired).
 func httpFanOutTargets(f figures) []targetRow {
-	var sizes []int
-	for _, r := range f["fanout|"+decWatchkeeper+"|events_delivered_per_second"] {
-		sizes = append(sizes, r.Params["watchers"])
-	}
-	slices.Sort(sizes)
 	var rows []targetRow
-	for _, n := range slices.Compact(sizes) {
+	for _, n := range f.watcherSizes("fanout", decWatchkeeper, "events_delivered_per_second") {
 		of := "one run"
-		if r, _ := f.result("fanout", decWatchkeeper, "events_delivered_per_second", n); r.Params[paramPairs] > 1 {
-			of = fmt.Sprintf("the median of %d pairs", r.Params[paramPairs])
+		if pairs := f.pairsAt("fanout", decWatchkeeper, "events_delivered_per_second", n); pairs > 1 {
+			of = fmt.Sprintf("the median of %d pairs", pairs)
 		}
 		for _, t := range []struct {
 			metric, what, unit string
@@ -167,6 +166,62 @@ func httpFanOutTargets(f figures) []targetRow {
 		}
 	}
 	return rows
+}
+
+// watcherSizes are the watcher counts of scenario's runs with decorator
+// that reported metric, smallest first.
+func (f figures) watcherSizes(scenario, decorator, metric string) []int {
+	var sizes []int
+	for _, r := range f[scenario+"|"+decorator+"|"+metric] {
+		sizes = append(sizes, r.Params["watchers"])
+	}
+	slices.Sort(sizes)
+	return slices.Compact(sizes)
+}
+
+// pairsAt is how many pairs the figure at n watchers is the median of (0:
+// one run, unpaired).
+func (f figures) pairsAt(scenario, decorator, metric string, n int) int {
+	r, _ := f.result(scenario, decorator, metric, n)
+	return r.Params[paramPairs]
+}
+
+// ownCostTargets judges issue 29.1's own cost at every exactkey size where
+// watchkeeper and none both ran: watchkeeper's CPU per write over none's
+// (one etcd3 watch and a map from key to channels, the floor any cache in
+// front of etcd stands on) at most exactKeyMaxOwnCost; the upstream column
+// holds upstream's over none's. The figures are those the other exactkey
+// targets read: each the median of its pairs, when paired.
+func ownCostTargets(f figures) []targetRow {
+	const metric = "cpu_ms_per_write"
+	var rows []targetRow
+	for _, n := range f.watcherSizes("exactkey", decWatchkeeper, metric) {
+		floor, ok := f.at("exactkey", decNone, metric, n)
+		if !ok {
+			continue
+		}
+		wk, _ := f.at("exactkey", decWatchkeeper, metric, n)
+		up, okU := f.at("exactkey", decUpstream, metric, n)
+		of := ""
+		if pairs := f.pairsAt("exactkey", decWatchkeeper, metric, n); pairs > 1 {
+			of = fmt.Sprintf(" (the median of %d pairs)", pairs)
+		}
+		upstream := "not measured"
+		if okU {
+			upstream = overFloor(up, floor)
+		}
+		rows = append(rows, targetRow{scenario: "exactkey",
+			target: fmt.Sprintf("own cost per write over no cache at %s watchers: CPU per write / none's <= %.2fx%s",
+				count(n), exactKeyMaxOwnCost, of),
+			upstream: upstream, judged: overFloor(wk, floor),
+			ratio: ratioOrDash(wk, true, up, okU), verdict: verdict(floor > 0 && wk/floor <= exactKeyMaxOwnCost)})
+	}
+	return rows
+}
+
+// overFloor shows a CPU per write over no cache's: "0.108 / 0.081 ms (1.33x)".
+func overFloor(v, floor float64) string {
+	return fmt.Sprintf("%s / %s ms (%sx)", formatValue(v), formatValue(floor), ratioOf(v, floor))
 }
 
 // exactkey's metrics the targets read besides its CPU per write.

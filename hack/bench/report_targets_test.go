@@ -95,7 +95,8 @@ func TestTargetRowsJudgeExactKeyAndStorm(t *testing.T) {
 		}
 	}
 	// No cache's figures, dearer than either cache's: they are the floor
-	// table's, and change no verdict of watchkeeper's.
+	// table's, and change no verdict of watchkeeper's; the own-cost rows
+	// hold watchkeeper's to them where none ran (1k and 100k), met.
 	for _, n := range []int{1_000, 100_000} {
 		p := map[string]int{"watchers": n, "objects": 10_000, "events": 1_000}
 		add("exactkey", decNone, "cpu_ms_per_write", p, 0.9)
@@ -140,6 +141,8 @@ func TestTargetRowsJudgeExactKeyAndStorm(t *testing.T) {
 		"exactkey: each of 1k watchers gets exactly its object's events: missing / extra = 0":                                                      "met",
 		"exactkey: each of 10k watchers gets exactly its object's events: missing / extra = 0":                                                     "missed",
 		"exactkey: each of 100k watchers gets exactly its object's events: missing / extra = 0":                                                    "met",
+		"exactkey: own cost per write over no cache at 1k watchers: CPU per write / none's <= 1.15x":                                               "met",
+		"exactkey: own cost per write over no cache at 100k watchers: CPU per write / none's <= 1.15x":                                             "met",
 		"storm: reflector lag p99 in the storm window <= upstream's":                                                                               "missed",
 		"storm: reflector lag p99 in the storm window < 100 ms":                                                                                    "missed",
 		"storm: WatchList time to initial-events-end p99 <= upstream's":                                                                            "met",
@@ -157,6 +160,100 @@ func TestTargetRowsJudgeExactKeyAndStorm(t *testing.T) {
 	}
 	if table := targetsTable(targetRows(rs)); !strings.Contains(table, "| exactkey | CPU per write at 100k watchers <= 0.5x upstream's | 0.4 ms | 0.115 ms | 0.287 | met |") {
 		t.Errorf("table lacks the 100k row:\n%s", table)
+	}
+}
+
+// Issue 29.1's own cost: at each exactkey size where watchkeeper and none
+// both ran, watchkeeper's CPU per write over none's at most 1.15x, judged on
+// the medians of the pairs (the figures every exactkey target reads, not the
+// median of the per-pair ratios), upstream's over none's beside it.
+func TestOwnCostTargetsJudgeWatchkeeperOverNone(t *testing.T) {
+	var rs []result.Result
+	for _, x := range []struct {
+		n            int
+		pairs        int
+		up, wk, none []float64
+	}{
+		// Medians 0.112 over 0.10: 1.12x, met. The per-pair ratios 1.1x /
+		// 2.24x / 2.5x have the median 2.24x: it would be missed.
+		{1_000, 3, []float64{0.15, 0.14, 0.16}, []float64{0.11, 0.112, 0.30}, []float64{0.10, 0.05, 0.12}},
+		// 1.16x: missed at 1.15x (met at 1.2x).
+		{10_000, 1, []float64{0.20}, []float64{0.116}, []float64{0.10}},
+		// 0.15 over 0.14: 1.07x, met; upstream's 0.28 over 0.14, 2x.
+		{100_000, 1, []float64{0.28}, []float64{0.15}, []float64{0.14}},
+		// No none run: no row.
+		{200_000, 1, []float64{0.3}, []float64{0.2}, nil},
+	} {
+		for p := range x.pairs {
+			for dec, vs := range map[string][]float64{decUpstream: x.up, decWatchkeeper: x.wk, decNone: x.none} {
+				if vs == nil {
+					continue
+				}
+				got := []result.Result{{Scenario: "exactkey", Level: "storage", Decorator: dec,
+					Params: map[string]int{"watchers": x.n, "objects": 10_000, "events": 1_000}, Metric: "cpu_ms_per_write", Value: vs[p]}}
+				tagPair(got, runSpec{Scenario: "exactkey", Level: "storage", Decorator: dec, Watchers: x.n, Pairs: x.pairs, Pair: p})
+				rs = append(rs, got...)
+			}
+		}
+	}
+	got := map[string]targetRow{}
+	for _, r := range ownCostTargets(indexFigures(medianOfPairs(rs), "storage")) {
+		got[r.target] = r
+	}
+	want := map[string]targetRow{
+		"own cost per write over no cache at 1k watchers: CPU per write / none's <= 1.15x (the median of 3 pairs)": {
+			upstream: "0.15 / 0.1 ms (1.5x)", judged: "0.112 / 0.1 ms (1.12x)", ratio: "0.747", verdict: "met"},
+		"own cost per write over no cache at 10k watchers: CPU per write / none's <= 1.15x": {
+			upstream: "0.2 / 0.1 ms (2x)", judged: "0.116 / 0.1 ms (1.16x)", ratio: "0.58", verdict: "missed"},
+		"own cost per write over no cache at 100k watchers: CPU per write / none's <= 1.15x": {
+			upstream: "0.28 / 0.14 ms (2x)", judged: "0.15 / 0.14 ms (1.07x)", ratio: "0.536", verdict: "met"},
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			t.Errorf("no row %q (rows: %v)", k, got)
+			continue
+		}
+		if g.upstream != w.upstream || g.judged != w.judged || g.ratio != w.ratio || g.verdict != w.verdict {
+			t.Errorf("%s:\n got  %s | %s | %s | %s\n want %s | %s | %s | %s", k,
+				g.upstream, g.judged, g.ratio, g.verdict, w.upstream, w.judged, w.ratio, w.verdict)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d rows, want %d (none at 200k ran no none): %v", len(got), len(want), got)
+	}
+	// In the targets table, not in the floor table (none over none).
+	merged := medianOfPairs(rs)
+	if table := targetsTable(targetRows(merged)); !strings.Contains(table,
+		"| exactkey | own cost per write over no cache at 10k watchers: CPU per write / none's <= 1.15x | 0.2 / 0.1 ms (2x) | 0.116 / 0.1 ms (1.16x) | 0.58 | missed |") {
+		t.Errorf("targets table lacks the 10k own-cost row:\n%s", table)
+	}
+	if table := floorTable(merged); strings.Contains(table, "own cost") {
+		t.Errorf("floor table holds none to itself:\n%s", table)
+	}
+}
+
+// exactkey's allocations per write reach results.md: watchkeeper's and
+// upstream's in the main table, none's in the baseline table.
+func TestReportShowsAllocsPerWrite(t *testing.T) {
+	var rs []result.Result
+	p := map[string]int{"watchers": 1_000, "objects": 10_000, "events": 1_000}
+	for dec, v := range map[string]float64{decUpstream: 410, decWatchkeeper: 350, decNone: 300} {
+		for m, f := range map[string]float64{"allocs_per_write": 1, "allocs_per_write_unwatched": 0.9} {
+			rs = append(rs, result.Result{Scenario: "exactkey", Level: "storage", Decorator: dec, Params: p,
+				Metric: m, Unit: "allocs", Better: result.Lower, Value: v * f})
+		}
+	}
+	md := markdownReport(reportHeader{}, rs, nil)
+	for _, want := range []string{
+		"| exactkey | storage | watchers=1000 events=1000 objects=10000 | allocs_per_write [allocs] | 410 | 350 | 0.854 | lower |",
+		"| exactkey | storage | watchers=1000 events=1000 objects=10000 | allocs_per_write_unwatched [allocs] | 369 | 315 | 0.854 | lower |",
+		"| exactkey | storage | watchers=1000 events=1000 objects=10000 | allocs_per_write [allocs] | 300 |",
+		"| exactkey | storage | watchers=1000 events=1000 objects=10000 | allocs_per_write_unwatched [allocs] | 270 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("results.md lacks %q:\n%s", want, md)
+		}
 	}
 }
 
