@@ -244,15 +244,19 @@ func TestReportShowsAllocsPerWrite(t *testing.T) {
 				Metric: m, Unit: "allocs", Better: result.Lower, Value: v * f})
 		}
 	}
-	md := markdownReport(reportHeader{}, rs, nil)
-	for _, want := range []string{
+	wantLines(t, "results.md", markdownReport(reportHeader{}, rs, nil),
 		"| exactkey | storage | watchers=1000 events=1000 objects=10000 | allocs_per_write [allocs] | 410 | 350 | 0.854 | lower |",
 		"| exactkey | storage | watchers=1000 events=1000 objects=10000 | allocs_per_write_unwatched [allocs] | 369 | 315 | 0.854 | lower |",
 		"| exactkey | storage | watchers=1000 events=1000 objects=10000 | allocs_per_write [allocs] | 300 |",
-		"| exactkey | storage | watchers=1000 events=1000 objects=10000 | allocs_per_write_unwatched [allocs] | 270 |",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("results.md lacks %q:\n%s", want, md)
+		"| exactkey | storage | watchers=1000 events=1000 objects=10000 | allocs_per_write_unwatched [allocs] | 270 |")
+}
+
+// wantLines fails t for each of lines that text (what) lacks.
+func wantLines(t *testing.T, what, text string, lines ...string) {
+	t.Helper()
+	for _, want := range lines {
+		if !strings.Contains(text, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, text)
 		}
 	}
 }
@@ -275,16 +279,11 @@ func TestFloorTableJudgesNoCache(t *testing.T) {
 		rs = append(rs, result.Result{Scenario: "exactkey", Level: "storage", Decorator: decNone, Params: p, Metric: "cpu_ms_per_write_unwatched", Value: x.noneUnwatchd})
 	}
 	table := floorTable(rs)
-	for _, want := range []string{
+	wantLines(t, "floor table", table,
 		"| scenario | target | upstream | none | ratio none/upstream | verdict |",
 		"| exactkey | CPU per write at 100k watchers <= 0.5x upstream's | 0.2 ms | 0.16 ms | 0.8 | missed |",
 		"| exactkey | CPU per write flat from 1k to 100k watchers: 100k/1k <= 1.2x | 0.1 -> 0.2 ms (2x) | 0.08 -> 0.16 ms (2x) | - | missed |",
-		"| exactkey | CPU per write no watcher selects flat from 1k to 100k watchers: 100k/1k <= 1.2x | 0 -> 0 ms (-x) | 0.079 -> 0.08 ms (1.01x) | - | met |",
-	} {
-		if !strings.Contains(table, want) {
-			t.Errorf("floor table lacks %q:\n%s", want, table)
-		}
-	}
+		"| exactkey | CPU per write no watcher selects flat from 1k to 100k watchers: 100k/1k <= 1.2x | 0 -> 0 ms (-x) | 0.079 -> 0.08 ms (1.01x) | - | met |")
 	if strings.Contains(table, "0.12 ms") {
 		t.Errorf("floor table shows watchkeeper's figure:\n%s", table)
 	}
