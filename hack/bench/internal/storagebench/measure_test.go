@@ -5,10 +5,7 @@ import (
 	"testing"
 )
 
-type allocProbe struct {
-	next *allocProbe
-	name string
-}
+type allocProbe struct{ next *allocProbe }
 
 // heapAllocs counts every allocation up to its read: exactkey's
 // allocs_per_write is its delta over a round, read while the last
