@@ -142,7 +142,7 @@ func measure(ctx context.Context, cfg config, dir string, pki *kubecluster.PKI, 
 			return ctx.Err()
 		case <-time.After(10 * time.Second):
 		}
-		if err := restart(ctx, s, dec, round, cfg.profileDir); err != nil {
+		if err := restart(ctx, s, dec, round, cfg.grace, cfg.profileDir); err != nil {
 			return err
 		}
 	}
@@ -335,7 +335,7 @@ type poll struct {
 
 // restart SIGTERMs kube-apiserver, starts it again, and polls /readyz
 // until it has been ready for 2s, then prints the timeline.
-func restart(ctx context.Context, s *kubecluster.Server, dec string, round int, profileDir string) error {
+func restart(ctx context.Context, s *kubecluster.Server, dec string, round int, grace time.Duration, profileDir string) error {
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	var polls []poll
 	pollDone := make(chan struct{})
@@ -373,7 +373,7 @@ func restart(ctx context.Context, s *kubecluster.Server, dec string, round int, 
 		}
 	}()
 	sigterm := time.Now()
-	exited, ready, err := s.Restart(ctx, 90*time.Second)
+	exited, ready, err := s.Restart(ctx, grace)
 	if err != nil {
 		stopPolling()
 		<-pollDone
