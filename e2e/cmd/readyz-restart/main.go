@@ -21,11 +21,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +39,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/watchkeeper/watchkeeper/e2e/internal/kubecluster"
+	"github.com/watchkeeper/watchkeeper/e2e/internal/restartprobe"
 )
 
 type config struct {
@@ -323,66 +322,55 @@ func churn(ctx context.Context, c kubernetes.Interface, cfg config, writes, errs
 	}
 }
 
-// poll is one answer of /readyz?verbose.
-type poll struct {
-	at       time.Time
-	took     time.Duration
-	status   int // 0: no answer
-	err      string
-	failed   []string // checks marked [-]
-	notReady []string // watchkeeper caches not ready (debug view), when watch-caches failed
-}
-
 // restart SIGTERMs kube-apiserver, starts it again, and polls /readyz
 // until it has been ready for 2s, then prints the timeline.
 func restart(ctx context.Context, s *kubecluster.Server, dec string, round int, grace time.Duration, profileDir string) error {
-	pollCtx, stopPolling := context.WithCancel(ctx)
-	var polls []poll
-	pollDone := make(chan struct{})
 	hc := *s.HTTP
 	hc.Timeout = 3 * time.Second
 	var readySince atomic.Int64
 	profiled := make(chan struct{})
 	var profiling atomic.Bool
-	go func() {
-		defer close(pollDone)
-		for pollCtx.Err() == nil {
-			p := pollOnce(pollCtx, &hc, s.URL, dec)
-			polls = append(polls, p)
-			if profileDir != "" && !profiling.Load() && p.status != 0 && p.status != http.StatusOK && len(polls) > 1 {
-				profiling.Store(true)
-				go func() {
-					defer close(profiled)
-					path := fmt.Sprintf("%s/%s-restart-%d.pprof", profileDir, dec, round)
-					code, body, err := s.GetBytes(ctx, "/debug/pprof/profile?seconds=6", 30*time.Second)
-					if err == nil && code == http.StatusOK {
-						err = os.WriteFile(path, body, 0o644)
-					}
-					logf(dec, "cpu profile %s: %d %v", path, code, err)
-				}()
+	polls := 0
+	pcfg := restartprobe.Config{Client: &hc, URL: s.URL, Interval: 100 * time.Millisecond}
+	if dec == "watchkeeper" {
+		pcfg.Detail = func(ctx context.Context, failed []string) []string {
+			if !slices.Contains(failed, "watch-caches") {
+				return nil
 			}
-			if p.status == http.StatusOK {
-				readySince.CompareAndSwap(0, p.at.UnixNano())
-			} else {
-				readySince.Store(0)
-			}
-			select {
-			case <-pollCtx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
+			return notReadyCaches(ctx, &hc, s.URL)
 		}
-	}()
+	}
+	pcfg.Observe = func(p restartprobe.Poll) {
+		polls++
+		if profileDir != "" && !profiling.Load() && p.Status != 0 && p.Status != http.StatusOK && polls > 1 {
+			profiling.Store(true)
+			go func() {
+				defer close(profiled)
+				path := fmt.Sprintf("%s/%s-restart-%d.pprof", profileDir, dec, round)
+				code, body, err := s.GetBytes(ctx, "/debug/pprof/profile?seconds=6", 30*time.Second)
+				if err == nil && code == http.StatusOK {
+					err = os.WriteFile(path, body, 0o644)
+				}
+				logf(dec, "cpu profile %s: %d %v", path, code, err)
+			}()
+		}
+		if p.Status == http.StatusOK {
+			readySince.CompareAndSwap(0, p.At.UnixNano())
+		} else {
+			readySince.Store(0)
+		}
+	}
+	poller := restartprobe.Start(ctx, pcfg)
 	sigterm := time.Now()
 	exited, ready, err := s.Restart(ctx, grace)
 	if err != nil {
-		stopPolling()
-		<-pollDone
+		poller.Stop()
 		return err
 	}
 	// The CPU the new process used until the driver's own wait saw it ready
 	// (a 250ms poll): the work of starting, less sensitive than the wall
 	// time to what else the machine runs.
-	cpu := cpuSeconds(s.KAS.PID())
+	cpu, cpuErr := restartprobe.ProcessCPU(s.KAS.PID())
 	for {
 		if r := readySince.Load(); r != 0 && time.Since(time.Unix(0, r)) > 2*time.Second {
 			break
@@ -392,41 +380,20 @@ func restart(ctx context.Context, s *kubecluster.Server, dec string, round int, 
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	stopPolling()
-	<-pollDone
+	tl := restartprobe.Analyze(poller.Stop(), exited)
 	if profiling.Load() {
 		select {
 		case <-profiled:
 		case <-time.After(30 * time.Second):
 		}
 	}
-	report(dec, round, sigterm, exited, ready, polls)
-	logf(dec, "restart %d: the new kube-apiserver's CPU (user+system) when ready: %.2fs", round, cpu)
+	report(dec, round, sigterm, exited, ready, tl)
+	if cpuErr != nil {
+		logf(dec, "restart %d: the new kube-apiserver's CPU: %v", round, cpuErr)
+	} else {
+		logf(dec, "restart %d: the new kube-apiserver's CPU (user+system) when ready: %.2fs", round, cpu.Seconds())
+	}
 	return nil
-}
-
-func pollOnce(ctx context.Context, hc *http.Client, url, dec string) poll {
-	p := poll{at: time.Now()}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz?verbose", nil)
-	resp, err := hc.Do(req)
-	p.took = time.Since(p.at)
-	if err != nil {
-		p.err = err.Error()
-		return p
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	p.status = resp.StatusCode
-	for _, line := range strings.Split(string(body), "\n") {
-		if name, ok := strings.CutPrefix(line, "[-]"); ok {
-			name, _, _ = strings.Cut(name, " ")
-			p.failed = append(p.failed, name)
-		}
-	}
-	if dec == "watchkeeper" && slices.Contains(p.failed, "watch-caches") {
-		p.notReady = notReadyCaches(ctx, hc, url)
-	}
-	return p
 }
 
 // notReadyCaches reads /debug/watchkeeper for the caches not ready.
@@ -458,75 +425,24 @@ func notReadyCaches(ctx context.Context, hc *http.Client, url string) []string {
 	return out
 }
 
-// cpuSeconds is the user+system CPU time of process pid so far.
-func cpuSeconds(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command, which is in parentheses.
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	var utime, stime float64
-	fmt.Sscan(f[11], &utime)
-	fmt.Sscan(f[12], &stime)
-	return (utime + stime) / 100 // USER_HZ
+func report(dec string, round int, sigterm, exited, ready time.Time, tl restartprobe.Timeline) {
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
+	logf(dec, "restart %d: exited %v after SIGTERM; first answer %v after the exit, first 200 %v (the driver's wait: %v); slowest /readyz answer until ready %v",
+		round, r(exited.Sub(sigterm)), r(tl.FirstAnswer), r(tl.Ready), r(ready.Sub(exited)), tl.Slowest.Round(time.Millisecond))
+	logf(dec, "restart %d: %s", round, tl.Summary())
+	printChecks(dec, "check failing", tl.Checks)
+	printChecks(dec, "cache not ready", tl.Details)
 }
 
-// span is when a condition held, relative to the new process's start.
-type span struct{ first, last time.Duration }
-
-func report(dec string, round int, sigterm, exited, ready time.Time, polls []poll) {
-	since := func(t time.Time) time.Duration { return t.Sub(exited).Round(10 * time.Millisecond) }
-	var firstAnswer, firstOK time.Time
-	checks := map[string]*span{}
-	caches := map[string]*span{}
-	var slowest time.Duration
-	for _, p := range polls {
-		if p.at.Before(exited) {
-			continue
+// printChecks prints each check, the last to pass first, with the times
+// after the exit.
+func printChecks(dec, what string, checks []restartprobe.Check) {
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
+	for _, c := range checks {
+		still := ""
+		if c.StillFailing {
+			still = " (still failing at the last answer)"
 		}
-		if p.status != 0 && firstAnswer.IsZero() {
-			firstAnswer = p.at
-		}
-		if p.status == http.StatusOK && firstOK.IsZero() {
-			firstOK = p.at
-		}
-		if !firstOK.IsZero() {
-			continue
-		}
-		slowest = max(slowest, p.took)
-		mark := func(m map[string]*span, name string) {
-			if sp := m[name]; sp == nil {
-				m[name] = &span{since(p.at), since(p.at)}
-			} else {
-				sp.last = since(p.at)
-			}
-		}
-		for _, c := range p.failed {
-			mark(checks, c)
-		}
-		for _, c := range p.notReady {
-			mark(caches, c)
-		}
-	}
-	logf(dec, "restart %d: exited %v after SIGTERM; first answer %v after the exit, first 200 %v (the driver's wait: %v); slowest /readyz answer before ready %v",
-		round, exited.Sub(sigterm).Round(10*time.Millisecond), since(firstAnswer), since(firstOK), since(ready), slowest.Round(time.Millisecond))
-	printSpans(dec, "check failing", checks)
-	printSpans(dec, "cache not ready", caches)
-}
-
-func printSpans(dec, what string, m map[string]*span) {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		return m[names[i]].last > m[names[j]].last || m[names[i]].last == m[names[j]].last && names[i] < names[j]
-	})
-	for _, n := range names {
-		logf(dec, "  %s %-60s from %8v to %8v", what, n, m[n].first, m[n].last)
+		logf(dec, "  %s %-60s from %8v, passed at %8v, failing %8v%s", what, c.Name, r(c.FirstFailed), r(c.Passed), r(c.Failed), still)
 	}
 }
