@@ -16,9 +16,10 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/watchkeeper/watchkeeper/e2e/internal/kubecluster"
+	"github.com/watchkeeper/watchkeeper/internal/childserver"
 )
 
-// clockTicks is the unit of /proc/PID/stat's times (USER_HZ, 100 on Linux).
+// clockTicks is the unit of /proc/stat's times (USER_HZ, 100 on Linux).
 const clockTicks = 100
 
 // procUsage is a process's CPU time so far and its peak resident set.
@@ -29,17 +30,11 @@ type procUsage struct {
 
 func readProc(pid int) (procUsage, error) {
 	var u procUsage
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	cpu, err := childserver.ProcCPUSeconds(pid)
 	if err != nil {
 		return u, err
 	}
-	// The command may hold spaces: fields start after its closing paren.
-	s := string(stat)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	// utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	u.cpu = time.Duration(ut+st) * time.Second / clockTicks
+	u.cpu = time.Duration(cpu * float64(time.Second))
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return u, err

@@ -40,6 +40,7 @@ import (
 
 	"github.com/watchkeeper/watchkeeper/e2e/internal/kubecluster"
 	"github.com/watchkeeper/watchkeeper/e2e/internal/restartprobe"
+	"github.com/watchkeeper/watchkeeper/internal/childserver"
 )
 
 type config struct {
@@ -370,7 +371,7 @@ func restart(ctx context.Context, s *kubecluster.Server, dec string, round int, 
 	// The CPU the new process used until the driver's own wait saw it ready
 	// (a 250ms poll): the work of starting, less sensitive than the wall
 	// time to what else the machine runs.
-	cpu, cpuErr := restartprobe.ProcessCPU(s.KAS.PID())
+	cpu, cpuErr := childserver.ProcCPUSeconds(s.KAS.PID())
 	for {
 		if r := readySince.Load(); r != 0 && time.Since(time.Unix(0, r)) > 2*time.Second {
 			break
@@ -391,7 +392,7 @@ func restart(ctx context.Context, s *kubecluster.Server, dec string, round int, 
 	if cpuErr != nil {
 		logf(dec, "restart %d: the new kube-apiserver's CPU: %v", round, cpuErr)
 	} else {
-		logf(dec, "restart %d: the new kube-apiserver's CPU (user+system) when ready: %.2fs", round, cpu.Seconds())
+		logf(dec, "restart %d: the new kube-apiserver's CPU (user+system) when ready: %.2fs", round, cpu)
 	}
 	return nil
 }

@@ -3,17 +3,14 @@
 // records each answer and which checks it marked failed, turns the answers
 // into a timeline (when the new process first answered, when it was ready,
 // and for each check that failed in between how long it failed and when it
-// passed), and reads the CPU time a process has used. readyz-restart and
-// kube-load share it.
+// passed). readyz-restart and kube-load share it; both read the new
+// process's CPU with internal/childserver.ProcCPUSeconds.
 package restartprobe
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,7 +41,8 @@ type Config struct {
 	// Interval is the pause between the end of one poll and the next.
 	Interval time.Duration
 	// MaxPolls bounds the answers kept; polling stops when it is reached
-	// (Poller.Truncated). 0: 6000, ten minutes at 100ms.
+	// (a timeline of them then ends not ready). 0: 6000, ten minutes at
+	// 100ms.
 	MaxPolls int
 	// Clock reads the time of each poll; nil: the real clock. The pause
 	// between polls is real time either way.
@@ -59,12 +57,11 @@ type Config struct {
 
 // Poller polls until Stop; it owns one goroutine.
 type Poller struct {
-	cfg       Config
-	stop      context.CancelFunc
-	done      chan struct{}
-	mu        sync.Mutex
-	polls     []Poll
-	truncated bool
+	cfg   Config
+	stop  context.CancelFunc
+	done  chan struct{}
+	mu    sync.Mutex
+	polls []Poll
 }
 
 // Start starts polling cfg.URL+"/readyz?verbose" at once and every
@@ -99,7 +96,6 @@ func (p *Poller) run(ctx context.Context) {
 		p.mu.Lock()
 		p.polls = append(p.polls, poll)
 		full := len(p.polls) >= p.cfg.MaxPolls
-		p.truncated = full
 		p.mu.Unlock()
 		if p.cfg.Observe != nil {
 			p.cfg.Observe(poll)
@@ -161,47 +157,4 @@ func (p *Poller) Stop() []Poll {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.polls
-}
-
-// Truncated says whether polling stopped at MaxPolls.
-func (p *Poller) Truncated() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.truncated
-}
-
-// ProcessCPU is the user+system CPU time process pid has used so far, from
-// /proc/PID/stat.
-func ProcessCPU(pid int) (time.Duration, error) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	return parseStatCPU(string(stat))
-}
-
-// clockTicks is the unit of /proc/PID/stat's times (USER_HZ, 100 on Linux).
-const clockTicks = 100
-
-func parseStatCPU(stat string) (time.Duration, error) {
-	// The command may hold spaces and parens: fields start after its
-	// last closing paren.
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/PID/stat: no command in %q", stat)
-	}
-	f := strings.Fields(stat[i+1:])
-	// utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/PID/stat: %d fields after the command", len(f))
-	}
-	ut, err := strconv.ParseInt(f[11], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("/proc/PID/stat utime: %w", err)
-	}
-	st, err := strconv.ParseInt(f[12], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("/proc/PID/stat stime: %w", err)
-	}
-	return time.Duration(ut+st) * time.Second / clockTicks, nil
 }

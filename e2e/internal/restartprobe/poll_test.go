@@ -135,15 +135,3 @@ func TestPollerRecordsHowLongEachCheckFailedAndTheLastToPass(t *testing.T) {
 		t.Errorf("stopped before ready: ready %v, checks %+v", tl.IsReady, tl.Checks)
 	}
 }
-
-func TestParseStatCPU(t *testing.T) {
-	// A command with spaces and a paren; utime 250, stime 50 ticks.
-	stat := "4242 (kube apiserver) (x)) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 123 456 789"
-	got, err := parseStatCPU(stat)
-	if err != nil || got != 3*time.Second {
-		t.Errorf("parseStatCPU = %v, %v; want 3s", got, err)
-	}
-	if _, err := parseStatCPU("4242 (short) S 1"); err == nil {
-		t.Errorf("a short line parsed")
-	}
-}
