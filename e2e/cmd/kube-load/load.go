@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -18,6 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/watchkeeper/watchkeeper/e2e/internal/kubecluster"
+	"github.com/watchkeeper/watchkeeper/e2e/internal/restartprobe"
+	"github.com/watchkeeper/watchkeeper/internal/childserver"
 )
 
 // result is what one cache's run measured.
@@ -44,7 +47,12 @@ type result struct {
 
 	stormSync     []time.Duration // per kubelet: storm start to its WatchList synced
 	stormUnsynced int
-	restartDown   time.Duration   // SIGTERM to ready
+	restartDown   time.Duration // SIGTERM to ready
+	// /readyz?verbose polled from the SIGTERM until ready, relative to
+	// the old process's exit; and the new process's CPU when the
+	// driver's wait saw it ready.
+	restartReadyz restartprobe.Timeline
+	restartCPU    time.Duration
 	reconnect     []time.Duration // per kubelet: the old process's exit to its pods' watch open again
 	unreconnected int
 	consistency   string // the kubelets' views against the server's pods at the end
@@ -416,12 +424,35 @@ func (l *load) waitKubelets(ctx context.Context, since time.Time, at func(synced
 func (l *load) restart(ctx context.Context) (time.Time, error) {
 	st := l.res.st
 	st.phase.Store(int32(phaseRestart))
+	hc := *l.cluster.HTTP
+	hc.Timeout = 3 * time.Second
+	var lastOK atomic.Int64 // the latest 200's send time, UnixNano
+	poller := restartprobe.Start(ctx, restartprobe.Config{Client: &hc, URL: l.cluster.URL, Interval: 100 * time.Millisecond,
+		Observe: func(p restartprobe.Poll) {
+			if p.Status == http.StatusOK {
+				lastOK.Store(p.At.UnixNano())
+			}
+		}})
 	start := time.Now()
 	exited, ready, err := l.cluster.Restart(ctx, 70*time.Second)
 	if err != nil {
+		poller.Stop()
 		return time.Time{}, fmt.Errorf("kube-apiserver restart: %w", err)
 	}
+	// The new process's CPU from its start to ready (as the cluster's
+	// wait saw it, a 250ms poll): its work of starting.
+	cpu, cpuErr := childserver.ProcCPUSeconds(l.cluster.KAS.PID())
 	l.res.restartDown = ready.Sub(start)
+	l.res.restartCPU = time.Duration(cpu * float64(time.Second))
+	// The poller's own 200 from the new process, if the cluster's wait
+	// saw one first.
+	_ = waitFor(ctx, 5*time.Second, func() (bool, error) { return lastOK.Load() >= exited.UnixNano(), nil })
+	l.res.restartReadyz = restartprobe.Analyze(poller.Stop(), exited)
+	cpuNote := fmt.Sprintf("the new process's CPU to ready %.1fs", cpu)
+	if cpuErr != nil {
+		cpuNote = fmt.Sprintf("the new process's CPU: %v", cpuErr)
+	}
+	l.say("kube-apiserver restart: %s; %s", l.res.restartReadyz.Summary(), cpuNote)
 	l.res.reconnect, l.res.unreconnected = l.waitKubelets(ctx, exited, func(_, watchOK time.Time) time.Time { return watchOK })
 	l.say("kube-apiserver restarted: exited %v after SIGTERM, ready %v after; %d kubelets watching again, the last %v after the exit",
 		exited.Sub(start).Round(100*time.Millisecond), ready.Sub(exited).Round(100*time.Millisecond),

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/e2e/internal/restartprobe"
 	"github.com/watchkeeper/watchkeeper/internal/histogram"
 )
 
@@ -134,6 +135,7 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	row("start storm: last", float64(lastOf(wk.stormSync)), float64(lastOf(up.stormSync)), dur)
 	row("restart: SIGTERM to ready again", float64(wk.restartDown), float64(up.restartDown), dur)
 	row("restart: kubelets watching pods again, after the exit, p99", float64(quantileOf(wk.reconnect, 0.99)), float64(quantileOf(up.reconnect, 0.99)), dur)
+	printRestartChecks(w, wk, up)
 	row("stamped writes (pods, secrets/configmaps)", float64(wk.podStamps.Load()+wk.objStamps.Load()), float64(up.podStamps.Load()+up.objStamps.Load()), num)
 	row("failed writes of the load (stamps, scaling)", float64(wk.writeErrors.Load()+wk.churnErrors.Load()), float64(up.writeErrors.Load()+up.churnErrors.Load()), num)
 	fmt.Fprintf(w, "views at the end: watchkeeper: %s; stock: %s\n", wk.consistency, up.consistency)
@@ -172,6 +174,75 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 		count(relists, phaseRestart)(wk), count(gone, phaseRestart)(wk), count(relists, phaseRestart)(up), count(gone, phaseRestart)(up)))
 	target(wk.consistent, "every kubelet's view equals the server's at the end (no lost event)", wk.consistency)
 	printProfileDiffs(w, wk, up)
+}
+
+// restartChecksShown is how many of each cache's /readyz checks the
+// report shows, the last to pass.
+const restartChecksShown = 3
+
+// printRestartChecks prints the restart's /readyz timeline of either
+// cache: the exit to the first answer, the new process's CPU to ready, and
+// the checks that failed after the first answer: the last three to pass on
+// each cache, with how long each failed on either (- where it did not
+// fail), * on the last to pass.
+func printRestartChecks(w io.Writer, wk, up *result) {
+	rw, ru := &wk.restartReadyz, &up.restartReadyz
+	firstAnswer := func(tl *restartprobe.Timeline) string {
+		if !tl.Answered {
+			return "none"
+		}
+		return fmtDur(tl.FirstAnswer)
+	}
+	fmt.Fprintf(w, "%-58s %14s %14s %8s\n", "restart: exit to the new process's first /readyz answer", firstAnswer(rw), firstAnswer(ru),
+		fmtRatio(float64(rw.FirstAnswer), float64(ru.FirstAnswer)))
+	fmt.Fprintf(w, "%-58s %14s %14s %8s\n", "restart: the new kube-apiserver's CPU, start to ready", fmtDur(wk.restartCPU), fmtDur(up.restartCPU),
+		fmtRatio(float64(wk.restartCPU), float64(up.restartCPU)))
+	fmt.Fprintf(w, "restart: /readyz checks failing after the first answer (the last %d to pass on each cache, how long each failed; * the last):\n", restartChecksShown)
+	var names []string
+	seen := map[string]bool{}
+	for _, tl := range []*restartprobe.Timeline{rw, ru} {
+		for i, c := range tl.Checks {
+			if i < restartChecksShown && !seen[c.Name] {
+				seen[c.Name] = true
+				names = append(names, c.Name)
+			}
+		}
+	}
+	if len(names) == 0 {
+		fmt.Fprintln(w, "  none")
+		return
+	}
+	cell := func(tl *restartprobe.Timeline, name string) (string, time.Duration) {
+		last := map[string]bool{}
+		for _, c := range tl.LastToPass() {
+			last[c.Name] = true
+		}
+		for _, c := range tl.Checks {
+			if c.Name != name {
+				continue
+			}
+			s := fmtDur(c.Failed)
+			if c.StillFailing {
+				s += " still"
+			}
+			if last[name] {
+				s += "*"
+			} else {
+				s += " " // the column aligned with the marked
+			}
+			return s, c.Failed
+		}
+		return "- ", 0
+	}
+	for _, n := range names {
+		a, da := cell(rw, n)
+		b, db := cell(ru, n)
+		ratio := ""
+		if da > 0 && db > 0 {
+			ratio = fmtRatio(float64(da), float64(db))
+		}
+		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-56s %14s %14s %8s", n, a, b, ratio), " "))
+	}
 }
 
 // callsOf is the calls of the histograms, sorted.

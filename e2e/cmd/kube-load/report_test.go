@@ -2,11 +2,14 @@ package main
 
 import (
 	"math"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/watchkeeper/watchkeeper/e2e/internal/restartprobe"
 )
 
 // fakeResult is a run's result with the figures the targets judge.
@@ -158,6 +161,58 @@ func TestRatios(t *testing.T) {
 		}
 		if got := fmtRatio(tc.a, tc.b); got != tc.text {
 			t.Errorf("fmtRatio(%v, %v) = %q, want %q", tc.a, tc.b, got, tc.text)
+		}
+	}
+}
+
+// restartTimeline is a restart's /readyz answers after an exit at t0:
+// each answer 1s apart, from 1s, the checks it marks failed; nil is 200.
+func restartTimeline(answers ...[]string) restartprobe.Timeline {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var polls []restartprobe.Poll
+	for i, failed := range answers {
+		p := restartprobe.Poll{At: t0.Add(time.Duration(i+1) * time.Second), Status: http.StatusOK}
+		if failed != nil {
+			p.Status, p.Failed = http.StatusInternalServerError, failed
+		}
+		polls = append(polls, p)
+	}
+	return restartprobe.Analyze(polls, t0)
+}
+
+func TestReportShowsTheRestartsLastReadyzChecksOfEachCache(t *testing.T) {
+	cfg := config{nodes: 10, pods: 100, churnRate: 20}
+	wk := fakeResult("watchkeeper", 0.2, 10*time.Millisecond, 50*time.Second, 700<<20, 0)
+	up := fakeResult("upstream", 0.2, 20*time.Millisecond, 60*time.Second, 1000<<20, 0)
+	rbac := "poststarthook/rbac/bootstrap-roles"
+	// watchkeeper: five checks failing; informer-sync and rbac pass last
+	// (at 6s, failed 5s), then watch-caches (at 3s, failed 2s), then a and
+	// b (at 2s, failed 1s), not shown.
+	wk.restartReadyz = restartTimeline(
+		[]string{"a", "b", "watch-caches", "informer-sync", rbac},
+		[]string{"watch-caches", "informer-sync", rbac},
+		[]string{"informer-sync", rbac},
+		[]string{"informer-sync", rbac},
+		[]string{"informer-sync", rbac},
+		nil)
+	wk.restartCPU = 14 * time.Second
+	// stock: informer-sync, 2s, the last; "a", 1s, shown as stock's second.
+	up.restartReadyz = restartTimeline([]string{"informer-sync", "a"}, []string{"informer-sync"}, nil)
+	up.restartCPU = 7 * time.Second
+	var b strings.Builder
+	printReport(&b, cfg, wk, up)
+	out := b.String()
+	for _, want := range []string{
+		"restart: exit to the new process's first /readyz answer          1000.0ms       1000.0ms    1.00x\n",
+		"restart: the new kube-apiserver's CPU, start to ready                 14s       7000.0ms    2.00x\n",
+		"restart: /readyz checks failing after the first answer (the last 3 to pass on each cache, how long each failed; * the last):\n" +
+			"  informer-sync                                                 5000.0ms*      2000.0ms*    2.50x\n" +
+			"  " + rbac + "                            5000.0ms*             -\n" +
+			"  watch-caches                                                  2000.0ms              -\n" +
+			"  a                                                             1000.0ms       1000.0ms     1.00x\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks\n%s\nin\n%s", want, out)
 		}
 	}
 }
