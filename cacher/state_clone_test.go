@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 )
@@ -19,30 +18,11 @@ import (
 func TestStateClonesOnlyForReaders(t *testing.T) {
 	const n = 10_000
 	now := time.Unix(1_700_000_000, 0)
-	s := newCacheState("/pods/", nil, time.Hour, 100_000, true, newResourceMetrics(schema.GroupResource{Resource: "pods"}), now)
-	held := make([]*object, n)
-	list := make([]any, n)
-	for i := range held {
-		pod := newTestPod(podName(i), 100, nil, "")
-		held[i] = &object{key: "/pods/" + testNamespace + "/" + pod.Name, obj: pod}
-		list[i] = held[i]
-	}
-	s.mu.Lock()
-	if err := s.resetLocked(list, 100, now); err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Unlock()
-	rv, i := uint64(100), 0
+	f := newFilledState(t, n, time.Hour, now)
+	s, i := f.s, 0
 	write := func() {
-		rv++
 		i++
-		k := (i * 7919) % n
-		prev := held[k]
-		cur := &object{key: prev.key, obj: prev.obj}
-		if _, err := s.apply(&event{typ: watch.Modified, rv: rv, cur: cur, prev: prev, recordedNanos: now.UnixNano()}, now); err != nil {
-			t.Fatal(err)
-		}
-		held[k] = cur
+		f.update(t, i, now)
 	}
 	// Past the first checkpoint, so the writes measured below copy no
 	// node a checkpoint shares but their own first ones.
@@ -71,8 +51,8 @@ func TestStateClonesOnlyForReaders(t *testing.T) {
 	if first.tree == nil || first.tree != second.tree {
 		t.Fatalf("two lists with no write between took clones %p and %p, want one shared", first.tree, second.tree)
 	}
-	prev := held[0]
-	s.apply(&event{typ: watch.Deleted, rv: rv + 1, cur: prev, prev: prev, recordedNanos: now.UnixNano()}, now)
+	prev := f.held[0]
+	s.apply(&event{typ: watch.Deleted, rv: f.rv + 1, cur: prev, prev: prev, recordedNanos: now.UnixNano()}, now)
 	if after, got := walk(); after.tree == first.tree || got != n-1 {
 		t.Fatalf("a list after a deletion walked %d objects (clone %p, before %p), want %d from a new clone", got, after.tree, first.tree, n-1)
 	}
