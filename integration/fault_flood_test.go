@@ -43,7 +43,15 @@ const (
 	// the re-opened watch was answered at once while the flood lagged on.
 	// Two shared streams stay unanswered for the whole lag (with 50,000
 	// revisions, 4 silent calls, 1,185 of 3,034 samples not ready).
-	floodSilence = time.Second
+	//
+	// 1s failed plain make test on 2026-12-03's slower machine (one idle
+	// progress request unanswered past 1s during the catch-up), so 3s: with
+	// the shared-stream bug planted (every cache's watch metadata the same)
+	// and 3s the test still fails (the flood caught up in 13s, the idle
+	// watch was called silent twice, 591 of 3,179 samples not ready), and
+	// without it it passes. A flood that catches up in less than two
+	// timeouts (6s) could no longer show the bug; here it takes 13-22s.
+	floodSilence = 3 * time.Second
 )
 
 // gatedWatchStorage holds the cache's first storage watch until the test
