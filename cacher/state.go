@@ -215,10 +215,9 @@ func (s *cacheState) snapshotLocked(rv uint64, now time.Time) {
 	if !s.snapshotting {
 		return
 	}
-	s.snapshots.add(rv, now, func() orderedObjects {
-		s.current = s.ordered.clone()
-		return s.current
-	})
+	// apply and resetLocked cleared current before this: a due
+	// checkpoint's clone is taken here and serves readers too.
+	s.snapshots.add(rv, now, s.currentTreeLocked)
 	s.snapshots.forgetBelow(s.history.startRV)
 }
 
