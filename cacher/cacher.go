@@ -167,7 +167,7 @@ func (c *Cacher) Stop() {
 		close(c.stopCh)
 		c.cancelCtx()
 		c.state.mu.Lock()
-		c.state.stopLocked()
+		c.goNotReadyLocked(notReadyStopped)
 		c.terminateAllLocked()
 		c.state.mu.Unlock()
 		c.wg.Wait()

@@ -88,6 +88,24 @@ var (
 			"unreadable, resourceVersion not settable), by what: event, moved-out-delete, initial-event, bookmark. Each is also logged.",
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource", "what"})
+	notReady = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "not_ready_total",
+		Help: "Transitions of the cache from ready to not ready (reads that need it are answered 429 or sent to etcd until it is " +
+			"ready again), by reason: relist (its storage watch failed in a way only a relist mends: a compaction past its " +
+			"resourceVersion, an inconsistency with etcd, an event it could not apply), storage_silent (its storage watch said " +
+			"nothing for the silence timeout and was re-opened), storage_watch_failing (its storage watch kept failing past " +
+			"the retry window), stopped.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource", "reason"})
+	readsToStorage = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "reads_to_storage_total",
+		Help: "Gets and lists the cache sent on to the wrapped storage (etcd) instead of serving them, by verb (get, list) " +
+			"and reason: not_ready (the cache was not ready), consistent (a get with resourceVersion \"\"), delegated (a list " +
+			"the cache does not serve, as upstream's delegator decides), no_snapshot (an exact-resourceVersion or continued " +
+			"list whose state the snapshots no longer hold), consistent_fallback (a consistent list the cache could not " +
+			"catch up for).",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource", "verb", "reason"})
 
 	registerOnce sync.Once
 )
@@ -98,7 +116,7 @@ func registerMetrics() {
 		for _, m := range []compbasemetrics.Registerable{
 			bookmarksSent, storageBookmarks, tickDuration, watchersDue, watchersByState,
 			historyEvents, historyForcedEvictions, expiredWatches, freshnessTimeouts, freshnessProbes,
-			storageWatchRetries, dropped,
+			storageWatchRetries, dropped, notReady, readsToStorage,
 		} {
 			legacyregistry.MustRegister(m)
 		}
@@ -129,6 +147,8 @@ type resourceMetrics struct {
 	storageWatchRetries    compbasemetrics.CounterMetric
 	dropped                map[string]compbasemetrics.CounterMetric
 	byState                [3]compbasemetrics.GaugeMetric
+	notReady               map[string]compbasemetrics.CounterMetric
+	readsToStorage         map[storageRead]compbasemetrics.CounterMetric
 }
 
 func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
@@ -155,6 +175,14 @@ func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
 		freshnessProbes:        freshnessProbes.WithLabelValues(g, r),
 		storageWatchRetries:    storageWatchRetries.WithLabelValues(g, r),
 		dropped:                map[string]compbasemetrics.CounterMetric{},
+		notReady:               map[string]compbasemetrics.CounterMetric{},
+		readsToStorage:         map[storageRead]compbasemetrics.CounterMetric{},
+	}
+	for _, why := range []string{notReadyRelist, notReadyStorageSilent, notReadyStorageFailing, notReadyStopped} {
+		m.notReady[why] = notReady.WithLabelValues(g, r, why)
+	}
+	for _, read := range storageReads {
+		m.readsToStorage[read] = readsToStorage.WithLabelValues(g, r, read.verb, read.reason)
 	}
 	for _, what := range []string{dropEvent, dropMovedOut, dropInitialEvent, dropBookmark} {
 		m.dropped[what] = dropped.WithLabelValues(g, r, what)
@@ -195,6 +223,35 @@ const (
 func (m *resourceMetrics) consistentRead(success bool, fallback string) {
 	upstream.ConsistentReadTotal.WithLabelValues(m.gr.Group, m.gr.Resource, strconv.FormatBool(success), fallback).Inc()
 }
+
+// Reasons of not_ready_total.
+const (
+	notReadyRelist         = "relist"
+	notReadyStorageSilent  = "storage_silent"
+	notReadyStorageFailing = "storage_watch_failing"
+	notReadyStopped        = "stopped"
+)
+
+// storageRead is a kind of read the cache sends on to etcd: a series of
+// reads_to_storage_total.
+type storageRead struct{ verb, reason string }
+
+var (
+	getNotReady            = storageRead{"get", "not_ready"}
+	getConsistent          = storageRead{"get", "consistent"}
+	listNotReady           = storageRead{"list", "not_ready"}
+	listDelegated          = storageRead{"list", "delegated"}
+	listNoSnapshot         = storageRead{"list", "no_snapshot"}
+	listConsistentFallback = storageRead{"list", "consistent_fallback"}
+
+	storageReads = []storageRead{getNotReady, getConsistent, listNotReady, listDelegated, listNoSnapshot, listConsistentFallback}
+)
+
+// wentNotReady counts a transition from ready to not ready, for why.
+func (m *resourceMetrics) wentNotReady(why string) { m.notReady[why].Inc() }
+
+// readToStorage counts a read sent on to etcd.
+func (m *resourceMetrics) readToStorage(read storageRead) { m.readsToStorage[read].Inc() }
 
 func (m *resourceMetrics) watcherArrived(s watchlist.State) { m.byState[s].Inc() }
 func (m *resourceMetrics) watcherLeft(s watchlist.State)    { m.byState[s].Dec() }

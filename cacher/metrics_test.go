@@ -2,8 +2,12 @@ package cacher
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"testing"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -137,5 +141,213 @@ func TestInitializationDurationIsObserved(t *testing.T) {
 	}
 	if inits != 1 || timed != 1 {
 		t.Errorf("after one initialization: initializations_total %v, initialization_duration_seconds count %d; want 1 and 1", inits, timed)
+	}
+}
+
+// notReadyCount is not_ready_total of c's resource for why.
+func notReadyCount(t *testing.T, c *testCacher, why string) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(c.metrics.notReady[why])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Each transition from ready to not ready is counted once, with the path
+// that took the cache out of service: a relist (once, however many of its
+// lists fail), a storage watch called silent (again after the watch
+// answered), a storage watch failing past the retry window, a Stop.
+// Staying not ready is not a transition.
+func TestNotReadyTransitionsAreCountedByReason(t *testing.T) {
+	noLeader := &apierrors.NewInternalError(fmt.Errorf("etcdserver: no leader")).ErrStatus
+	for _, tc := range []struct {
+		why string
+		// leave takes the ready cache out of service once and makes it
+		// ready again; it returns the number of transitions it caused.
+		leave func(t *testing.T, c *testCacher, fs *fakeStorage) int
+	}{
+		{notReadyRelist, func(t *testing.T, c *testCacher, fs *fakeStorage) int {
+			sw, _ := fs.waitWatch(t, 1)
+			fs.setList(300)
+			fs.failLists(1)
+			sw.sendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
+			poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == 2 })
+			c.clk.Step(time.Second)
+			// The failed relist puts the cache not ready again: still one
+			// transition.
+			poll(t, "the relist to fail and back off", func() bool { return fs.listCount() == 2 && c.clk.Waiters() == 2 })
+			c.clk.Step(time.Second)
+			c.waitReady(t)
+			return 1
+		}},
+		{notReadyStorageSilent, func(t *testing.T, c *testCacher, fs *fakeStorage) int {
+			for i := range 2 {
+				fs.waitWatch(t, i+1)
+				// What the liveness check does at the timeout.
+				c.state.mu.Lock()
+				c.endWatchLocked(silentError(time.Second))
+				c.state.mu.Unlock()
+				poll(t, "the cache to go not ready", func() bool { return !c.Ready() })
+				next, _ := fs.waitWatch(t, i+2)
+				next.sendBookmark(t, 100)
+				c.waitReady(t)
+			}
+			return 2
+		}},
+		{notReadyStorageFailing, func(t *testing.T, c *testCacher, fs *fakeStorage) int {
+			// Transient failures, every 3s (the longest jittered backoff
+			// is 2s * 1.5), until they outlast the retry window.
+			n := 1
+			sw, _ := fs.waitWatch(t, n)
+			sw.sendError(t, noLeader)
+			for elapsed := time.Duration(0); c.Ready(); elapsed += 3 * time.Second {
+				if elapsed > 2*storageWatchRetryWindow {
+					t.Fatalf("still ready after failures for %v", elapsed)
+				}
+				n++
+				sw, _ = fs.waitWatch(t, n)
+				sw.sendError(t, noLeader)
+				c.waitWaiters(t, 2)
+				c.clk.Step(3 * time.Second)
+			}
+			sw, _ = fs.waitWatch(t, n+1)
+			sw.sendBookmark(t, 100)
+			c.waitReady(t)
+			return 1
+		}},
+		{notReadyStopped, func(t *testing.T, c *testCacher, fs *fakeStorage) int {
+			c.Stop()
+			return 1
+		}},
+	} {
+		t.Run(tc.why, func(t *testing.T) {
+			fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+			c := newTestCacher(t, fs, func(cfg *Config) {
+				cfg.GroupResource = schema.GroupResource{Group: "notready.test", Resource: tc.why}
+			})
+			// The series outlive the cache (the registry is the
+			// process's): counts are differences.
+			reasons := []string{notReadyRelist, notReadyStorageSilent, notReadyStorageFailing, notReadyStopped}
+			before := map[string]float64{}
+			for _, why := range reasons {
+				before[why] = notReadyCount(t, c, why)
+			}
+			registered := gathered(t, "watchkeeper_watch_cache_not_ready_total", map[string]string{"resource": tc.why, "reason": tc.why})
+			c.waitReady(t)
+			for _, why := range reasons {
+				if got := notReadyCount(t, c, why) - before[why]; got != 0 {
+					t.Fatalf("not_ready_total{reason=%s} +%v at the first list, want 0 (pending to ready is no transition)", why, got)
+				}
+			}
+			want := tc.leave(t, c, fs)
+			for _, why := range reasons {
+				w := 0
+				if why == tc.why {
+					w = want
+				}
+				if got := notReadyCount(t, c, why) - before[why]; got != float64(w) {
+					t.Errorf("not_ready_total{reason=%s} +%v, want +%d", why, got, w)
+				}
+			}
+			if got := gathered(t, "watchkeeper_watch_cache_not_ready_total", map[string]string{"resource": tc.why, "reason": tc.why}) - registered; got != float64(want) {
+				t.Errorf("the registry's not_ready_total{resource=%s} +%v, want +%d", tc.why, got, want)
+			}
+		})
+	}
+}
+
+// Every Get and list the cache sends on to etcd is counted, by why: a Get
+// at RV "" (consistent), any read while not ready, a list the delegator
+// gives away, a consistent list whose catch-up failed. What the cache
+// serves is not counted.
+func TestReadsToStorageAreCountedByReason(t *testing.T) {
+	gr := schema.GroupResource{Group: "reads.test", Resource: "pods"}
+	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = gr })
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	ctx := context.Background()
+	value := func(r storageRead) float64 {
+		t.Helper()
+		v, err := testutil.GetCounterMetricValue(c.metrics.readsToStorage[r])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// The series outlive the cache (the registry is the process's):
+	// counts are differences.
+	before := map[storageRead]float64{}
+	for _, r := range storageReads {
+		before[r] = value(r)
+	}
+	registered := gathered(t, "watchkeeper_watch_cache_reads_to_storage_total", map[string]string{"group": gr.Group, "verb": "get", "reason": "not_ready"})
+	counts := func() map[storageRead]float64 {
+		t.Helper()
+		out := map[storageRead]float64{}
+		for _, r := range storageReads {
+			if v := value(r) - before[r]; v != 0 {
+				out[r] = v
+			}
+		}
+		return out
+	}
+	expect := func(when string, want map[storageRead]float64) {
+		t.Helper()
+		if got := counts(); !maps.Equal(got, want) {
+			t.Errorf("%s: reads_to_storage_total %v, want %v", when, got, want)
+		}
+	}
+	list := func(rv string, pred storage.SelectionPredicate) error {
+		return c.GetList(ctx, "/pods/", storage.ListOptions{ResourceVersion: rv, Recursive: true, Predicate: pred}, &example.PodList{})
+	}
+
+	// Served by the cache: nothing counted. (The fake storage answers no
+	// Get: a Get it had would fail.)
+	if err := c.Get(ctx, "/pods/ns/a", storage.GetOptions{ResourceVersion: "0"}, &example.Pod{}); err != nil {
+		t.Fatalf("Get at RV 0 from the ready cache: %v", err)
+	}
+	if err := list("0", everything(false)); err != nil {
+		t.Fatal(err)
+	}
+	expect("reads the cache served", map[storageRead]float64{})
+
+	// A Get at RV "" is etcd's; so is a consistent list where etcd's
+	// progress requests are not supported (the delegator's decision).
+	_ = c.Get(ctx, "/pods/ns/a", storage.GetOptions{ResourceVersion: ""}, &example.Pod{})
+	if err := list("", everything(false)); err != nil {
+		t.Fatal(err)
+	}
+	expect("consistent reads", map[storageRead]float64{getConsistent: 1, listDelegated: 1})
+
+	// With progress requests supported the consistent list is the
+	// cache's, unless etcd's revision cannot be read: then it falls back.
+	withConsistentReads(t)
+	fs.setUnreachable(true)
+	if err := list("", everything(false)); err != nil {
+		t.Fatal(err)
+	}
+	fs.setUnreachable(false)
+	expect("a consistent list whose catch-up failed", map[storageRead]float64{getConsistent: 1, listDelegated: 1, listConsistentFallback: 1})
+
+	// Not ready (relisting, the relist failing): a Get at RV 0 and a
+	// paginated list without selectors go to etcd; an unpaginated list is
+	// a 429, nothing sent.
+	fs.failLists(1)
+	sw.sendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
+	poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == 2 })
+	c.clk.Step(time.Second)
+	poll(t, "the relist to fail and back off", func() bool { return fs.listCount() == 4 && c.clk.Waiters() == 2 })
+	_ = c.Get(ctx, "/pods/ns/a", storage.GetOptions{ResourceVersion: "0"}, &example.Pod{})
+	if err := list("0", withLimit(everything(false), 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := list("0", everything(false)); !apierrors.IsTooManyRequests(err) {
+		t.Fatalf("an unpaginated list while not ready: %v, want 429", err)
+	}
+	expect("reads while not ready", map[storageRead]float64{getConsistent: 1, listDelegated: 1, listConsistentFallback: 1, getNotReady: 1, listNotReady: 1})
+	if got := gathered(t, "watchkeeper_watch_cache_reads_to_storage_total", map[string]string{"group": gr.Group, "verb": "get", "reason": "not_ready"}) - registered; got != 1 {
+		t.Errorf("the registry's reads_to_storage_total{verb=get,reason=not_ready} +%v, want +1", got)
 	}
 }

@@ -33,8 +33,13 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 	if err != nil {
 		return err
 	}
-	if opts.ResourceVersion == "" || !c.Ready() {
+	if opts.ResourceVersion == "" {
+		c.metrics.readToStorage(getConsistent)
+		return c.storage.Get(ctx, key, opts, objPtr)
+	}
+	if !c.Ready() {
 		// Etcd can answer any Get; the cache is only faster.
+		c.metrics.readToStorage(getNotReady)
 		return c.storage.Get(ctx, key, opts, objPtr)
 	}
 	if err := c.waitFresh(ctx, rv); err != nil {
@@ -76,6 +81,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 				return err
 			}
 		}
+		c.metrics.readToStorage(listDelegated)
 		return c.storage.GetList(ctx, key, opts, listObj)
 	}
 	preparedKey, err := storage.PrepareKey(c.resourcePrefix, key, opts.Recursive)
@@ -88,6 +94,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 	}
 	if !c.Ready() {
 		if delegateWhileNotReady(opts) {
+			c.metrics.readToStorage(listNotReady)
 			return c.storage.GetList(ctx, key, opts, listObj)
 		}
 		_, since, _ := c.state.readiness()
@@ -104,6 +111,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		if err := c.listFromSnapshot(preparedKey, fromKey, at, opts, listObj); !goerrors.Is(err, errNoSnapshot) {
 			return err
 		}
+		c.metrics.readToStorage(listNoSnapshot)
 		return c.storage.GetList(ctx, key, opts, listObj)
 	}
 	if decision.ConsistentRead {
@@ -112,6 +120,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 				c.metrics.consistentRead(false, fallbackNo)
 				return err
 			}
+			c.metrics.readToStorage(listConsistentFallback)
 			err = c.storage.GetList(ctx, key, opts, listObj)
 			c.metrics.consistentRead(err == nil, fallbackYes)
 			return err
@@ -124,6 +133,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 				c.metrics.consistentRead(false, fallbackSkipped)
 				return errors.NewTooManyRequests(err.Error(), tooLargeRVRetrySeconds)
 			}
+			c.metrics.readToStorage(listConsistentFallback)
 			err = c.storage.GetList(ctx, key, opts, listObj)
 			c.metrics.consistentRead(err == nil, fallbackYes)
 			return err

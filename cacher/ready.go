@@ -42,6 +42,21 @@ func (r *readiness) set(s readyState, now time.Time) {
 
 func (r *readiness) stop() { r.set(stateStopped, time.Time{}) }
 
+// goNotReadyLocked takes the cache out of service for why: pending until
+// a list or its storage watch mends it, or stopped for good. A transition
+// from ready is counted (not_ready_total), so an operator sees why reads
+// went to etcd or got 429. The caller holds c.state.mu exclusively.
+func (c *Cacher) goNotReadyLocked(why string) {
+	if _, notReady := c.state.notReadyLocked(); !notReady {
+		c.metrics.wentNotReady(why)
+	}
+	if why == notReadyStopped {
+		c.state.stopLocked()
+		return
+	}
+	c.state.setReadyLocked(statePending, c.clock.Now())
+}
+
 // notReadyError is the 429 a read or watch that needs the cache gets while
 // it is not ready. Retry-After grows with the downtime, from 1s to 30s, so
 // a long outage does not turn into a retry storm (upstream's rule).

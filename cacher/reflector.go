@@ -54,7 +54,7 @@ func (c *Cacher) reflectLoop() {
 		c.metrics.initializationErrors.Inc()
 		c.logger.Error(err, "Watch cache lost its watch; relisting", "backoff", backoff)
 		c.state.mu.Lock()
-		c.state.setReadyLocked(statePending, c.clock.Now())
+		c.goNotReadyLocked(notReadyRelist)
 		c.terminateAllLocked()
 		c.state.mu.Unlock()
 		select {
@@ -113,9 +113,13 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 			// Not ready until the watch answers: reads get 429, not a
 			// state nobody can vouch for. Watchers stay open; they hear
 			// nothing they should not.
+			why := notReadyStorageFailing
+			if errors.Is(err, errStorageSilent) {
+				why = notReadyStorageSilent
+			}
 			c.state.mu.Lock()
 			c.silenced.Store(true)
-			c.state.setReadyLocked(statePending, c.clock.Now())
+			c.goNotReadyLocked(why)
 			c.state.mu.Unlock()
 			c.logger.Info("Storage watch lost; not ready until it answers, re-opening it from the cache's resourceVersion, watchers kept",
 				"resourceVersion", rv, "failingFor", c.clock.Since(retry.first), "err", err)
