@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
@@ -22,8 +23,8 @@ import (
 //
 //   - rv is the RV of the newest event applied, progress notification
 //     heard or (re)list made; it only moves forward, but for a relist,
-//     which sets it to the list's RV. advanced is closed and replaced each
-//     time it moves.
+//     which sets it to the list's RV. advanced, when set, is closed and
+//     cleared each time it moves: it is made only when someone waits.
 //   - store and ordered hold the same *object values, one per key: the
 //     objects of the resource at rv. ordered sorts them by key for lists;
 //     store indexes them for the resource's indexers.
@@ -55,7 +56,9 @@ import (
 //
 // # Lock
 //
-// mu guards every field but snapshotting, prefix and metrics (set at New).
+// mu guards every field but snapshotting, prefix and metrics (set at New)
+// and advanced, which a reader holding the read lock may set (atomically,
+// progress) and the writer holding it exclusively clears.
 // It is also the lock of the Cacher's watchers, calendar and watchLost, on
 // purpose: a watcher must be registered atomically with the state it
 // starts from. Watch reads rv (the watcher's startRV) and the history or
@@ -88,7 +91,10 @@ type cacheState struct {
 	mu       sync.RWMutex
 	ready    readiness
 	rv       uint64
-	advanced chan struct{}
+	// advanced is made by the first waiter (progress) after a move: most
+	// writes have nobody waiting for their RV, and a channel a write is
+	// an allocation each.
+	advanced atomic.Pointer[chan struct{}]
 	store    cache.Indexer
 	ordered  orderedObjects
 	cloneMu  sync.Mutex
@@ -109,7 +115,6 @@ type cacheState struct {
 // newCacheState is an empty state, pending its first list.
 func newCacheState(prefix string, indexers *cache.Indexers, window time.Duration, capacity int, snapshotting bool, metrics *resourceMetrics, now time.Time) *cacheState {
 	s := &cacheState{
-		advanced:     make(chan struct{}),
 		store:        newStore(indexers),
 		ordered:      newOrderedObjects(),
 		history:      newHistory(window, capacity),
@@ -204,9 +209,9 @@ func (s *cacheState) setRVLocked(rv uint64) {
 		return
 	}
 	s.rv = rv
-	close(s.advanced)
-	s.advanced = make(chan struct{})
-	s.metrics.setResourceVersion(rv)
+	if ch := s.advanced.Swap(nil); ch != nil {
+		close(*ch)
+	}
 }
 
 // snapshotLocked records the state at rv, and forgets the snapshots the

@@ -45,11 +45,22 @@ func (s *cacheState) currentRV() uint64 {
 // rvLocked is the RV of the newest event or progress applied.
 func (s *cacheState) rvLocked() uint64 { return s.rv }
 
-// progress is rv and a channel closed when it next moves.
+// progress is rv and a channel closed when it next moves. Readers holding
+// the read lock race only with each other to make the channel; the writer
+// that moves rv holds the lock exclusively.
 func (s *cacheState) progress() (rv uint64, advanced <-chan struct{}) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.rv, s.advanced
+	ch := s.advanced.Load()
+	if ch == nil {
+		made := make(chan struct{})
+		if s.advanced.CompareAndSwap(nil, &made) {
+			ch = &made
+		} else {
+			ch = s.advanced.Load()
+		}
+	}
+	return s.rv, *ch
 }
 
 // peek is the object held under key, nil if none, read without mu: the
