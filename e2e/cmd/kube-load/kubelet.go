@@ -56,9 +56,13 @@ type kubelet struct {
 	refs        map[objectRef]int  // secret or configmap -> pods that mount it
 	objWatches  map[objectRef]context.CancelFunc
 	podsSynced  time.Time // the latest completed WatchList of pods
-	watchOK     time.Time // the latest successful watch call of pods
-	lease       *coordinationv1.Lease
-	wg          sync.WaitGroup
+	// podsRV is the resourceVersion the pods' reflector of this
+	// generation synced to (its list, then every event and bookmark):
+	// the pods hold everything at or below it.
+	podsRV  string
+	watchOK time.Time // the latest successful watch call of pods
+	lease   *coordinationv1.Lease
+	wg      sync.WaitGroup
 }
 
 type podView struct {
@@ -111,6 +115,7 @@ func (k *kubelet) restartWatches() {
 	gen := k.gen
 	k.watchCtx, k.watchCancel = context.WithCancel(k.ctx)
 	k.pods = map[string]podView{}
+	k.podsRV = ""
 	k.refs = map[objectRef]int{}
 	k.objWatches = map[objectRef]context.CancelFunc{}
 	wctx := k.watchCtx
@@ -156,6 +161,10 @@ func (k *kubelet) setPod(gen int, key string, pod *corev1.Pod) {
 	if gen != k.gen {
 		return // a stopped generation's late event
 	}
+	k.setPodLocked(key, pod)
+}
+
+func (k *kubelet) setPodLocked(key string, pod *corev1.Pod) {
 	old, had := k.pods[key]
 	var refs []objectRef
 	if pod != nil {
@@ -184,29 +193,42 @@ func (k *kubelet) setPod(gen int, key string, pod *corev1.Pod) {
 	}
 }
 
-// replacePods is a completed WatchList: the pods are exactly these.
-func (k *kubelet) replacePods(gen int, pods []*corev1.Pod) {
+// replacePods is a completed WatchList at rv: the pods are exactly these.
+// It is applied whole under the lock, so a view never sees half of it.
+func (k *kubelet) replacePods(gen int, pods []*corev1.Pod, rv string) {
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	if gen != k.gen {
-		k.mu.Unlock()
 		return
 	}
-	var gone []string
 	seen := map[string]bool{}
 	for _, p := range pods {
 		seen[p.Namespace+"/"+p.Name] = true
 	}
+	var gone []string
 	for key := range k.pods {
 		if !seen[key] {
 			gone = append(gone, key)
 		}
 	}
-	k.mu.Unlock()
+	// The pods first, then the gone ones: a secret both mount keeps its
+	// watch.
 	for _, p := range pods {
-		k.setPod(gen, p.Namespace+"/"+p.Name, p)
+		k.setPodLocked(p.Namespace+"/"+p.Name, p)
 	}
 	for _, key := range gone {
-		k.setPod(gen, key, nil)
+		k.setPodLocked(key, nil)
+	}
+	k.podsRV = rv
+}
+
+// podsSyncedTo records that the pods' reflector synced to rv: an event
+// or bookmark applied.
+func (k *kubelet) podsSyncedTo(gen int, rv string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if gen == k.gen {
+		k.podsRV = rv
 	}
 }
 
@@ -238,16 +260,30 @@ func podRefs(p *corev1.Pod) []objectRef {
 	return out
 }
 
-// view is the kubelet's pods, key -> resourceVersion, and when its
-// current WatchList synced.
-func (k *kubelet) view() (map[string]string, time.Time, time.Time) {
+// syncTimes are when the kubelet's current WatchList of pods synced and
+// when its latest watch call of pods succeeded.
+func (k *kubelet) syncTimes() (podsSynced, watchOK time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := make(map[string]string, len(k.pods))
-	for key, p := range k.pods {
-		out[key] = p.rv
+	return k.podsSynced, k.watchOK
+}
+
+// podsView is the kubelet's pods, key -> resourceVersion, and the RV its
+// reflector synced to, read together.
+func (k *kubelet) podsView() (kubeletView, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	v := kubeletView{pods: make(map[string]uint64, len(k.pods))}
+	var err error
+	if v.progress, err = parseRV(k.podsRV); err != nil {
+		return v, fmt.Errorf("%s: synced to %w", k.name, err)
 	}
-	return out, k.podsSynced, k.watchOK
+	for key, p := range k.pods {
+		if v.pods[key], err = parseRV(p.rv); err != nil {
+			return v, fmt.Errorf("%s: %s: %w", k.name, key, err)
+		}
+	}
+	return v, nil
 }
 
 // leaseLoop renews the node's Lease every 10s (jittered), as the kubelet's
@@ -346,6 +382,8 @@ func (k *kubelet) reportStatus(ctx context.Context) {
 }
 
 // podStore is the reflector's store of a kubelet's pods.
+var _ cache.ResourceVersionUpdater = (*podStore)(nil)
+
 type podStore struct {
 	k   *kubelet
 	gen int
@@ -368,13 +406,18 @@ func (s *podStore) Delete(obj any) error {
 	return nil
 }
 
-func (s *podStore) Replace(items []any, _ string) error {
+func (s *podStore) Replace(items []any, rv string) error {
 	pods := make([]*corev1.Pod, 0, len(items))
 	for _, it := range items {
 		pods = append(pods, it.(*corev1.Pod))
 	}
-	s.k.replacePods(s.gen, pods)
+	s.k.replacePods(s.gen, pods, rv)
 	return nil
 }
+
+// UpdateResourceVersion is the reflector's word (cache.ResourceVersionUpdater)
+// that it synced to rv: called after each event and bookmark it applied
+// once past the initial events.
+func (s *podStore) UpdateResourceVersion(rv string) { s.k.podsSyncedTo(s.gen, rv) }
 
 func (s *podStore) Resync() error { return nil }

@@ -210,7 +210,7 @@ func (l *load) startClients(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 	if err := waitFor(ctx, 2*time.Minute, func() (bool, error) {
 		for _, k := range l.kubes {
-			if _, synced, _ := k.view(); synced.IsZero() {
+			if synced, _ := k.syncTimes(); synced.IsZero() {
 				return false, nil
 			}
 		}
@@ -395,7 +395,7 @@ func (l *load) storm(ctx context.Context) {
 // there.
 func (l *load) waitKubelets(ctx context.Context, since time.Time, at func(synced, watchOK time.Time) time.Time) ([]time.Duration, int) {
 	when := func(k *kubelet) time.Time {
-		_, synced, watchOK := k.view()
+		synced, watchOK := k.syncTimes()
 		return at(synced, watchOK)
 	}
 	_ = waitFor(ctx, 2*time.Minute, func() (bool, error) {
@@ -460,64 +460,112 @@ func (l *load) restart(ctx context.Context) (time.Time, error) {
 	return ready, nil
 }
 
-// checkViews waits until every kubelet's pods are the server's pods on its
-// node, at the same resourceVersions, or 60s pass: an event lost on a
-// watch leaves a view behind for good.
+// viewsTimeout is how long the kubelets have, after the measured run, to
+// show views consistent with the server's.
+const viewsTimeout = 60 * time.Second
+
+// checkViews waits until every kubelet's view of its pods is consistent
+// with the server's (views.go: judged between two consistent lists, while
+// writes go on), or viewsTimeout passes: an event lost on a watch leaves a
+// view wrong, or behind, for good.
 func (l *load) checkViews(ctx context.Context) {
-	var last string
-	err := waitFor(ctx, 60*time.Second, func() (bool, error) {
-		list, err := l.cluster.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	start := time.Now()
+	pending := map[string]*kubelet{}
+	for _, k := range l.kubes {
+		pending[k.name] = k
+	}
+	type problem struct {
+		verdict viewVerdict
+		why     string
+	}
+	problems := map[string]problem{}
+	var before *podList
+	var views map[string]kubeletView // read after before
+	lists := 0
+	listErr := ""
+	err := waitFor(ctx, viewsTimeout, func() (bool, error) {
+		after, err := l.listPods(ctx)
 		if err != nil {
-			last = err.Error()
+			listErr = err.Error()
 			return false, nil
 		}
-		want := map[string]map[string]string{}
-		for _, p := range list.Items {
-			if p.Spec.NodeName == "" {
+		lists++
+		if before != nil {
+			for name, v := range views {
+				verdict, why := compareView(name, v, before, after)
+				if verdict == viewConsistent {
+					delete(pending, name)
+					delete(problems, name)
+				} else {
+					problems[name] = problem{verdict, why}
+				}
+			}
+		}
+		if len(pending) == 0 {
+			return true, nil
+		}
+		views = map[string]kubeletView{}
+		for name, k := range pending {
+			v, err := k.podsView()
+			if err != nil {
+				problems[name] = problem{viewWrong, err.Error()}
 				continue
 			}
-			if want[p.Spec.NodeName] == nil {
-				want[p.Spec.NodeName] = map[string]string{}
-			}
-			want[p.Spec.NodeName][p.Namespace+"/"+p.Name] = p.ResourceVersion
+			views[name] = v
 		}
-		var bad []string
-		for _, k := range l.kubes {
-			got, _, _ := k.view()
-			if d := diffViews(got, want[k.name]); d != "" {
-				bad = append(bad, k.name+": "+d)
-			}
-		}
-		if len(bad) > 0 {
-			sort.Strings(bad)
-			last = fmt.Sprintf("%d kubelets differ from the server, e.g. %s", len(bad), bad[0])
-			return false, nil
-		}
-		return true, nil
+		before = after
+		return false, nil
 	})
+	took := time.Since(start).Round(100 * time.Millisecond)
 	l.res.consistent = err == nil
 	if err == nil {
-		l.res.consistency = fmt.Sprintf("every kubelet's pods equal the server's (%d kubelets)", len(l.kubes))
+		l.res.consistency = fmt.Sprintf("every kubelet's pods consistent with the server's (%d kubelets), after %v (%d lists)", len(l.kubes), took, lists)
 	} else {
-		l.res.consistency = "after 60s: " + last
+		var wrong, behind []string
+		for _, name := range sortedKeys(pending) {
+			p, ok := problems[name]
+			switch {
+			case !ok:
+				behind = append(behind, name+": not judged yet")
+			case p.verdict == viewWrong:
+				wrong = append(wrong, name+": "+p.why)
+			default:
+				behind = append(behind, name+": "+p.why)
+			}
+		}
+		l.res.consistency = fmt.Sprintf("after %v (%d lists): %d kubelets wrong, %d behind", took, lists, len(wrong), len(behind))
+		if all := append(wrong, behind...); len(all) > 0 {
+			l.res.consistency += ", e.g. " + all[0]
+		}
+		if len(pending) == 0 {
+			l.res.consistency += ": " + err.Error()
+		}
+		if listErr != "" {
+			l.res.consistency += "; last list error: " + listErr
+		}
 	}
 	l.say("views: %s", l.res.consistency)
 }
 
-func diffViews(got, want map[string]string) string {
-	for key, rv := range want {
-		if g, ok := got[key]; !ok {
-			return "missing " + key
-		} else if g != rv {
-			return fmt.Sprintf("%s at rv %s, server %s", key, g, rv)
-		}
+// listPods is a consistent list of every pod, by namespace/name.
+func (l *load) listPods(ctx context.Context) (*podList, error) {
+	list, err := l.cluster.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
 	}
-	for key := range got {
-		if _, ok := want[key]; !ok {
-			return "still has " + key
-		}
+	rv, err := parseRV(list.ResourceVersion)
+	if err != nil {
+		return nil, fmt.Errorf("the list's resourceVersion: %w", err)
 	}
-	return ""
+	out := &podList{rv: rv, pods: make(map[string]listedPod, len(list.Items))}
+	for _, p := range list.Items {
+		prv, err := parseRV(p.ResourceVersion)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", p.Namespace, p.Name, err)
+		}
+		out.pods[p.Namespace+"/"+p.Name] = listedPod{node: p.Spec.NodeName, rv: prv}
+	}
+	return out, nil
 }
 
 func (l *load) cpuProfile(ctx context.Context, after, window time.Duration) {

@@ -172,7 +172,7 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	atU := count(relists, phaseRestart)(up) + count(gone, phaseRestart)(up)
 	target(atW <= atU, "relists and 410s at the restart no more than stock's", fmt.Sprintf("watchkeeper %.0f relists, %.0f 410s; stock %.0f, %.0f",
 		count(relists, phaseRestart)(wk), count(gone, phaseRestart)(wk), count(relists, phaseRestart)(up), count(gone, phaseRestart)(up)))
-	target(wk.consistent, "every kubelet's view equals the server's at the end (no lost event)", wk.consistency)
+	target(wk.consistent, "every kubelet's view consistent with the server's at the end (no lost event)", wk.consistency)
 	printProfileDiffs(w, wk, up)
 }
 
