@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
@@ -34,6 +35,9 @@ type floorStorage struct {
 	// done ends forwarding; forwarded is closed when it has.
 	done      chan struct{}
 	forwarded chan struct{}
+	// held, when set (NoneHolding), takes every event before it is sent;
+	// only the forwarding goroutine uses it.
+	held *holding
 }
 
 // floorBuffer is each watch's channel buffer, the caches' own (both hand
@@ -88,6 +92,9 @@ func (s *floorStorage) forward() {
 		if err != nil {
 			klog.InfoS("Floor storage could not key an event; its watches end", "err", err)
 			break
+		}
+		if s.held != nil {
+			s.held.apply(key, ev, time.Now())
 		}
 		if !s.send(key, ev) {
 			break

@@ -30,6 +30,12 @@ const (
 	// bare channels for idle, and for exactkey one watch of etcd and a map
 	// from key to channels (floorStorage).
 	None = "none"
+	// NoneHolding is None that also holds what any watch cache must: every
+	// object, decoded, and the window's events with their previous objects
+	// (holdingStorage). Not in make bench's plan: run by hand (`bench run
+	// --scenario exactkey --decorator none-holding`) to see what holding
+	// them costs a write with no cache's other work.
+	NoneHolding = "none-holding"
 )
 
 // Env is where a child run's storage lives.
@@ -83,12 +89,20 @@ var (
 // itself), waits until the cache serves reads, and returns it with its
 // DestroyFunc. None is exactkey's floor, floorStorage over the raw storage.
 func openStorage(ctx context.Context, env Env, name string) (storage.Interface, func(), error) {
-	if name == None {
+	if name == None || name == NoneHolding {
 		raw, rawDestroy, err := openRawStorage(env)
 		if err != nil {
 			return nil, nil, err
 		}
 		f := newFloorStorage(raw)
+		if name == NoneHolding {
+			h, err := holdEverything(ctx, raw)
+			if err != nil {
+				rawDestroy()
+				return nil, nil, err
+			}
+			f.held = h
+		}
 		return f, func() { f.destroy(); rawDestroy() }, nil
 	}
 	s, destroy, err := buildCache(env, name, pods)
