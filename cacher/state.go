@@ -88,9 +88,9 @@ import (
 // retries on conflict) and size estimation accept. Anything that must
 // match rv (lists, a watch's starting state) reads under mu.
 type cacheState struct {
-	mu       sync.RWMutex
-	ready    readiness
-	rv       uint64
+	mu    sync.RWMutex
+	ready readiness
+	rv    uint64
 	// advanced is made by the first waiter (progress) after a move: most
 	// writes have nobody waiting for their RV, and a channel a write is
 	// an allocation each.
