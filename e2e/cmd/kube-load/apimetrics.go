@@ -34,6 +34,8 @@ var scrapePrefixes = []string{
 	"apiserver_watch_list_duration_seconds_count",
 	"apiserver_terminated_watchers_total",
 	"watchkeeper_watch_cache_dropped_total",
+	notReadyTotal,
+	readsToStorageTotal,
 }
 
 func scrape(ctx context.Context, s *kubecluster.Server) (scraped, error) {

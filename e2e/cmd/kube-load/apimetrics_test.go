@@ -194,3 +194,21 @@ func TestPhasesDifferenceTheScrapesAcrossTheRestart(t *testing.T) {
 		t.Errorf("the phases' sum %v, want the whole run's %v", got.buckets, apiLatencies(whole)[put].buckets)
 	}
 }
+
+// The scrape keeps watchkeeper's readiness series: the report's outage
+// lines read them.
+func TestScrapeKeepsTheCachesReadinessSeries(t *testing.T) {
+	body := `# HELP watchkeeper_watch_cache_not_ready_total x
+watchkeeper_watch_cache_not_ready_total{group="",reason="storage_silent",resource="nodes"} 2
+watchkeeper_watch_cache_reads_to_storage_total{group="",reason="not_ready",resource="nodes",verb="get"} 118
+watchkeeper_watch_cache_history_events{group="",resource="nodes"} 7
+`
+	got := map[string]float64{}
+	for _, x := range kubecluster.ParseMetrics(body, scrapePrefixes...) {
+		got[x.Name] += x.Value
+	}
+	want := map[string]float64{notReadyTotal: 2, readsToStorageTotal: 118}
+	if !maps.Equal(got, want) {
+		t.Errorf("scraped %v, want %v", got, want)
+	}
+}

@@ -66,6 +66,7 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	}
 	fmt.Fprintln(w)
 	printPhases(w, wk, up, flagged)
+	printCacheOutages(w, wk, up)
 
 	fmt.Fprintf(w, "%-58s %14s %14s %8s\n", "figure", "watchkeeper", "stock", "ratio")
 	row := func(name string, a, b float64, format func(float64) string) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"math"
 	"net/http"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/e2e/internal/kubecluster"
 	"github.com/watchkeeper/watchkeeper/e2e/internal/restartprobe"
 )
 
@@ -214,5 +216,66 @@ func TestReportShowsTheRestartsLastReadyzChecksOfEachCache(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the report lacks\n%s\nin\n%s", want, out)
 		}
+	}
+}
+
+// notReadySeries is a scrape of watchkeeper's readiness series: not-ready
+// transitions of resource (group g) by reason, reads sent to etcd by verb
+// and reason.
+func notReadySeries(g, resource string, transitions map[string]float64, reads map[[2]string]float64) scraped {
+	var samples []kubecluster.Sample
+	for reason, v := range transitions {
+		samples = append(samples, sample(notReadyTotal, v, "group", g, "resource", resource, "reason", reason))
+	}
+	for vr, v := range reads {
+		samples = append(samples, sample(readsToStorageTotal, v, "group", g, "resource", resource, "verb", vr[0], "reason", vr[1]))
+	}
+	return scrapeOf(samples...)
+}
+
+func merged(s ...scraped) scraped {
+	out := scraped{}
+	for _, x := range s {
+		maps.Copy(out, x)
+	}
+	return out
+}
+
+func TestReportShowsWhereTheCachesWentNotReady(t *testing.T) {
+	cfg := config{nodes: 10, pods: 100, churnRate: 20}
+	wk := fakeResult("watchkeeper", 0.2, 10*time.Millisecond, 50*time.Second, 700<<20, 0)
+	up := fakeResult("upstream", 0.2, 20*time.Millisecond, 60*time.Second, 1000<<20, 0)
+	// Steady: nodes silent twice, 118 GETs and 2 lists sent to etcd
+	// meanwhile, 40 consistent GETs besides; leases' series all zero.
+	// Restart: pods relisted once, nothing read meanwhile.
+	steady := merged(getPods(0.2),
+		notReadySeries("", "nodes", map[string]float64{"storage_silent": 2, "relist": 0},
+			map[[2]string]float64{{"get", "not_ready"}: 118, {"list", "not_ready"}: 2, {"get", "consistent"}: 40}),
+		notReadySeries("coordination.k8s.io", "leases", map[string]float64{"storage_silent": 0},
+			map[[2]string]float64{{"get", "not_ready"}: 0}))
+	restart := merged(getPods(0.2), notReadySeries("", "pods", map[string]float64{"relist": 1}, nil))
+	withPhases(wk, steady, nil, restart)
+	var b strings.Builder
+	printReport(&b, cfg, wk, up)
+	out := b.String()
+	want := "watch caches going not ready (watchkeeper_watch_cache_not_ready_total, by reason) and the reads they sent to etcd meanwhile (watchkeeper_watch_cache_reads_to_storage_total{reason=\"not_ready\"}, by verb), by phase:\n" +
+		"  watchkeeper steady   nodes: not ready 2 (storage_silent 2), 120 (get 118, list 2) reads to etcd meanwhile\n" +
+		"  watchkeeper storm    none\n" +
+		"  watchkeeper restart  pods: not ready 1 (relist 1), 0 reads to etcd meanwhile\n" +
+		"  stock       none\n" +
+		"  watchkeeper every read sent to etcd over the run, by verb/reason: 160 (get/consistent 40, get/not_ready 118, list/not_ready 2)\n" +
+		"  stock       every read sent to etcd over the run, by verb/reason: 0\n\n"
+	if !strings.Contains(out, want) {
+		t.Errorf("the report lacks\n%s\nin\n%s", want, out)
+	}
+
+	// Two resources in one phase, by name; a group is part of the name.
+	withPhases(wk, merged(getPods(0.2),
+		notReadySeries("coordination.k8s.io", "leases", map[string]float64{"storage_silent": 1}, map[[2]string]float64{{"get", "not_ready"}: 3}),
+		notReadySeries("", "configmaps", map[string]float64{"storage_watch_failing": 1}, nil)), nil, nil)
+	b.Reset()
+	printReport(&b, cfg, wk, up)
+	if want := "  watchkeeper steady   configmaps: not ready 1 (storage_watch_failing 1), 0 reads to etcd meanwhile; leases.coordination.k8s.io: not ready 1 (storage_silent 1), 3 (get 3) reads to etcd meanwhile\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("the report lacks\n%s\nin\n%s", want, b.String())
 	}
 }
