@@ -557,13 +557,13 @@ func (l *load) listPods(ctx context.Context) (*podList, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the list's resourceVersion: %w", err)
 	}
-	out := &podList{rv: rv, pods: make(map[string]listedPod, len(list.Items))}
+	out := newPodList(rv)
 	for _, p := range list.Items {
 		prv, err := parseRV(p.ResourceVersion)
 		if err != nil {
 			return nil, fmt.Errorf("%s/%s: %w", p.Namespace, p.Name, err)
 		}
-		out.pods[p.Namespace+"/"+p.Name] = listedPod{node: p.Spec.NodeName, rv: prv}
+		out.add(p.Namespace+"/"+p.Name, p.Spec.NodeName, prv)
 	}
 	return out, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -35,6 +36,24 @@ import (
 type podList struct {
 	rv   uint64
 	pods map[string]listedPod
+	// onNode is the pods' keys by node: a kubelet's are read without a
+	// walk of every pod.
+	onNode map[string][]string
+}
+
+func newPodList(rv uint64) *podList {
+	return &podList{rv: rv, pods: map[string]listedPod{}, onNode: map[string][]string{}}
+}
+
+// add puts a pod in the list; a list has each key once.
+func (l *podList) add(key, node string, rv uint64) {
+	l.pods[key] = listedPod{node: node, rv: rv}
+	l.onNode[node] = append(l.onNode[node], key)
+}
+
+// keysOn are the keys of node's pods, sorted.
+func (l *podList) keysOn(node string) []string {
+	return slices.Sorted(slices.Values(l.onNode[node]))
 }
 
 type listedPod struct {
@@ -75,11 +94,8 @@ func compareView(node string, v kubeletView, before, after *podList) (viewVerdic
 		}
 	}
 	R, P := before.rv, v.progress
-	for _, key := range sortedKeys(before.pods) {
+	for _, key := range before.keysOn(node) {
 		lp := before.pods[key]
-		if lp.node != node {
-			continue
-		}
 		g, held := v.pods[key]
 		switch {
 		case held && g >= lp.rv:
@@ -114,9 +130,9 @@ func compareView(node string, v kubeletView, before, after *podList) (viewVerdic
 		// The version of each pod the list after the view has, current
 		// from its item RV through after.rv >= P: one at or below P the
 		// kubelet must hold, or a newer one.
-		for _, key := range sortedKeys(after.pods) {
+		for _, key := range after.keysOn(node) {
 			ap := after.pods[key]
-			if ap.node != node || ap.rv > P {
+			if ap.rv > P {
 				continue
 			}
 			if g, held := v.pods[key]; !held {

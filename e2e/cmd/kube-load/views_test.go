@@ -7,9 +7,9 @@ import (
 
 // list is a podList at rv from "key node@rv" triples.
 func list(rv uint64, pods ...any) *podList {
-	l := &podList{rv: rv, pods: map[string]listedPod{}}
+	l := newPodList(rv)
 	for i := 0; i+2 < len(pods); i += 3 {
-		l.pods[pods[i].(string)] = listedPod{node: pods[i+1].(string), rv: uint64(pods[i+2].(int))}
+		l.add(pods[i].(string), pods[i+1].(string), uint64(pods[i+2].(int)))
 	}
 	return l
 }
