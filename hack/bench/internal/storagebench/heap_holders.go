@@ -73,7 +73,10 @@ var holderRules = []struct {
 	{holder: HolderOrdered, frames: []string{btreePkg}},
 	{holder: HolderAttrs, frames: []string{"internal/fixtures.PodAttrs", "internal/fixtures.CorePodAttrs"}},
 	{holder: HolderDecoded, frames: []string{"k8s.io/apimachinery/pkg/runtime/serializer/protobuf.", "k8s.io/apimachinery/pkg/runtime.Decode",
-		"k8s.io/apimachinery/pkg/runtime.(*Scheme).New", etcd3Pkg}},
+		"k8s.io/apimachinery/pkg/runtime.(*Scheme).New", etcd3Pkg,
+		// Each item copied out of a list (ExtractListWithAlloc), so the cache
+		// holds it and not the list's array: the decoded object's own struct.
+		"k8s.io/apimachinery/pkg/api/meta.extractList"}},
 	// client-go's indexer, not its reflector, under which upstream's
 	// cache applies every event.
 	{holder: HolderKeyIndex, frames: []string{wkCacher + "(*Cacher).newObject", wkCacher + "newStore",

@@ -30,6 +30,7 @@ func TestHolderOf(t *testing.T) {
 		{"a watch event decoded", with(decode, "k8s.io/apiserver/pkg/storage/etcd3.decodeObj", "k8s.io/apiserver/pkg/storage/etcd3.(*watchChan).transform"), HolderDecoded},
 		{"a list's items array", []string{"reflect.growslice", "reflect.Value.grow", "reflect.Append", "k8s.io/apiserver/pkg/storage/etcd3.(*store).appendChunk", wk + "(*Cacher).list"}, HolderDecoded},
 		{"a watch event's new object", []string{"reflect.unsafe_New", "reflect.New", "k8s.io/apimachinery/pkg/runtime.(*Scheme).New", "k8s.io/apimachinery/pkg/runtime.UseOrCreateObject"}, HolderDecoded},
+		{"a list item copied out of its list", []string{"reflect.unsafe_New", "reflect.New", "k8s.io/apimachinery/pkg/api/meta.extractList", "k8s.io/apimachinery/pkg/api/meta.ExtractListWithAlloc", wk + "(*Cacher).list"}, HolderDecoded},
 		{"a reflector's list decoded", with(decode, "k8s.io/apiserver/pkg/storage/etcd3.(*store).GetList", "k8s.io/client-go/tools/cache.(*Reflector).list"), HolderDecoded},
 		{"the etcd3 storage's size estimate", []string{"k8s.io/apiserver/pkg/storage/etcd3.(*resourceSizeEstimator).updateKey", "k8s.io/apiserver/pkg/storage/etcd3.(*store).GetList"}, HolderOther},
 		{"watchkeeper's attributes", []string{"github.com/watchkeeper/watchkeeper/internal/fixtures.CorePodAttrs", wk + "(*Cacher).newObject", wk + "(*Cacher).newEvent"}, HolderAttrs},
