@@ -60,7 +60,7 @@ func main() {
 	flag.IntVar(&cfg.nodes, "nodes", 100, "simulated nodes, each with a kubelet-shaped client")
 	flag.IntVar(&cfg.pods, "pods", 1000, "pods the deployments hold, spread over the nodes")
 	flag.DurationVar(&cfg.duration, "duration", 3*time.Minute, "the measured run per cache, after the pods are Running")
-	flag.Float64Var(&cfg.churnRate, "churn", 20, "pods created (and as many deleted) per second by scaling deployments")
+	flag.Float64Var(&cfg.churnRate, "churn", 5, "pods created (and as many deleted) per second by scaling deployments (20 saturates a 2-core machine at 100 nodes: latency then measures the queue, and any other process's CPU moves it)")
 	flag.Float64Var(&cfg.podStamps, "pod-stamps", 10, "stamped pod writes per second, whose watch events the pods' kubelets time")
 	flag.Float64Var(&cfg.objectStamps, "object-stamps", 2, "stamped secret and configmap writes per second, timed by the kubelets whose pods mount them")
 	flag.BoolVar(&cfg.restart, "restart", true, "restart kube-apiserver at two thirds of the run")
