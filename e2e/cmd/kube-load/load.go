@@ -380,6 +380,8 @@ func (l *load) helperPIDs() []int {
 // storm restarts every kubelet's watches at once and waits until each
 // kubelet's new WatchList of pods synced.
 func (l *load) storm(ctx context.Context) {
+	l.res.st.storm.Store(true)
+	defer l.res.st.storm.Store(false)
 	start := time.Now()
 	for _, k := range l.kubes {
 		k.restartWatches()

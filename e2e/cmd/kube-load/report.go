@@ -88,6 +88,7 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	row("  p99, secrets/configmaps", q(&wk.st.objectLatency, 0.99), q(&up.st.objectLatency, 0.99), dur)
 	row("  events timed (pods + secrets/configmaps)", float64(wk.st.podLatency.Count()+wk.st.objectLatency.Count()),
 		float64(up.st.podLatency.Count()+up.st.objectLatency.Count()), num)
+	printWatchLatencyByPhase(w, wk, up)
 	row("kube-apiserver CPU over the run", float64(wk.cpu), float64(up.cpu), dur)
 	row("machine CPU busy over the run, every process", float64(wk.hostCPU), float64(up.hostCPU), dur)
 	row("  of it the load, etcd, controllers and kwok", float64(wk.helpersCPU), float64(up.helpersCPU), dur)
@@ -175,6 +176,55 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 		count(relists, phaseRestart)(wk), count(gone, phaseRestart)(wk), count(relists, phaseRestart)(up), count(gone, phaseRestart)(up)))
 	target(wk.consistent, "every kubelet's view consistent with the server's at the end (no lost event)", wk.consistency)
 	printProfileDiffs(w, wk, up)
+}
+
+// printWatchLatencyByPhase prints the watch event latency rows above
+// split by the phase each event arrived in: steady, the start storm
+// (until every kubelet's WatchList synced) and the restart (from the
+// SIGTERM until 30s after ready, so the events written while the server
+// was down and delivered after count there); a line per phase for all
+// kubelet watches, then its pods and secrets/configmaps; phases where
+// neither cache timed an event are left out.
+func printWatchLatencyByPhase(w io.Writer, wk, up *result) {
+	fmt.Fprintf(w, "  %-20s %-20s %9s %9s %9s %9s %8s %8s %8s\n", "by phase (arrival)", "watches", "p50 wk", "p50 stock", "p99 wk", "p99 stock", "ratio", "n wk", "n stock")
+	for p := range nAPIPhases {
+		of := func(r *result, classes ...class) []*histogram.Histogram {
+			var hs []*histogram.Histogram
+			for _, c := range classes {
+				hs = append(hs, &r.st.latencyByPhase[c][p])
+			}
+			return hs
+		}
+		count := func(hs []*histogram.Histogram) float64 {
+			var n uint64
+			for _, h := range hs {
+				n += h.Count()
+			}
+			return float64(n)
+		}
+		name := p.String()
+		for _, x := range []struct {
+			what    string
+			classes []class
+		}{
+			{"all kubelet", []class{classPods, classObjects}},
+			{"  pods", []class{classPods}},
+			{"  secrets/configmaps", []class{classObjects}},
+		} {
+			a, b := of(wk, x.classes...), of(up, x.classes...)
+			if x.what == "all kubelet" && count(a)+count(b) == 0 {
+				break
+			}
+			q := func(hs []*histogram.Histogram, v float64) time.Duration { return histogram.Quantile(v, hs...) }
+			ratio := "-" // no ratio where a cache timed nothing
+			if count(a) > 0 && count(b) > 0 {
+				ratio = fmtRatio(float64(q(a, 0.99)), float64(q(b, 0.99)))
+			}
+			fmt.Fprintf(w, "  %-20s %-20s %9s %9s %9s %9s %8s %8.0f %8.0f\n", name, x.what,
+				fmtDur(q(a, 0.5)), fmtDur(q(b, 0.5)), fmtDur(q(a, 0.99)), fmtDur(q(b, 0.99)), ratio, count(a), count(b))
+			name = ""
+		}
+	}
 }
 
 // restartChecksShown is how many of each cache's /readyz checks the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"maps"
 	"math"
 	"net/http"
@@ -9,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/watchkeeper/watchkeeper/e2e/internal/kubecluster"
 	"github.com/watchkeeper/watchkeeper/e2e/internal/restartprobe"
@@ -277,5 +282,96 @@ func TestReportShowsWhereTheCachesWentNotReady(t *testing.T) {
 	printReport(&b, cfg, wk, up)
 	if want := "  watchkeeper steady   configmaps: not ready 1 (storage_watch_failing 1), 0 reads to etcd meanwhile; leases.coordination.k8s.io: not ready 1 (storage_silent 1), 3 (get 3) reads to etcd meanwhile\n"; !strings.Contains(b.String(), want) {
 		t.Errorf("the report lacks\n%s\nin\n%s", want, b.String())
+	}
+}
+
+// stamped is a MODIFIED event of a pod (or configmap) written at
+// written, its stamp new to the watcher.
+func stamped(kind, name string, written time.Time) watch.Event {
+	meta := metav1.ObjectMeta{Namespace: "ns", Name: name, Annotations: map[string]string{stampAnnotation: strconv.FormatInt(written.UnixNano(), 10)}}
+	if kind == "pods" {
+		return watch.Event{Type: watch.Modified, Object: &corev1.Pod{ObjectMeta: meta}}
+	}
+	return watch.Event{Type: watch.Modified, Object: &corev1.ConfigMap{ObjectMeta: meta}}
+}
+
+// observeIn times n events of a pod watch and n of a configmap watch
+// of r's kubelets, each lat after its write, in the run's phase ph (and
+// the storm if storm).
+func observeIn(r *result, ph phase, storm bool, n int, pods, objects time.Duration) {
+	r.st.phase.Store(int32(ph))
+	r.st.storm.Store(storm)
+	podLW := newCountingLW(nil, r.st, classPods, &r.st.podLatency)
+	objLW := newCountingLW(nil, r.st, classObjects, &r.st.objectLatency)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range n {
+		name := fmt.Sprintf("%v-%d-%d", storm, ph, i)
+		podLW.observe(stamped("pods", name, now.Add(-pods)), now, false)
+		objLW.observe(stamped("configmaps", name, now.Add(-objects)), now, false)
+	}
+	r.st.phase.Store(int32(phaseRamp))
+	r.st.storm.Store(false)
+}
+
+// watchReport is the report of two runs whose only watch latencies are
+// what observe times.
+func watchReport(observe func(wk, up *result)) string {
+	cfg := config{nodes: 10, pods: 100, churnRate: 20}
+	wk := fakeResult("watchkeeper", 0.2, 0, 50*time.Second, 700<<20, 0)
+	up := fakeResult("upstream", 0.2, 0, 60*time.Second, 1000<<20, 0)
+	wk.st, up.st = &stats{}, &stats{}
+	observe(wk, up)
+	var b strings.Builder
+	printReport(&b, cfg, wk, up)
+	return b.String()
+}
+
+func TestWatchLatencyIsSplitByPhase(t *testing.T) {
+	out := watchReport(func(wk, up *result) {
+		// Steady: equal on both caches. Storm: watchkeeper's pods 4x
+		// stock's. Restart: watchkeeper's events 10s late, stock's 1s.
+		observeIn(wk, phaseSteady, false, 100, 10*time.Millisecond, 20*time.Millisecond)
+		observeIn(up, phaseSteady, false, 100, 10*time.Millisecond, 20*time.Millisecond)
+		observeIn(wk, phaseSteady, true, 50, 400*time.Millisecond, 20*time.Millisecond)
+		observeIn(up, phaseSteady, true, 50, 100*time.Millisecond, 20*time.Millisecond)
+		observeIn(wk, phaseRestart, false, 10, 10*time.Second, 10*time.Second)
+		observeIn(up, phaseRestart, false, 10, time.Second, time.Second)
+		// Outside the measured run: not timed.
+		observeIn(wk, phaseRamp, false, 10, time.Minute, time.Minute)
+	})
+	for _, want := range []string{
+		// The whole run's rows as before; the ramp's events not timed.
+		"watch event latency p99, all kubelet watches                     9999.2ms       1000.0ms   10.00x\n",
+		"  events timed (pods + secrets/configmaps)                            320            320    1.00x\n" +
+			"  by phase (arrival)   watches                 p50 wk p50 stock    p99 wk p99 stock    ratio     n wk  n stock\n" +
+			"  steady               all kubelet             10.0ms    10.0ms    20.0ms    20.0ms    1.00x      200      200\n" +
+			"                         pods                  10.0ms    10.0ms    10.0ms    10.0ms    1.00x      100      100\n" +
+			"                         secrets/configmaps    20.0ms    20.0ms    20.0ms    20.0ms    1.00x      100      100\n" +
+			"  storm                all kubelet             20.1ms    20.1ms   400.0ms   100.0ms    4.00x      100      100\n" +
+			"                         pods                 400.0ms   100.0ms   400.0ms   100.0ms    4.00x       50       50\n" +
+			"                         secrets/configmaps    20.0ms    20.0ms    20.0ms    20.0ms    1.00x       50       50\n" +
+			"  restart              all kubelet           9999.2ms  1000.0ms  9999.2ms  1000.0ms   10.00x       20       20\n" +
+			"                         pods                9999.2ms  1000.0ms  9999.2ms  1000.0ms   10.00x       10       10\n" +
+			"                         secrets/configmaps  9999.2ms  1000.0ms  9999.2ms  1000.0ms   10.00x       10       10\n" +
+			"kube-apiserver CPU over the run",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks\n%s\nin\n%s", want, out)
+		}
+	}
+}
+
+func TestWatchLatencyByPhaseLeavesOutPhasesWithoutEvents(t *testing.T) {
+	out := watchReport(func(wk, up *result) {
+		// No storm; a restart only stock timed events in.
+		observeIn(wk, phaseSteady, false, 10, 10*time.Millisecond, 10*time.Millisecond)
+		observeIn(up, phaseSteady, false, 10, 10*time.Millisecond, 10*time.Millisecond)
+		observeIn(up, phaseRestart, false, 10, time.Second, time.Second)
+	})
+	if strings.Contains(out, "\n  storm ") {
+		t.Errorf("a storm line with no event timed in the storm:\n%s", out)
+	}
+	if want := "  restart              all kubelet                  0  1000.0ms         0  1000.0ms        -        0       20\n"; !strings.Contains(out, want) {
+		t.Errorf("the report lacks\n%s\nin\n%s", want, out)
 	}
 }

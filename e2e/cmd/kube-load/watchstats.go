@@ -60,9 +60,29 @@ type stats struct {
 	c     [nClasses][nPhases]counters
 	// Watch event latency, write to arrival, measured phases only.
 	podLatency, objectLatency histogram.Histogram
+	// storm is set while the start storm runs (until every kubelet's
+	// WatchList synced): phase counts it as steady, the latency by phase
+	// apart.
+	storm atomic.Bool
+	// The same latency per class and per phase of its arrival (steady,
+	// storm, restart as the API calls' phases name them).
+	latencyByPhase [nClasses][nAPIPhases]histogram.Histogram
 }
 
 func (s *stats) now() phase { return phase(s.phase.Load()) }
+
+// latencyPhase is the phase an event arriving now is timed in: the
+// restart's window (phaseRestart), else the storm, else steady.
+func (s *stats) latencyPhase() apiPhase {
+	switch {
+	case s.now() == phaseRestart:
+		return apiRestart
+	case s.storm.Load():
+		return apiStorm
+	default:
+		return apiSteady
+	}
+}
 
 func (s *stats) of(c class) *counters { return &s.c[c][s.now()] }
 
@@ -244,5 +264,7 @@ func (lw *countingLW) observe(ev watch.Event, now time.Time, initial bool) {
 	if err != nil {
 		return
 	}
-	lw.latency.Record(now.Sub(time.Unix(0, ns)))
+	d := now.Sub(time.Unix(0, ns))
+	lw.latency.Record(d)
+	lw.st.latencyByPhase[lw.class][lw.st.latencyPhase()].Record(d)
 }
