@@ -178,7 +178,7 @@ func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
 		notReady:               map[string]compbasemetrics.CounterMetric{},
 		readsToStorage:         map[storageRead]compbasemetrics.CounterMetric{},
 	}
-	for _, why := range []string{notReadyRelist, notReadyStorageSilent, notReadyStorageFailing, notReadyStopped} {
+	for _, why := range notReadyReasons {
 		m.notReady[why] = notReady.WithLabelValues(g, r, why)
 	}
 	for _, read := range storageReads {
@@ -231,6 +231,9 @@ const (
 	notReadyStorageFailing = "storage_watch_failing"
 	notReadyStopped        = "stopped"
 )
+
+// notReadyReasons are every reason of not_ready_total, each a series.
+var notReadyReasons = []string{notReadyRelist, notReadyStorageSilent, notReadyStorageFailing, notReadyStopped}
 
 // storageRead is a kind of read the cache sends on to etcd: a series of
 // reads_to_storage_total.

@@ -228,7 +228,7 @@ func TestNotReadyTransitionsAreCountedByReason(t *testing.T) {
 			})
 			// The series outlive the cache (the registry is the
 			// process's): counts are differences.
-			reasons := []string{notReadyRelist, notReadyStorageSilent, notReadyStorageFailing, notReadyStopped}
+			reasons := notReadyReasons
 			before := map[string]float64{}
 			for _, why := range reasons {
 				before[why] = notReadyCount(t, c, why)

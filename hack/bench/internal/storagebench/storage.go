@@ -32,7 +32,7 @@ const (
 	None = "none"
 	// NoneHolding is None that also holds what any watch cache must: every
 	// object, decoded, and the window's events with their previous objects
-	// (holdingStorage). Not in make bench's plan: run by hand (`bench run
+	// (holding, floor_holding.go). Not in make bench's plan: run by hand (`bench run
 	// --scenario exactkey --decorator none-holding`) to see what holding
 	// them costs a write with no cache's other work.
 	NoneHolding = "none-holding"
