@@ -312,7 +312,11 @@ func (l *load) measure(ctx context.Context) error {
 		res.peakRSS = u1.peakRSS
 		u0 = procUsage{}
 		phases.replaced()
-		ready, err := l.restart(ctx)
+		ready, err := l.restart(ctx, func() {
+			if cfg.profileDir != "" {
+				work.Go(func() { l.restartProfile(wctx) })
+			}
+		})
 		if err != nil {
 			return err
 		}
@@ -423,7 +427,7 @@ func (l *load) waitKubelets(ctx context.Context, since time.Time, at func(synced
 
 // restart restarts kube-apiserver (SIGTERM) and waits until every kubelet
 // watches its pods again; it returns when the new process was ready.
-func (l *load) restart(ctx context.Context) (time.Time, error) {
+func (l *load) restart(ctx context.Context, started func()) (time.Time, error) {
 	st := l.res.st
 	st.phase.Store(int32(phaseRestart))
 	hc := *l.cluster.HTTP
@@ -436,7 +440,7 @@ func (l *load) restart(ctx context.Context) (time.Time, error) {
 			}
 		}})
 	start := time.Now()
-	exited, ready, err := l.cluster.Restart(ctx, 70*time.Second)
+	exited, ready, err := l.cluster.RestartNotify(ctx, 70*time.Second, started)
 	if err != nil {
 		poller.Stop()
 		return time.Time{}, fmt.Errorf("kube-apiserver restart: %w", err)
@@ -576,18 +580,47 @@ func (l *load) cpuProfile(ctx context.Context, after, window time.Duration) {
 		return
 	case <-time.After(after):
 	}
-	data, err := fetchProfile(ctx, l.cluster.Server, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(window.Seconds())), window+time.Minute)
+	path, err := l.saveCPUProfile(ctx, window, "cpu")
 	if err != nil {
-		l.say("cpu profile: %v", err)
-		return
-	}
-	path := filepath.Join(l.cfg.profileDir, l.name+"-cpu.pprof")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
 		l.say("cpu profile: %v", err)
 		return
 	}
 	l.res.prof.cpuPath = path
 	l.say("cpu profile of %v: %s", window, path)
+}
+
+// restartProfileWindow is how long the restart's CPU profile runs from the
+// new process's first answer: its start, and the restart phase after
+// ready on a small cluster.
+const restartProfileWindow = restartPhase + 5*time.Second
+
+// restartProfile profiles the new kube-apiserver's CPU from the first
+// moment its profile endpoint answers, which is before it is ready: the
+// API calls of the restart phase are served from then on.
+func (l *load) restartProfile(ctx context.Context) {
+	var path string
+	var last error
+	err := waitFor(ctx, time.Minute, func() (bool, error) {
+		path, last = l.saveCPUProfile(ctx, restartProfileWindow, "restart-cpu")
+		return last == nil, nil
+	})
+	if err != nil {
+		l.say("restart cpu profile: %v; the last try: %v", err, last)
+		return
+	}
+	l.res.prof.restartCPUPath = path
+	l.say("restart cpu profile of %v from the new process's first answer: %s", restartProfileWindow, path)
+}
+
+// saveCPUProfile takes a CPU profile of kube-apiserver over window and
+// saves it as <cluster>-<kind>.pprof in the profile directory.
+func (l *load) saveCPUProfile(ctx context.Context, window time.Duration, kind string) (string, error) {
+	data, err := fetchProfile(ctx, l.cluster.Server, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(window.Seconds())), window+time.Minute)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(l.cfg.profileDir, l.name+"-"+kind+".pprof")
+	return path, os.WriteFile(path, data, 0o644)
 }
 
 func (l *load) heapProfile(ctx context.Context) {

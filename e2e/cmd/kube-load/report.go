@@ -395,6 +395,7 @@ func printProfileDiffs(w io.Writer, wk, up *result) {
 	}{
 		{"CPU", wk.prof.cpuPath, up.prof.cpuPath, "cpu"},
 		{"heap in use", wk.prof.heapPath, up.prof.heapPath, "inuse_space"},
+		{"CPU of the restarted process", wk.prof.restartCPUPath, up.prof.restartCPUPath, "cpu"},
 	} {
 		if x.a == "" || x.b == "" {
 			continue

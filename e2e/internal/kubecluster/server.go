@@ -141,10 +141,20 @@ func (s *Server) startKubeAPIServer(ctx context.Context, runDir string, pki *PKI
 // /readyz. It returns when the old process exited and when the new one was
 // ready.
 func (s *Server) Restart(ctx context.Context, grace time.Duration) (exited, ready time.Time, err error) {
+	return s.RestartNotify(ctx, grace, nil)
+}
+
+// RestartNotify is Restart that calls started (when not nil) as soon as the
+// new process runs, before it is ready: for work that must watch the
+// new process's start, such as a profile of it.
+func (s *Server) RestartNotify(ctx context.Context, grace time.Duration, started func()) (exited, ready time.Time, err error) {
 	s.KAS.Stop(grace)
 	exited = time.Now()
 	if s.KAS, err = StartChild(s.Name, s.logPath, s.binary, s.args...); err != nil {
 		return exited, time.Time{}, err
+	}
+	if started != nil {
+		started()
 	}
 	if err := WaitReady(ctx, s.KAS, s.Admin, s.URL, 3*time.Minute); err != nil {
 		return exited, time.Time{}, err
