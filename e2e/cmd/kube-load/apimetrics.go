@@ -30,6 +30,7 @@ type scraped map[string]float64
 
 var scrapePrefixes = []string{
 	requestDuration,
+	apfWait,
 	"apiserver_request_total",
 	"apiserver_watch_list_duration_seconds_count",
 	"apiserver_terminated_watchers_total",
@@ -150,6 +151,33 @@ func (l latency) quantile(q float64) time.Duration {
 	return seconds(prevLE)
 }
 
+// apfWait is API Priority and Fairness' queue wait, which
+// apiserver_request_duration_seconds includes: a cheap call queued behind
+// slow ones of its priority level is slow by their doing.
+const apfWait = "apiserver_flowcontrol_request_wait_duration_seconds_bucket"
+
+// apfWaits groups the increase of the queue wait of the requests that
+// executed by priority level.
+func apfWaits(acc scraped) map[string]latency {
+	out := map[string]latency{}
+	for id, v := range acc {
+		name, l := parseSeriesID(id)
+		if name != apfWait || l["execute"] != "true" {
+			continue
+		}
+		le, err := strconv.ParseFloat(l["le"], 64)
+		if err != nil {
+			continue
+		}
+		lv := l["priority_level"]
+		if out[lv].buckets == nil {
+			out[lv] = latency{buckets: map[float64]float64{}}
+		}
+		out[lv].buckets[le] += v
+	}
+	return out
+}
+
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 var (
@@ -207,7 +235,7 @@ type apiPhase int
 
 const (
 	apiSteady  apiPhase = iota // the churn alone: every span outside the storm and the restart, summed
-	apiStorm                   // the start storm until every kubelet's WatchList synced (or its 2m ran out)
+	apiStorm                   // from the start storm until the restart's SIGTERM (or the run's end)
 	apiRestart                 // from the last scrape before kube-apiserver's SIGTERM until 30s after it is ready again
 	nAPIPhases
 )

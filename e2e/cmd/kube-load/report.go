@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -66,6 +68,7 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	}
 	fmt.Fprintln(w)
 	printPhases(w, wk, up, flagged)
+	printAPFWaits(w, wk, up)
 	printCacheOutages(w, wk, up)
 
 	fmt.Fprintf(w, "%-58s %14s %14s %8s\n", "figure", "watchkeeper", "stock", "ratio")
@@ -89,6 +92,9 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	row("  events timed (pods + secrets/configmaps)", float64(wk.st.podLatency.Count()+wk.st.objectLatency.Count()),
 		float64(up.st.podLatency.Count()+up.st.objectLatency.Count()), num)
 	printWatchLatencyByPhase(w, wk, up)
+	row("  p99, written while the watch was open (live)", q(&wk.st.live, 0.99), q(&up.st.live, 0.99), dur)
+	row("  written before the watch call that delivered them", float64(wk.st.catchUp.Count()), float64(up.st.catchUp.Count()), num)
+	row("    their p99 (a resumed watch catching up)", q(&wk.st.catchUp, 0.99), q(&up.st.catchUp, 0.99), dur)
 	row("kube-apiserver CPU over the run", float64(wk.cpu), float64(up.cpu), dur)
 	row("machine CPU busy over the run, every process", float64(wk.hostCPU), float64(up.hostCPU), dur)
 	row("  of it the load, etcd, controllers and kwok", float64(wk.helpersCPU), float64(up.helpersCPU), dur)
@@ -180,7 +186,7 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 
 // printWatchLatencyByPhase prints the watch event latency rows above
 // split by the phase each event arrived in: steady, the start storm
-// (until every kubelet's WatchList synced) and the restart (from the
+// (until the restart's SIGTERM) and the restart (from the
 // SIGTERM until 30s after ready, so the events written while the server
 // was down and delivered after count there); a line per phase for all
 // kubelet watches, then its pods and secrets/configmaps; phases where
@@ -327,7 +333,7 @@ func printPhases(w io.Writer, wk, up *result, flagged []apiCall) {
 	took := func(p apiPhase) string {
 		return fmt.Sprintf("%v wk / %v stock", wk.phaseTook[p].Round(100*time.Millisecond), up.phaseTook[p].Round(100*time.Millisecond))
 	}
-	fmt.Fprintf(w, "API call latency by phase (steady: outside the storm and the restart, %s; storm: until every WatchList synced, %s; restart: SIGTERM to 30s after ready, %s), the calls above over 1.0x or over their SLO:\n",
+	fmt.Fprintf(w, "API call latency by phase (steady: outside the storm and the restart, %s; storm: from the storm until the restart, %s; restart: SIGTERM to 30s after ready, %s), the calls above over 1.0x or over their SLO:\n",
 		took(apiSteady), took(apiStorm), took(apiRestart))
 	if len(flagged) == 0 {
 		fmt.Fprintf(w, "none\n\n")
@@ -352,6 +358,44 @@ func printPhases(w io.Writer, wk, up *result, flagged []apiCall) {
 			fmt.Fprintf(w, "%-44s %-8s %8.0f %8.0f %9s %9s %7s\n", name, p, a.count(), b.count(), fmtDur(a.quantile(0.99)), fmtDur(b.quantile(0.99)), ratio)
 			name = ""
 		}
+	}
+	fmt.Fprintln(w)
+}
+
+// apfShown is the fewest requests of a priority level, in a phase on
+// either cache, for its queue wait to be shown.
+const apfShown = 20
+
+// printAPFWaits prints, per phase, the queue wait of every priority level
+// with requests enough: where a call's p99 is queueing behind others of
+// its level rather than its own work.
+func printAPFWaits(w io.Writer, wk, up *result) {
+	fmt.Fprintf(w, "API Priority and Fairness queue wait (%s, executed requests), by phase and priority level with >= %d requests:\n",
+		strings.TrimSuffix(apfWait, "_bucket"), apfShown)
+	fmt.Fprintf(w, "%-8s %-28s %8s %8s %9s %9s %9s %9s %7s\n", "phase", "priority level", "n wk", "n stock", "p50 wk", "p50 stock", "p99 wk", "p99 stock", "ratio")
+	shown := 0
+	for p := range nAPIPhases {
+		a, b := apfWaits(wk.byPhase[p]), apfWaits(up.byPhase[p])
+		levels := map[string]bool{}
+		for lv := range a {
+			levels[lv] = true
+		}
+		for lv := range b {
+			levels[lv] = true
+		}
+		for _, lv := range slices.Sorted(maps.Keys(levels)) {
+			x, y := a[lv], b[lv]
+			if x.count() < apfShown && y.count() < apfShown {
+				continue
+			}
+			shown++
+			fmt.Fprintf(w, "%-8s %-28s %8.0f %8.0f %9s %9s %9s %9s %7s\n", p, lv, x.count(), y.count(),
+				fmtDur(x.quantile(0.5)), fmtDur(y.quantile(0.5)), fmtDur(x.quantile(0.99)), fmtDur(y.quantile(0.99)),
+				fmtRatio(float64(x.quantile(0.99)), float64(y.quantile(0.99))))
+		}
+	}
+	if shown == 0 {
+		fmt.Fprintln(w, "none")
 	}
 	fmt.Fprintln(w)
 }

@@ -60,13 +60,19 @@ type stats struct {
 	c     [nClasses][nPhases]counters
 	// Watch event latency, write to arrival, measured phases only.
 	podLatency, objectLatency histogram.Histogram
-	// storm is set while the start storm runs (until every kubelet's
-	// WatchList synced): phase counts it as steady, the latency by phase
-	// apart.
+	// storm is set from the start storm until the restart (or the run's
+	// end), the API calls' storm phase: phase counts it as steady, the
+	// latency by phase apart.
 	storm atomic.Bool
 	// The same latency per class and per phase of its arrival (steady,
 	// storm, restart as the API calls' phases name them).
 	latencyByPhase [nClasses][nAPIPhases]histogram.Histogram
+	// The same events of all kubelet watches split by when they were
+	// written: while the watch that delivered them was open or being
+	// opened (live), or before its call (catchUp: a resumed watch
+	// delivering what was written while the client was away, which a
+	// relisting client gets in a list that is not timed).
+	live, catchUp histogram.Histogram
 }
 
 func (s *stats) now() phase { return phase(s.phase.Load()) }
@@ -138,6 +144,7 @@ func (lw *countingLW) ListWithContext(ctx context.Context, options metav1.ListOp
 }
 
 func (lw *countingLW) WatchWithContext(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+	called := time.Now()
 	w, err := lw.inner.WatchWithContext(ctx, options)
 	if err != nil {
 		lw.countError(err)
@@ -147,7 +154,7 @@ func (lw *countingLW) WatchWithContext(ctx context.Context, options metav1.ListO
 		lw.onWatch(time.Now())
 	}
 	initial := options.SendInitialEvents != nil && *options.SendInitialEvents
-	return lw.wrap(w, initial), nil
+	return lw.wrap(w, initial, called), nil
 }
 
 // synced1 counts one completed initial list.
@@ -194,7 +201,8 @@ func (w *countingWatch) Stop() {
 	})
 }
 
-func (lw *countingLW) wrap(inner watch.Interface, initial bool) watch.Interface {
+// wrap forwards inner's events; called is when the watch call was made.
+func (lw *countingLW) wrap(inner watch.Interface, initial bool, called time.Time) watch.Interface {
 	w := &countingWatch{inner: inner, out: make(chan watch.Event), done: make(chan struct{})}
 	go func() { // owned by w: ends when the stream ends or w is stopped
 		defer close(w.out)
@@ -225,7 +233,7 @@ func (lw *countingLW) wrap(inner watch.Interface, initial bool) watch.Interface 
 					}
 				}
 			default:
-				lw.observe(ev, now, inInitial)
+				lw.observe(ev, now, inInitial, called)
 			}
 			select {
 			case w.out <- ev:
@@ -240,7 +248,7 @@ func (lw *countingLW) wrap(inner watch.Interface, initial bool) watch.Interface 
 // observe records the latency of a live MODIFIED event whose stamp this
 // client has not seen yet on that object (a status write after the stamped
 // write carries the same stamp: it is not counted again).
-func (lw *countingLW) observe(ev watch.Event, now time.Time, initial bool) {
+func (lw *countingLW) observe(ev watch.Event, now time.Time, initial bool, called time.Time) {
 	m, err := meta.Accessor(ev.Object)
 	if err != nil {
 		return
@@ -264,7 +272,13 @@ func (lw *countingLW) observe(ev watch.Event, now time.Time, initial bool) {
 	if err != nil {
 		return
 	}
-	d := now.Sub(time.Unix(0, ns))
+	written := time.Unix(0, ns)
+	d := now.Sub(written)
 	lw.latency.Record(d)
 	lw.st.latencyByPhase[lw.class][lw.st.latencyPhase()].Record(d)
+	if written.Before(called) {
+		lw.st.catchUp.Record(d)
+	} else {
+		lw.st.live.Record(d)
+	}
 }
