@@ -67,12 +67,16 @@ type stats struct {
 	// The same latency per class and per phase of its arrival (steady,
 	// storm, restart as the API calls' phases name them).
 	latencyByPhase [nClasses][nAPIPhases]histogram.Histogram
-	// The same events of all kubelet watches split by when they were
-	// written: while the watch that delivered them was open or being
-	// opened (live), or before its call (catchUp: a resumed watch
-	// delivering what was written while the client was away, which a
-	// relisting client gets in a list that is not timed).
-	live, catchUp histogram.Histogram
+	// The same events of all kubelet watches that were written while
+	// the watch that delivered them was open or being opened.
+	live histogram.Histogram
+	// Every write a kubelet learned after missing it, whichever way it
+	// came: a watch event written before its watch call (a resumed watch
+	// catching up), or a changed stamp on an object it knew, in a list or
+	// a WatchList's initial events (a relist). The first is in the
+	// latency above too, the others are not: this puts both caches' ways
+	// of catching up side by side.
+	catchUp histogram.Histogram
 }
 
 func (s *stats) now() phase { return phase(s.phase.Load()) }
@@ -116,13 +120,16 @@ type countingLW struct {
 	// onWatch is called when a watch call succeeds.
 	onWatch func(at time.Time)
 
+	// clock is time.Now but in tests.
+	clock func() time.Time
+
 	synced atomic.Bool
 	mu     sync.Mutex
 	stamps map[string]string // object key -> last stamp this client saw
 }
 
 func newCountingLW(inner cache.ListerWatcherWithContext, st *stats, cl class, latency *histogram.Histogram) *countingLW {
-	return &countingLW{inner: inner, st: st, class: cl, latency: latency, stamps: map[string]string{}}
+	return &countingLW{inner: inner, st: st, class: cl, latency: latency, stamps: map[string]string{}, clock: time.Now}
 }
 
 func (lw *countingLW) List(options metav1.ListOptions) (runtime.Object, error) {
@@ -139,19 +146,24 @@ func (lw *countingLW) ListWithContext(ctx context.Context, options metav1.ListOp
 		lw.countError(err)
 		return nil, err
 	}
-	lw.synced1(time.Now())
+	now := lw.clock()
+	_ = meta.EachListItem(obj, func(o runtime.Object) error {
+		lw.observe(watch.Event{Type: watch.Added, Object: o}, now, true, now)
+		return nil
+	})
+	lw.synced1(now)
 	return obj, nil
 }
 
 func (lw *countingLW) WatchWithContext(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
-	called := time.Now()
+	called := lw.clock()
 	w, err := lw.inner.WatchWithContext(ctx, options)
 	if err != nil {
 		lw.countError(err)
 		return nil, err
 	}
 	if lw.onWatch != nil {
-		lw.onWatch(time.Now())
+		lw.onWatch(lw.clock())
 	}
 	initial := options.SendInitialEvents != nil && *options.SendInitialEvents
 	return lw.wrap(w, initial, called), nil
@@ -221,7 +233,7 @@ func (lw *countingLW) wrap(inner watch.Interface, initial bool, called time.Time
 				}
 				return
 			}
-			now := time.Now()
+			now := lw.clock()
 			switch ev.Type {
 			case watch.Error:
 				lw.countError(apierrors.FromObject(ev.Object))
@@ -245,9 +257,11 @@ func (lw *countingLW) wrap(inner watch.Interface, initial bool, called time.Time
 	return w
 }
 
-// observe records the latency of a live MODIFIED event whose stamp this
-// client has not seen yet on that object (a status write after the stamped
-// write carries the same stamp: it is not counted again).
+// observe records the latency of a MODIFIED event whose stamp this client
+// has not seen yet on that object (a status write after the stamped write
+// carries the same stamp: it is not counted again). A new stamp in a list
+// or initial events (initial) is a write the client missed: it counts in
+// catchUp only. called is when the delivering watch call was made.
 func (lw *countingLW) observe(ev watch.Event, now time.Time, initial bool, called time.Time) {
 	m, err := meta.Accessor(ev.Object)
 	if err != nil {
@@ -264,8 +278,9 @@ func (lw *countingLW) observe(ev watch.Event, now time.Time, initial bool, calle
 	if !ok || lw.stamps[key] == stamp {
 		return
 	}
+	_, known := lw.stamps[key]
 	lw.stamps[key] = stamp
-	if initial || ev.Type != watch.Modified || lw.latency == nil || lw.st.now() == phaseRamp {
+	if lw.latency == nil || lw.st.now() == phaseRamp {
 		return
 	}
 	ns, err := strconv.ParseInt(stamp, 10, 64)
@@ -274,6 +289,18 @@ func (lw *countingLW) observe(ev watch.Event, now time.Time, initial bool, calle
 	}
 	written := time.Unix(0, ns)
 	d := now.Sub(written)
+	if initial {
+		// Only a stamp changed since this reflector last saw the object
+		// is a write it missed: a new reflector's (the storm's) first
+		// list, or an object new to it, says nothing of that.
+		if known {
+			lw.st.catchUp.Record(d)
+		}
+		return
+	}
+	if ev.Type != watch.Modified {
+		return
+	}
 	lw.latency.Record(d)
 	lw.st.latencyByPhase[lw.class][lw.st.latencyPhase()].Record(d)
 	if written.Before(called) {
