@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 )
 
 func TestHistoryPrepend(t *testing.T) {
@@ -208,4 +209,45 @@ func TestBackfillsAreCoalesced(t *testing.T) {
 		t.Errorf("%d lists of etcd for 10 resumes from 80..90, want 2 (one per backfill)", n)
 	}
 	sw.send(t, watch.Modified, newTestPod("a", 101, nil, ""))
+}
+
+// A resume waiting for a backfill has told API Priority and Fairness its
+// watch is initialized: the wait is no work of its own, and at a restart
+// thousands of such waits held every seat of their priority level.
+func TestResumeWaitingForABackfillFreesItsAPFSeat(t *testing.T) {
+	fs := newFakeStorage(100, newTestPod("a", 97, nil, ""))
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	fs.waitWatch(t, 1)
+	fs.setList(90, newTestPod("a", 90, nil, ""))
+
+	signal := utilflowcontrol.NewInitializationSignal()
+	ctx := utilflowcontrol.WithInitializationSignal(context.Background(), signal)
+	done := make(chan error, 1)
+	go func() {
+		w, err := c.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: everything(false)})
+		if err == nil {
+			w.Stop()
+		}
+		done <- err
+	}()
+	// The backfill's etcd watch is open and gets nothing: the resume waits.
+	run, _ := fs.waitWatch(t, 2)
+	signaled := make(chan struct{})
+	go func() { signal.Wait(); close(signaled) }()
+	select {
+	case <-signaled:
+	case <-time.After(waitFor):
+		t.Fatal("the resume holds its APF seat while it waits for the backfill")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the resume returned (%v) before the backfill ended", err)
+	default:
+	}
+	run.send(t, watch.Modified, newTestPod("a", 97, nil, ""))
+	run.sendBookmark(t, 100)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

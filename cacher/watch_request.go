@@ -64,6 +64,15 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		if start, fromList := c.state.historyStart(); requestedRV < start && fromList {
 			// A resume from before the cache's list: etcd may still have
 			// what it missed. Failing that, the 410 below stands.
+			//
+			// Waiting for the backfill is no work of this request's (one
+			// backfill a resource, on the cache's goroutine), so it lets
+			// go of its API Priority and Fairness seat first: at a restart
+			// of 1,000 kubelets the node watches waiting here up to
+			// backfillTimeout held node-high's seats, and the leases and
+			// node status calls queued behind them (p50 9.5s against
+			// stock's 0.4s, whose resumes get their 410 at once).
+			signalInitialized(ctx)
 			if err := c.backfill(ctx, requestedRV); err != nil {
 				c.logger.V(4).Info("Resume without a backfill", "from", requestedRV, "err", err)
 			}
