@@ -159,21 +159,32 @@ const apfWait = "apiserver_flowcontrol_request_wait_duration_seconds_bucket"
 // apfWaits groups the increase of the queue wait of the requests that
 // executed by priority level.
 func apfWaits(acc scraped) map[string]latency {
-	out := map[string]latency{}
+	return bucketsBy(acc, apfWait, func(l map[string]string) (string, bool) {
+		return l["priority_level"], l["execute"] == "true"
+	})
+}
+
+// bucketsBy groups the increase of histogram name's bucket series into a
+// latency per key; a series whose labels key refuses is left out.
+func bucketsBy[K comparable](acc scraped, name string, key func(labels map[string]string) (K, bool)) map[K]latency {
+	out := map[K]latency{}
 	for id, v := range acc {
-		name, l := parseSeriesID(id)
-		if name != apfWait || l["execute"] != "true" {
+		n, l := parseSeriesID(id)
+		if n != name {
+			continue
+		}
+		k, ok := key(l)
+		if !ok {
 			continue
 		}
 		le, err := strconv.ParseFloat(l["le"], 64)
 		if err != nil {
 			continue
 		}
-		lv := l["priority_level"]
-		if out[lv].buckets == nil {
-			out[lv] = latency{buckets: map[float64]float64{}}
+		if out[k].buckets == nil {
+			out[k] = latency{buckets: map[float64]float64{}}
 		}
-		out[lv].buckets[le] += v
+		out[k].buckets[le] += v
 	}
 	return out
 }
@@ -187,23 +198,10 @@ var (
 
 // apiLatencies groups the run's request-duration increase by call.
 func apiLatencies(acc scraped) map[apiCall]latency {
-	out := map[apiCall]latency{}
-	for id, v := range acc {
-		name, l := parseSeriesID(id)
-		if name != requestDuration || longRunning[l["verb"]] || streamingSub[l["subresource"]] {
-			continue
-		}
-		le, err := strconv.ParseFloat(l["le"], 64)
-		if err != nil {
-			continue
-		}
+	return bucketsBy(acc, requestDuration, func(l map[string]string) (apiCall, bool) {
 		c := apiCall{verb: l["verb"], resource: l["resource"], subresource: l["subresource"], scope: l["scope"]}
-		if out[c].buckets == nil {
-			out[c] = latency{buckets: map[float64]float64{}}
-		}
-		out[c].buckets[le] += v
-	}
-	return out
+		return c, !longRunning[c.verb] && !streamingSub[c.subresource]
+	})
 }
 
 // sumOf adds the increase of the series of name whose labels have the
