@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/metadata"
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -112,29 +113,60 @@ func (c *Cacher) runBackfill(run *backfillRun) {
 }
 
 // fillHistory reads etcd's state at rv (the objects the events change,
-// which selectors need), then etcd's events after rv up to the history's
-// start, and prepends them. If etcd has compacted rv away the read fails
-// and the clients get their 410, as they should.
+// which selectors need) and etcd's events after rv up to the history's
+// start, and prepends the events. If etcd has compacted rv away the read
+// fails and the clients get their 410, as they should.
+//
+// The two reads go to etcd at once: a backfill runs when clients resume
+// at an apiserver's restart, when etcd answers slowly, and one read after
+// the other added their times while every resume waited (300 nodes: the
+// nodes' state in 5.4s, then their events in 3.9s).
 func (c *Cacher) fillHistory(ctx context.Context, rv uint64) error {
 	start, fromList := c.state.historyStart()
 	if !fromList || rv >= start {
 		return nil
 	}
-	state, err := c.stateAt(ctx, rv)
-	if err != nil {
+	began := c.clock.Now()
+	var (
+		state             map[string]*object
+		events            []*event
+		listTook, evsTook time.Duration
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		state, err = c.stateAt(gctx, rv)
+		listTook = c.clock.Since(began)
+		return err
+	})
+	g.Go(func() (err error) {
+		events, err = c.eventsBetween(gctx, rv, start)
+		evsTook = c.clock.Since(began)
+		return err
+	})
+	if err := g.Wait(); err != nil {
 		return err
 	}
-	events, err := c.eventsBetween(ctx, rv, start, state)
-	if err != nil {
-		return err
-	}
+	c.linkBackfill(events, state)
 
 	if err := c.state.prependHistory(events, rv, start, c.clock.Now()); err != nil {
 		return err
 	}
 	c.logger.V(2).Info("Backfilled the watch cache history from etcd",
-		"from", rv, "to", start, "events", len(events))
+		"from", rv, "to", start, "events", len(events), "listTook", listTook, "eventsTook", evsTook)
 	return nil
+}
+
+// linkBackfill replays events on state, etcd's at their start, so each
+// knows the object it changed.
+func (c *Cacher) linkBackfill(events []*event, state map[string]*object) {
+	for _, e := range events {
+		c.linkPrev(e, state[e.cur.key])
+		if e.typ == watch.Deleted {
+			delete(state, e.cur.key)
+		} else {
+			state[e.cur.key] = e.cur
+		}
+	}
 }
 
 // stateAt is etcd's state of the resource at rv, by key.
@@ -153,11 +185,10 @@ func (c *Cacher) stateAt(ctx context.Context, rv uint64) (map[string]*object, er
 	return state, nil
 }
 
-// eventsBetween reads etcd's events in (from, to] on a watch of its own,
-// replaying them on state so each knows what it changed. It asks for
-// progress until it has seen to, since a quiet resource sends no event past
-// it. At most the history's capacity is read.
-func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, state map[string]*object) ([]*event, error) {
+// eventsBetween reads etcd's events in (from, to] on a watch of its own.
+// It asks for progress until it has seen to, since a quiet resource sends
+// no event past it. At most the history's capacity is read.
+func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64) ([]*event, error) {
 	w, err := c.storage.Watch(ctx, c.resourcePrefix, c.storageWatchOptions(from))
 	if err != nil {
 		return nil, err
@@ -197,12 +228,6 @@ func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, state map[s
 			}
 			if len(events) == c.cfg.HistoryCapacity {
 				return nil, fmt.Errorf("backfilling %v: more than %d events between %d and %d", c.groupResource, c.cfg.HistoryCapacity, from, to)
-			}
-			c.linkPrev(e, state[e.cur.key])
-			if e.typ == watch.Deleted {
-				delete(state, e.cur.key)
-			} else {
-				state[e.cur.key] = e.cur
 			}
 			events = append(events, e)
 			if e.rv == to {

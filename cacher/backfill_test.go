@@ -251,3 +251,46 @@ func TestResumeWaitingForABackfillFreesItsAPFSeat(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A backfill reads etcd's state at the RV and its events after it at once:
+// at a restart etcd answers slowly, and every resume waits for both reads.
+// Here the state read is held until the events' watch is open, which a
+// backfill doing one read after the other never opens.
+func TestBackfillReadsStateAndEventsAtOnce(t *testing.T) {
+	fs := newFakeStorage(100, newTestPod("a", 97, map[string]string{"app": "db"}, ""))
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	fs.waitWatch(t, 1)
+	fs.setList(90, newTestPod("a", 90, map[string]string{"app": "web"}, ""))
+	release := fs.holdExactLists()
+	t.Cleanup(release)
+
+	type result struct {
+		w   watch.Interface
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: webPods()})
+		done <- result{w, err}
+	}()
+	run, _ := fs.waitWatch(t, 2)
+	run.send(t, watch.Modified, newTestPod("a", 97, map[string]string{"app": "db"}, ""))
+	run.sendBookmark(t, 100)
+	select {
+	case r := <-done:
+		t.Fatalf("the resume returned (%v) before etcd's state was read", r.err)
+	default:
+	}
+	release()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(r.w.Stop)
+	// The state, read in parallel, still tells the event what it changed:
+	// a left app=web, so the selector sees it deleted.
+	if ev := nextEvent(t, r.w); ev.Type != watch.Deleted || eventRV(t, ev) != 97 {
+		t.Fatalf("first event %s, want DELETED a@97 (it left the selector)", describe(ev))
+	}
+}

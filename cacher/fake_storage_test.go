@@ -35,6 +35,9 @@ type fakeStorage struct {
 	listRV       uint64
 	listFailures int // GetList fails this many more times
 	listCalls    int
+	// exactGate, when set, holds exact-RV reads (a backfill's) until it
+	// closes or their context ends, as a slow etcd would.
+	exactGate chan struct{}
 
 	currentRV     uint64
 	unreachable   bool // GetCurrentResourceVersion fails, as with etcd down
@@ -128,7 +131,26 @@ func (s *fakeStorage) waitWatch(t testing.TB, n int) (*fakeWatch, storage.ListOp
 
 func (s *fakeStorage) Versioner() storage.Versioner { return storage.APIObjectVersioner{} }
 
+// holdExactLists makes exact-RV reads wait until the returned func runs.
+func (s *fakeStorage) holdExactLists() (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	gate := make(chan struct{})
+	s.exactGate = gate
+	return sync.OnceFunc(func() { close(gate) })
+}
+
 func (s *fakeStorage) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	s.mu.Lock()
+	gate := s.exactGate
+	s.mu.Unlock()
+	if gate != nil && opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.listCalls++
