@@ -450,6 +450,57 @@ func TestWatchLatencySplitsCatchUpFromLive(t *testing.T) {
 	}
 }
 
+// heldWatcher's watch call returns after the server held it for hold (a
+// resume waiting for a backfill), with the events sent meanwhile queued.
+type heldWatcher struct {
+	fakeLister
+	now    *time.Time
+	hold   time.Duration
+	events []watch.Event
+}
+
+func (h heldWatcher) WatchWithContext(context.Context, metav1.ListOptions) (watch.Interface, error) {
+	*h.now = h.now.Add(h.hold)
+	w := watch.NewFakeWithChanSize(len(h.events), false)
+	for _, ev := range h.events {
+		w.Action(ev.Type, ev.Object)
+	}
+	return w, nil
+}
+
+// A write made while the server held the watch call is one the client
+// missed (its watch was not open yet), not a live event: stock's client
+// learns the same writes from its relist, which counts as catching up.
+func TestWriteWhileTheWatchCallIsHeldIsCatchUp(t *testing.T) {
+	st := &stats{}
+	st.phase.Store(int32(phaseSteady))
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	called := now
+	lw := newCountingLW(heldWatcher{
+		now:  &now,
+		hold: 3 * time.Second,
+		events: []watch.Event{
+			stamped("pods", "held", called.Add(time.Second)),   // written while held
+			stamped("pods", "live", called.Add(3*time.Second)), // as it opened
+		},
+	}, st, classPods, &st.podLatency)
+	lw.clock = func() time.Time { return now }
+	w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for range 2 {
+		<-w.ResultChan()
+	}
+	if n := st.catchUp.Count(); n != 1 {
+		t.Errorf("%d catch-up events, want 1 (the write made while the call was held)", n)
+	}
+	if n := st.live.Count(); n != 1 {
+		t.Errorf("%d live events, want 1", n)
+	}
+}
+
 // apfWaitsOf is n executed requests of a priority level that waited in
 // its queue: 98% under 10ms, 2% in the bucket up to le; plus n rejected
 // ones (execute=false) that must not count.

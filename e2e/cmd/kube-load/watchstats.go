@@ -68,12 +68,13 @@ type stats struct {
 	// storm, restart as the API calls' phases name them).
 	latencyByPhase [nClasses][nAPIPhases]histogram.Histogram
 	// The same events of all kubelet watches that were written while
-	// the watch that delivered them was open or being opened.
+	// the watch that delivered them was open.
 	live histogram.Histogram
 	// Every write a kubelet learned after missing it, whichever way it
-	// came: a watch event written before its watch call (a resumed watch
-	// catching up), or a changed stamp on an object it knew, in a list or
-	// a WatchList's initial events (a relist). The first is in the
+	// came: a watch event written before its watch opened (a resumed
+	// watch catching up, also while the server held the call), or a
+	// changed stamp on an object it knew, in a list or a WatchList's
+	// initial events (a relist). The first is in the
 	// latency above too, the others are not: this puts both caches' ways
 	// of catching up side by side.
 	catchUp histogram.Histogram
@@ -156,17 +157,20 @@ func (lw *countingLW) ListWithContext(ctx context.Context, options metav1.ListOp
 }
 
 func (lw *countingLW) WatchWithContext(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
-	called := lw.clock()
 	w, err := lw.inner.WatchWithContext(ctx, options)
 	if err != nil {
 		lw.countError(err)
 		return nil, err
 	}
+	// The watch is open when the call returns (the server answered): a
+	// write made while the server held the call, as a resume waiting for
+	// a backfill is, was missed like one made while the client was away.
+	opened := lw.clock()
 	if lw.onWatch != nil {
-		lw.onWatch(lw.clock())
+		lw.onWatch(opened)
 	}
 	initial := options.SendInitialEvents != nil && *options.SendInitialEvents
-	return lw.wrap(w, initial, called), nil
+	return lw.wrap(w, initial, opened), nil
 }
 
 // synced1 counts one completed initial list.
@@ -213,8 +217,8 @@ func (w *countingWatch) Stop() {
 	})
 }
 
-// wrap forwards inner's events; called is when the watch call was made.
-func (lw *countingLW) wrap(inner watch.Interface, initial bool, called time.Time) watch.Interface {
+// wrap forwards inner's events; opened is when the watch call returned.
+func (lw *countingLW) wrap(inner watch.Interface, initial bool, opened time.Time) watch.Interface {
 	w := &countingWatch{inner: inner, out: make(chan watch.Event), done: make(chan struct{})}
 	go func() { // owned by w: ends when the stream ends or w is stopped
 		defer close(w.out)
@@ -245,7 +249,7 @@ func (lw *countingLW) wrap(inner watch.Interface, initial bool, called time.Time
 					}
 				}
 			default:
-				lw.observe(ev, now, inInitial, called)
+				lw.observe(ev, now, inInitial, opened)
 			}
 			select {
 			case w.out <- ev:
@@ -261,8 +265,8 @@ func (lw *countingLW) wrap(inner watch.Interface, initial bool, called time.Time
 // has not seen yet on that object (a status write after the stamped write
 // carries the same stamp: it is not counted again). A new stamp in a list
 // or initial events (initial) is a write the client missed: it counts in
-// catchUp only. called is when the delivering watch call was made.
-func (lw *countingLW) observe(ev watch.Event, now time.Time, initial bool, called time.Time) {
+// catchUp only. opened is when the delivering watch call returned.
+func (lw *countingLW) observe(ev watch.Event, now time.Time, initial bool, opened time.Time) {
 	m, err := meta.Accessor(ev.Object)
 	if err != nil {
 		return
@@ -303,7 +307,7 @@ func (lw *countingLW) observe(ev watch.Event, now time.Time, initial bool, calle
 	}
 	lw.latency.Record(d)
 	lw.st.latencyByPhase[lw.class][lw.st.latencyPhase()].Record(d)
-	if written.Before(called) {
+	if written.Before(opened) {
 		lw.st.catchUp.Record(d)
 	} else {
 		lw.st.live.Record(d)
