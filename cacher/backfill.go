@@ -19,6 +19,17 @@ import (
 // before it gets the 410 it would have got without one.
 const backfillTimeout = 10 * time.Second
 
+// backfillCooldown: for this long after a backfill failed, resumes from
+// before the list get their 410 at once. Another backfill would most
+// likely fail the same way (etcd too slow while every client reconnects,
+// or the RV compacted away), and each one made a new wave of resumes wait
+// up to backfillTimeout for the 410 that upstream's cache gives at once:
+// at 1,000 nodes nearly every kubelet's pod watch resumed that way.
+const backfillCooldown = backfillTimeout
+
+// errBackfillCoolingDown: a backfill failed less than backfillCooldown ago.
+var errBackfillCoolingDown = fmt.Errorf("a history backfill failed less than %v ago", backfillCooldown)
+
 // backfill fills the history between rv and its start from etcd, when the
 // start is the cache's (re)list rather than history given up for room. A
 // client resuming from an RV just before the list (its apiserver restarted,
@@ -44,6 +55,9 @@ func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
 		case run == nil && c.stopping():
 			b.mu.Unlock()
 			return fmt.Errorf("watch cache of %v stopped", c.groupResource)
+		case run == nil && !b.failedAt.IsZero() && c.clock.Since(b.failedAt) < backfillCooldown:
+			b.mu.Unlock()
+			return errBackfillCoolingDown
 		case run == nil:
 			from := rv
 			if b.oldest != 0 {
@@ -87,6 +101,8 @@ type backfiller struct {
 	oldest uint64
 	// waiting counts the resumes waiting for a backfill.
 	waiting int
+	// failedAt is when the last backfill failed; zero after one filled.
+	failedAt time.Time
 }
 
 // backfillRun is one backfill from an RV; err is set before done closes.
@@ -103,11 +119,20 @@ func (c *Cacher) runBackfill(run *backfillRun) {
 	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(c.ctx, c.backfillMetadata), backfillTimeout)
 	run.err = c.fillHistory(ctx, run.from)
 	cancel()
+	var failedAt time.Time
 	if run.err != nil {
-		c.logger.V(2).Info("Watch cache history backfill failed", "from", run.from, "err", run.err)
+		failedAt = c.clock.Now()
+		c.metrics.backfillFailed.Inc()
+		// Its waiting clients, and those resuming for backfillCooldown,
+		// relist: one line per failure, at most one per cooldown.
+		c.logger.Info("Watch cache history backfill failed; resumes from before the list get 410 Expired for a while",
+			"from", run.from, "cooldown", backfillCooldown, "err", run.err)
+	} else {
+		c.metrics.backfilled.Inc()
 	}
 	c.backfills.mu.Lock()
 	c.backfills.running = nil
+	c.backfills.failedAt = failedAt
 	c.backfills.mu.Unlock()
 	close(run.done)
 }

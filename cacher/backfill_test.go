@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
+	compbasemetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
 )
 
 func TestHistoryPrepend(t *testing.T) {
@@ -292,5 +294,76 @@ func TestBackfillReadsStateAndEventsAtOnce(t *testing.T) {
 	// a left app=web, so the selector sees it deleted.
 	if ev := nextEvent(t, r.w); ev.Type != watch.Deleted || eventRV(t, ev) != 97 {
 		t.Fatalf("first event %s, want DELETED a@97 (it left the selector)", describe(ev))
+	}
+}
+
+// After a backfill fails, resumes from before the list get their 410 at
+// once for a while instead of each starting a backfill that would fail the
+// same way and wait up to backfillTimeout first; after it, they try again.
+func TestFailedBackfillAnswersResumesAtOnceForACooldown(t *testing.T) {
+	fs := newFakeStorage(100, newTestPod("a", 97, nil, ""))
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	fs.waitWatch(t, 1)
+	fs.setList(90, newTestPod("a", 90, nil, ""))
+	resume := func() *v1.Status {
+		t.Helper()
+		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: everything(false)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		ev := nextEvent(t, w)
+		if ev.Type != watch.Error {
+			return nil
+		}
+		return errorStatus(t, ev)
+	}
+
+	// The series are shared by every test's cacher of pods: count deltas.
+	count := func(m compbasemetrics.CounterMetric) float64 {
+		v, err := testutil.GetCounterMetricValue(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	failed, filled := count(c.metrics.backfillFailed), count(c.metrics.backfilled)
+
+	// etcd fails the backfill's state read: 410, and one failure counted.
+	fs.failLists(1)
+	lists := fs.listCount()
+	if s := resume(); s == nil || s.Code != 410 {
+		t.Fatalf("resume after a failed backfill: %+v, want 410", s)
+	}
+	if n := fs.listCount() - lists; n != 1 {
+		t.Fatalf("%d reads of etcd for the failed backfill, want 1", n)
+	}
+	if got := count(c.metrics.backfillFailed) - failed; got != 1 {
+		t.Errorf("failed backfills counted %v, want 1", got)
+	}
+
+	// Within the cooldown: 410 at once, no backfill, no read of etcd.
+	c.clk.Step(backfillCooldown - time.Second)
+	watches := fs.watchCount()
+	if s := resume(); s == nil || s.Code != 410 {
+		t.Fatalf("resume within the cooldown: %+v, want 410", s)
+	}
+	if fs.listCount() != lists+1 || fs.watchCount() != watches {
+		t.Fatalf("a resume within the cooldown started a backfill (%d lists, %d watches of etcd)", fs.listCount()-lists-1, fs.watchCount()-watches)
+	}
+
+	// After it, a resume backfills again, and this one fills.
+	c.clk.Step(time.Second)
+	done := make(chan *v1.Status, 1)
+	go func() { done <- resume() }()
+	run, _ := fs.waitWatch(t, watches+1)
+	run.send(t, watch.Modified, newTestPod("a", 97, nil, ""))
+	run.sendBookmark(t, 100)
+	if s := <-done; s != nil {
+		t.Fatalf("resume after the cooldown: %+v, want the events", s)
+	}
+	if got := count(c.metrics.backfilled) - filled; got != 1 {
+		t.Errorf("filled backfills counted %v, want 1", got)
 	}
 }

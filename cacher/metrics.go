@@ -1,6 +1,7 @@
 package cacher
 
 import (
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -65,6 +66,12 @@ var (
 		Help:           "Watches refused with 410 Expired because their resourceVersion left the history.",
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource"})
+	backfills = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "history_backfills_total",
+		Help: fmt.Sprintf("Backfills of the history from etcd for watches resuming from before the cache's list, by result: filled, failed. "+
+			"For %v after a failure, such resumes get 410 Expired at once (expired_watches_total) rather than wait on another.", backfillCooldown),
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource", "result"})
 	freshnessTimeouts = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem, Name: "freshness_timeouts_total",
 		Help: "Requests that waited the freshness timeout for the cache to reach the resourceVersion they need and were " +
@@ -115,7 +122,7 @@ func registerMetrics() {
 		upstream.Register()
 		for _, m := range []compbasemetrics.Registerable{
 			bookmarksSent, storageBookmarks, tickDuration, watchersDue, watchersByState,
-			historyEvents, historyForcedEvictions, expiredWatches, freshnessTimeouts, freshnessProbes,
+			historyEvents, historyForcedEvictions, expiredWatches, backfills, freshnessTimeouts, freshnessProbes,
 			storageWatchRetries, dropped, notReady, readsToStorage,
 		} {
 			legacyregistry.MustRegister(m)
@@ -135,20 +142,21 @@ type resourceMetrics struct {
 	readWait             compbasemetrics.ObserverMetric
 	gr                   schema.GroupResource
 
-	bookmarksSent          compbasemetrics.CounterMetric
-	storageBookmarks       compbasemetrics.CounterMetric
-	tickDuration           compbasemetrics.ObserverMetric
-	watchersDue            compbasemetrics.ObserverMetric
-	historyEvents          compbasemetrics.GaugeMetric
-	historyForcedEvictions compbasemetrics.CounterMetric
-	expiredWatches         compbasemetrics.CounterMetric
-	freshnessTimeouts      map[string]compbasemetrics.CounterMetric
-	freshnessProbes        compbasemetrics.CounterMetric
-	storageWatchRetries    compbasemetrics.CounterMetric
-	dropped                map[string]compbasemetrics.CounterMetric
-	byState                [3]compbasemetrics.GaugeMetric
-	notReady               map[string]compbasemetrics.CounterMetric
-	readsToStorage         map[storageRead]compbasemetrics.CounterMetric
+	bookmarksSent              compbasemetrics.CounterMetric
+	storageBookmarks           compbasemetrics.CounterMetric
+	tickDuration               compbasemetrics.ObserverMetric
+	watchersDue                compbasemetrics.ObserverMetric
+	historyEvents              compbasemetrics.GaugeMetric
+	historyForcedEvictions     compbasemetrics.CounterMetric
+	expiredWatches             compbasemetrics.CounterMetric
+	backfilled, backfillFailed compbasemetrics.CounterMetric
+	freshnessTimeouts          map[string]compbasemetrics.CounterMetric
+	freshnessProbes            compbasemetrics.CounterMetric
+	storageWatchRetries        compbasemetrics.CounterMetric
+	dropped                    map[string]compbasemetrics.CounterMetric
+	byState                    [3]compbasemetrics.GaugeMetric
+	notReady                   map[string]compbasemetrics.CounterMetric
+	readsToStorage             map[storageRead]compbasemetrics.CounterMetric
 }
 
 func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
@@ -171,6 +179,8 @@ func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
 		historyEvents:          historyEvents.WithLabelValues(g, r),
 		historyForcedEvictions: historyForcedEvictions.WithLabelValues(g, r),
 		expiredWatches:         expiredWatches.WithLabelValues(g, r),
+		backfilled:             backfills.WithLabelValues(g, r, "filled"),
+		backfillFailed:         backfills.WithLabelValues(g, r, "failed"),
 		freshnessTimeouts:      map[string]compbasemetrics.CounterMetric{},
 		freshnessProbes:        freshnessProbes.WithLabelValues(g, r),
 		storageWatchRetries:    storageWatchRetries.WithLabelValues(g, r),
