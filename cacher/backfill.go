@@ -40,8 +40,8 @@ var errBackfillCoolingDown = fmt.Errorf("a history backfill failed less than %v 
 // cache's own context (bounded by backfillTimeout), and those that arrive
 // while it runs and need older RVs are taken by the next run, which reaches
 // back to the oldest of them. N clients resuming from old RVs cost at most
-// one list of etcd at a time. Each caller waits only as long as its own
-// context allows.
+// one backfill at a time. Each caller waits only as long as its own
+// context allows, and not at all for backfillCooldown after one failed.
 func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
 	b := &c.backfills
 	for {
