@@ -59,6 +59,19 @@ func TestHistoryPrepend(t *testing.T) {
 	}
 }
 
+// cacherListedAt100 is a ready cacher that listed pod a@97 at RV 100, over
+// a fake etcd whose state at RV 90 (a@90) a backfill reads, and the cache's
+// own storage watch.
+func cacherListedAt100(t *testing.T) (*fakeStorage, *testCacher, *fakeWatch) {
+	t.Helper()
+	fs := newFakeStorage(100, newTestPod("a", 97, nil, ""))
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	sw, _ := fs.waitWatch(t, 1)
+	fs.setList(90, newTestPod("a", 90, nil, ""))
+	return fs, c, sw
+}
+
 // A client resuming from an RV before the cache's list (its apiserver
 // restarted, or the cache relisted) continues from etcd's events instead of
 // getting 410; when etcd no longer has that RV it gets the 410.
@@ -126,11 +139,7 @@ func TestBackfillBeforeTheList(t *testing.T) {
 // by one next run from the oldest of them. A resume whose context ends
 // stops waiting at once; the backfill goes on for the others.
 func TestBackfillsAreCoalesced(t *testing.T) {
-	fs := newFakeStorage(100, newTestPod("a", 97, nil, ""))
-	c := newTestCacher(t, fs, nil)
-	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
-	fs.setList(90, newTestPod("a", 90, nil, ""))
+	fs, c, sw := cacherListedAt100(t)
 	listsBefore := fs.listCount()
 
 	type result struct {
@@ -217,11 +226,7 @@ func TestBackfillsAreCoalesced(t *testing.T) {
 // watch is initialized: the wait is no work of its own, and at a restart
 // thousands of such waits held every seat of their priority level.
 func TestResumeWaitingForABackfillFreesItsAPFSeat(t *testing.T) {
-	fs := newFakeStorage(100, newTestPod("a", 97, nil, ""))
-	c := newTestCacher(t, fs, nil)
-	c.waitReady(t)
-	fs.waitWatch(t, 1)
-	fs.setList(90, newTestPod("a", 90, nil, ""))
+	fs, c, _ := cacherListedAt100(t)
 
 	signal := utilflowcontrol.NewInitializationSignal()
 	ctx := utilflowcontrol.WithInitializationSignal(context.Background(), signal)
@@ -301,11 +306,7 @@ func TestBackfillReadsStateAndEventsAtOnce(t *testing.T) {
 // once for a while instead of each starting a backfill that would fail the
 // same way and wait up to backfillTimeout first; after it, they try again.
 func TestFailedBackfillAnswersResumesAtOnceForACooldown(t *testing.T) {
-	fs := newFakeStorage(100, newTestPod("a", 97, nil, ""))
-	c := newTestCacher(t, fs, nil)
-	c.waitReady(t)
-	fs.waitWatch(t, 1)
-	fs.setList(90, newTestPod("a", 90, nil, ""))
+	fs, c, _ := cacherListedAt100(t)
 	resume := func() *v1.Status {
 		t.Helper()
 		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: everything(false)})
