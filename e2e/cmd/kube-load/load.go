@@ -117,6 +117,15 @@ func cacheLabel(cache string) string {
 	return cache
 }
 
+// decorator is the --watch-cache-decorator of l's server: its cache's, or
+// the stock one in both columns of an A/A run.
+func (l *load) decorator() string {
+	if l.cfg.calibrate {
+		return "upstream"
+	}
+	return l.cache
+}
+
 // setUp starts the cluster with its nodes.
 func (l *load) setUp(ctx context.Context) error {
 	args := []string{
@@ -125,7 +134,8 @@ func (l *load) setUp(ctx context.Context) error {
 		// as docs/kube-apiserver.md advises adopters.
 		"--shutdown-watch-termination-grace-period=5s",
 	}
-	if l.cache == "watchkeeper" {
+	decorator := l.decorator()
+	if decorator == "watchkeeper" {
 		args = append(args, strings.Fields(l.cfg.watchkeeperArgs)...)
 	}
 	start := time.Now()
@@ -153,12 +163,12 @@ func (l *load) setUp(ctx context.Context) error {
 		// default 20 and 50 QPS would cap the churn and the start.
 		ControllerManagerArgs: []string{"--kube-api-qps=200", "--kube-api-burst=400"},
 		SchedulerArgs:         []string{"--kube-api-qps=200", "--kube-api-burst=400"},
-	}, l.name, l.cache)
+	}, l.name, decorator)
 	if err != nil {
 		return err
 	}
 	l.say("kube-apiserver (--watch-cache-decorator=%s) %s, controller-manager, scheduler, kwok up in %v",
-		l.cache, l.cluster.URL, time.Since(start).Round(100*time.Millisecond))
+		decorator, l.cluster.URL, time.Since(start).Round(100*time.Millisecond))
 	start = time.Now()
 	nodes := make([]*corev1.Node, l.cfg.nodes)
 	for i := range nodes {

@@ -40,6 +40,7 @@ type config struct {
 	first                   string
 	rounds                  int
 	watchkeeperArgs         string
+	calibrate               bool
 	profileDir              string
 	keep                    bool
 }
@@ -67,11 +68,16 @@ func main() {
 	flag.StringVar(&cfg.first, "first", "watchkeeper", "the cache that runs first: watchkeeper or upstream (the order alternates with -rounds)")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "rounds of both caches, the order alternating")
 	flag.StringVar(&cfg.watchkeeperArgs, "watchkeeper-args", "", "more flags for kube-apiserver on watchkeeper, space separated")
+	flag.BoolVar(&cfg.calibrate, "calibrate", false, "an A/A run: the watchkeeper column runs the stock cache too, so every ratio shows the run-to-run noise of its figure at this size")
 	flag.StringVar(&cfg.profileDir, "profile-dir", "", "save kube-apiserver's CPU profile (30s of steady churn) and heap profile (before the storm) per cache here")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the run's directory (certificates, logs, etcd data)")
 	flag.Parse()
 	if cfg.first != "watchkeeper" && cfg.first != "upstream" {
 		fmt.Fprintln(os.Stderr, "-first: watchkeeper or upstream")
+		os.Exit(2)
+	}
+	if cfg.calibrate && cfg.watchkeeperArgs != "" {
+		fmt.Fprintln(os.Stderr, "-calibrate runs the stock cache in both columns: -watchkeeper-args has nothing to apply to")
 		os.Exit(2)
 	}
 	if cfg.nodes < 1 || cfg.pods < groupsFor(cfg.nodes)*deploymentsPerNamespace || cfg.duration < 30*time.Second {

@@ -25,6 +25,10 @@ var allClasses = []class{classPods, classNode, classObjects, classDriver}
 func printReport(w io.Writer, cfg config, wk, up *result) {
 	fmt.Fprintf(w, "kube-load: %d nodes, %d pods, churn %.0f pods/s, measured %v (watchkeeper) and %v (stock)\n\n",
 		cfg.nodes, cfg.pods, cfg.churnRate, wk.measured.Round(time.Second), up.measured.Round(time.Second))
+	if cfg.calibrate {
+		fmt.Fprintln(w, "A/A calibration (-calibrate): the column named watchkeeper ran the stock cache too; every ratio below is run-to-run noise, and every target judged is judged on it")
+		fmt.Fprintln(w)
+	}
 	wa, ua := apiLatencies(wk.acc), apiLatencies(up.acc)
 	sorted := callsOf(wa, ua)
 

@@ -538,3 +538,21 @@ func TestReportShowsQueueWaitByPriorityLevelAndPhase(t *testing.T) {
 		t.Errorf("the report lacks\n%s\nin\n%s", want, out)
 	}
 }
+
+func TestCalibrateRunsTheStockCacheInBothColumns(t *testing.T) {
+	for _, tc := range []struct {
+		calibrate bool
+		cache     string
+		want      string
+	}{
+		{false, "watchkeeper", "watchkeeper"},
+		{false, "upstream", "upstream"},
+		{true, "watchkeeper", "upstream"},
+		{true, "upstream", "upstream"},
+	} {
+		l := &load{cfg: config{calibrate: tc.calibrate}, cache: tc.cache}
+		if got := l.decorator(); got != tc.want {
+			t.Errorf("calibrate %v, column %s: decorator %s, want %s", tc.calibrate, tc.cache, got, tc.want)
+		}
+	}
+}
