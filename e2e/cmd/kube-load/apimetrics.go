@@ -31,6 +31,7 @@ type scraped map[string]float64
 var scrapePrefixes = []string{
 	requestDuration,
 	apfWait,
+	etcdRequest,
 	"apiserver_request_total",
 	"apiserver_watch_list_duration_seconds_count",
 	"apiserver_terminated_watchers_total",
@@ -161,6 +162,18 @@ const apfWait = "apiserver_flowcontrol_request_wait_duration_seconds_bucket"
 func apfWaits(acc scraped) map[string]latency {
 	return bucketsBy(acc, apfWait, func(l map[string]string) (string, bool) {
 		return l["priority_level"], l["execute"] == "true"
+	})
+}
+
+// etcdRequest is kube-apiserver's latency of its requests to etcd, by
+// operation (get, list, create, update, delete, ...) and resource.
+const etcdRequest = "etcd_request_duration_seconds_bucket"
+
+// etcdLatencies groups the increase of the etcd request latency by
+// operation.
+func etcdLatencies(acc scraped) map[string]latency {
+	return bucketsBy(acc, etcdRequest, func(l map[string]string) (string, bool) {
+		return l["operation"], true
 	})
 }
 

@@ -39,9 +39,10 @@ type result struct {
 	// The machine's CPU over the run: every process's, and of it the
 	// run's other processes' (kube-load itself with etcd, the
 	// controllers, kwok); the rest is someone else's.
-	hostCPU, helpersCPU time.Duration
-	heap                heapUse
-	prof                profiles
+	host       hostTimes
+	helpersCPU time.Duration
+	heap       heapUse
+	prof       profiles
 
 	podStamps, objStamps, writeErrors, churnErrors atomic.Int64
 
@@ -245,7 +246,7 @@ func (l *load) measure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h0, err := hostBusy()
+	h0, err := hostCPU()
 	if err != nil {
 		return err
 	}
@@ -367,7 +368,7 @@ func (l *load) measure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h2, err := hostBusy()
+	h2, err := hostCPU()
 	if err != nil {
 		return err
 	}
@@ -375,7 +376,7 @@ func (l *load) measure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	res.hostCPU, res.helpersCPU = h2-h0, helpers2-helpers0
+	res.host, res.helpersCPU = h2.sub(h0), helpers2-helpers0
 	res.acc, res.byPhase, res.phaseTook = phases.total(), phases.inc, phases.took
 	res.cpu += u2.cpu - u0.cpu
 	res.peakRSS = max(res.peakRSS, u2.peakRSS)

@@ -48,32 +48,48 @@ func readProc(pid int) (procUsage, error) {
 	return u, nil
 }
 
-// hostBusy is the CPU time every process of the machine has used so far
-// (/proc/stat's cpu line without idle and iowait).
-func hostBusy() (time.Duration, error) {
+// hostTimes is the machine's CPU time so far: busy is every process's
+// and the time the hypervisor ran something else while this machine had
+// work (steal); steal is that alone. On a shared host steal moves one
+// cache's latencies and not the other's: the report shows it apart.
+type hostTimes struct{ busy, steal time.Duration }
+
+func (h hostTimes) sub(o hostTimes) hostTimes {
+	return hostTimes{busy: h.busy - o.busy, steal: h.steal - o.steal}
+}
+
+func hostCPU() (hostTimes, error) {
 	stat, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, err
+		return hostTimes{}, err
 	}
-	line, _, _ := strings.Cut(string(stat), "\n")
+	return parseHostCPU(string(stat))
+}
+
+// parseHostCPU reads /proc/stat's cpu line: user nice system idle iowait
+// irq softirq steal (guest time is already in user).
+func parseHostCPU(stat string) (hostTimes, error) {
+	line, _, _ := strings.Cut(stat, "\n")
 	f := strings.Fields(line)
 	if len(f) < 9 || f[0] != "cpu" {
-		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+		return hostTimes{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
 	}
-	var busy int64
-	// user nice system idle iowait irq softirq steal: guest time is
-	// already in user.
+	var busy, steal int64
 	for i, v := range f[1:9] {
 		if i == 3 || i == 4 {
 			continue
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("/proc/stat: %w", err)
+			return hostTimes{}, fmt.Errorf("/proc/stat: %w", err)
 		}
 		busy += n
+		if i == 7 {
+			steal = n
+		}
 	}
-	return time.Duration(busy) * time.Second / clockTicks, nil
+	tick := func(n int64) time.Duration { return time.Duration(n) * time.Second / clockTicks }
+	return hostTimes{busy: tick(busy), steal: tick(steal)}, nil
 }
 
 // cpuOf is the CPU time the processes pids have used so far.

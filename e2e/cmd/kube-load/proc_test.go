@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/pprof/profile"
 )
@@ -114,5 +115,23 @@ func TestProfilesLeaveWritesPassingThroughOutOfTheCachesCode(t *testing.T) {
 	}
 	if got := fields("a cache costing nothing"); got[len(got)-2] != "9.00s" || got[len(got)-1] != "0.82x" {
 		t.Errorf("a cache costing nothing: %v, want stock's 11s less its 2s, 0.82x", got)
+	}
+}
+
+func TestHostCPUCountsStealApart(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice
+	h, err := parseHostCPU("cpu  100 10 50 900 40 5 5 30 7 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := time.Second / clockTicks
+	if want := 200 * tick; h.busy != want {
+		t.Errorf("busy %v, want %v (steal in, idle, iowait and guest out)", h.busy, want)
+	}
+	if want := 30 * tick; h.steal != want {
+		t.Errorf("steal %v, want %v", h.steal, want)
+	}
+	if _, err := parseHostCPU("intr 1 2 3\n"); err == nil {
+		t.Error("a first line that is not cpu's parsed")
 	}
 }

@@ -73,6 +73,7 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	fmt.Fprintln(w)
 	printPhases(w, wk, up, flagged)
 	printAPFWaits(w, wk, up)
+	printEtcdRequests(w, wk, up)
 	printCacheOutages(w, wk, up)
 
 	fmt.Fprintf(w, "%-58s %14s %14s %8s\n", "figure", "watchkeeper", "stock", "ratio")
@@ -100,10 +101,11 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	row("  writes learned after missing them (resumed watch or relist)", float64(wk.st.catchUp.Count()), float64(up.st.catchUp.Count()), num)
 	row("    their p99, write to arrival", q(&wk.st.catchUp, 0.99), q(&up.st.catchUp, 0.99), dur)
 	row("kube-apiserver CPU over the run", float64(wk.cpu), float64(up.cpu), dur)
-	row("machine CPU busy over the run, every process", float64(wk.hostCPU), float64(up.hostCPU), dur)
+	row("machine CPU busy over the run, every process", float64(wk.host.busy), float64(up.host.busy), dur)
 	row("  of it the load, etcd, controllers and kwok", float64(wk.helpersCPU), float64(up.helpersCPU), dur)
-	others := func(r *result) float64 { return float64(max(0, r.hostCPU-r.cpu-r.helpersCPU)) }
+	others := func(r *result) float64 { return float64(max(0, r.host.busy-r.host.steal-r.cpu-r.helpersCPU)) }
 	row("  of it processes not of this run (noise)", others(wk), others(up), dur)
+	row("  of it taken by the host (steal: work waited for a CPU)", float64(wk.host.steal), float64(up.host.steal), dur)
 	row("kube-apiserver peak RSS", float64(wk.peakRSS), float64(up.peakRSS), mib)
 	row("kube-apiserver heap in use (before the storm)", float64(wk.heap.total), float64(up.heap.total), mib)
 	row("  of it the caches' (cacher and etcd3 watch stacks)", float64(wk.heap.caches), float64(up.heap.caches), mib)
@@ -366,34 +368,50 @@ func printPhases(w io.Writer, wk, up *result, flagged []apiCall) {
 	fmt.Fprintln(w)
 }
 
-// apfShown is the fewest requests of a priority level, in a phase on
-// either cache, for its queue wait to be shown.
-const apfShown = 20
+// groupShown is the fewest requests of a group (a priority level, an etcd
+// operation), in a phase on either cache, for its row to be shown.
+const groupShown = 20
 
 // printAPFWaits prints, per phase, the queue wait of every priority level
 // with requests enough: where a call's p99 is queueing behind others of
 // its level rather than its own work.
 func printAPFWaits(w io.Writer, wk, up *result) {
 	fmt.Fprintf(w, "API Priority and Fairness queue wait (%s, executed requests), by phase and priority level with >= %d requests:\n",
-		strings.TrimSuffix(apfWait, "_bucket"), apfShown)
-	fmt.Fprintf(w, "%-8s %-28s %8s %8s %9s %9s %9s %9s %7s\n", "phase", "priority level", "n wk", "n stock", "p50 wk", "p50 stock", "p99 wk", "p99 stock", "ratio")
+		strings.TrimSuffix(apfWait, "_bucket"), groupShown)
+	printGroupsByPhase(w, wk, up, "priority level", apfWaits)
+}
+
+// printEtcdRequests prints, per phase, kube-apiserver's etcd request
+// latency by operation: whether a call's p99 over stock's is time spent
+// waiting for etcd (which runs in the load's process, on the same two
+// cores) or in the server.
+func printEtcdRequests(w io.Writer, wk, up *result) {
+	fmt.Fprintf(w, "etcd request latency seen by kube-apiserver (%s), by phase and operation with >= %d requests:\n",
+		strings.TrimSuffix(etcdRequest, "_bucket"), groupShown)
+	printGroupsByPhase(w, wk, up, "operation", etcdLatencies)
+}
+
+// printGroupsByPhase prints one row per phase and group of group's
+// latencies with requests enough on either cache.
+func printGroupsByPhase(w io.Writer, wk, up *result, groupName string, group func(scraped) map[string]latency) {
+	fmt.Fprintf(w, "%-8s %-28s %8s %8s %9s %9s %9s %9s %7s\n", "phase", groupName, "n wk", "n stock", "p50 wk", "p50 stock", "p99 wk", "p99 stock", "ratio")
 	shown := 0
 	for p := range nAPIPhases {
-		a, b := apfWaits(wk.byPhase[p]), apfWaits(up.byPhase[p])
-		levels := map[string]bool{}
-		for lv := range a {
-			levels[lv] = true
+		a, b := group(wk.byPhase[p]), group(up.byPhase[p])
+		keys := map[string]bool{}
+		for k := range a {
+			keys[k] = true
 		}
-		for lv := range b {
-			levels[lv] = true
+		for k := range b {
+			keys[k] = true
 		}
-		for _, lv := range slices.Sorted(maps.Keys(levels)) {
-			x, y := a[lv], b[lv]
-			if x.count() < apfShown && y.count() < apfShown {
+		for _, k := range slices.Sorted(maps.Keys(keys)) {
+			x, y := a[k], b[k]
+			if x.count() < groupShown && y.count() < groupShown {
 				continue
 			}
 			shown++
-			fmt.Fprintf(w, "%-8s %-28s %8.0f %8.0f %9s %9s %9s %9s %7s\n", p, lv, x.count(), y.count(),
+			fmt.Fprintf(w, "%-8s %-28s %8.0f %8.0f %9s %9s %9s %9s %7s\n", p, k, x.count(), y.count(),
 				fmtDur(x.quantile(0.5)), fmtDur(y.quantile(0.5)), fmtDur(x.quantile(0.99)), fmtDur(y.quantile(0.99)),
 				fmtRatio(float64(x.quantile(0.99)), float64(y.quantile(0.99))))
 		}

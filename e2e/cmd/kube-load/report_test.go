@@ -506,14 +506,24 @@ func TestWriteWhileTheWatchCallIsHeldIsCatchUp(t *testing.T) {
 // ones (execute=false) that must not count.
 func apfWaitsOf(level string, n, le float64) scraped {
 	s := scraped{}
+	for _, exec := range []string{"true", "false"} {
+		maps.Copy(s, histogramOf(apfWait, map[string]string{"priority_level": level, "flow_schema": "fs", "execute": exec}, n, le))
+	}
+	return s
+}
+
+// histogramOf is n observations of the histogram name with labels: 98%
+// under 10ms, 2% in the bucket up to le.
+func histogramOf(name string, labels map[string]string, n, le float64) scraped {
+	s := scraped{}
 	for _, b := range []float64{0.01, 0.1, 1, 10, math.Inf(1)} {
 		c := n
 		if b < le {
 			c = 0.98 * n
 		}
-		for _, exec := range []string{"true", "false"} {
-			s[seriesID(apfWait, map[string]string{"le": strconv.FormatFloat(b, 'g', -1, 64), "priority_level": level, "flow_schema": "fs", "execute": exec})] = c
-		}
+		l := maps.Clone(labels)
+		l["le"] = strconv.FormatFloat(b, 'g', -1, 64)
+		s[seriesID(name, l)] = c
 	}
 	return s
 }
@@ -534,6 +544,28 @@ func TestReportShowsQueueWaitByPriorityLevelAndPhase(t *testing.T) {
 	want := "phase    priority level                   n wk  n stock    p50 wk p50 stock    p99 wk p99 stock   ratio\n" +
 		"steady   system-nodes                     1000     1000     5.1ms     5.1ms   550.0ms    55.0ms  10.00x\n" +
 		"restart  workload-low                      100      100     5.1ms     5.1ms    55.0ms    55.0ms   1.00x\n\n"
+	if !strings.Contains(out, want) {
+		t.Errorf("the report lacks\n%s\nin\n%s", want, out)
+	}
+}
+
+func TestReportShowsEtcdRequestLatencyByOperationAndPhase(t *testing.T) {
+	cfg := config{nodes: 10, pods: 100, churnRate: 20}
+	wk := fakeResult("watchkeeper", 0.2, 0, time.Minute, 700<<20, 0)
+	up := fakeResult("upstream", 0.2, 0, time.Minute, 1000<<20, 0)
+	// Steady: updates of two resources, summed into one row, slower on
+	// watchkeeper; a list of 10 requests left out.
+	pods := map[string]string{"operation": "update", "group": "", "resource": "pods"}
+	leases := map[string]string{"operation": "update", "group": "coordination.k8s.io", "resource": "leases"}
+	lists := map[string]string{"operation": "list", "group": "", "resource": "pods"}
+	wk.byPhase[apiSteady] = merged(wk.byPhase[apiSteady], histogramOf(etcdRequest, pods, 500, 1), histogramOf(etcdRequest, leases, 500, 1), histogramOf(etcdRequest, lists, 10, 10))
+	up.byPhase[apiSteady] = merged(up.byPhase[apiSteady], histogramOf(etcdRequest, pods, 500, 0.1), histogramOf(etcdRequest, leases, 500, 0.1), histogramOf(etcdRequest, lists, 10, 10))
+	var b strings.Builder
+	printReport(&b, cfg, wk, up)
+	out := b.String()
+	want := "etcd request latency seen by kube-apiserver (etcd_request_duration_seconds), by phase and operation with >= 20 requests:\n" +
+		"phase    operation                        n wk  n stock    p50 wk p50 stock    p99 wk p99 stock   ratio\n" +
+		"steady   update                           1000     1000     5.1ms     5.1ms   550.0ms    55.0ms  10.00x\n\n"
 	if !strings.Contains(out, want) {
 		t.Errorf("the report lacks\n%s\nin\n%s", want, out)
 	}
