@@ -130,6 +130,7 @@ func run(ctx context.Context, cfg config) int {
 	fmt.Printf("kube-load: %d nodes, %d pods, %v per cache, churn %.0f pods/s, %d round(s), %s first\n",
 		cfg.nodes, cfg.pods, cfg.duration, cfg.churnRate, cfg.rounds, cacheLabel(cfg.first))
 	failed := false
+	var wks, ups []*result
 	for round := range cfg.rounds {
 		order := []string{cfg.first, other(cfg.first)}
 		if round%2 == 1 {
@@ -153,6 +154,11 @@ func run(ctx context.Context, cfg config) int {
 			fmt.Printf("round %d of %d (%s first)\n", round+1, cfg.rounds, cacheLabel(order[0]))
 		}
 		printReport(os.Stdout, cfg, results["watchkeeper"], results["upstream"])
+		wks, ups = append(wks, results["watchkeeper"]), append(ups, results["upstream"])
+	}
+	if len(wks) > 1 {
+		fmt.Println()
+		printPooled(os.Stdout, cfg, wks, ups)
 	}
 	fmt.Printf("kube-load took %v\n", time.Since(start).Round(time.Second))
 	if failed {
