@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -389,6 +390,47 @@ func printEtcdRequests(w io.Writer, wk, up *result) {
 	fmt.Fprintf(w, "etcd request latency seen by kube-apiserver (%s), by phase and operation with >= %d requests:\n",
 		strings.TrimSuffix(etcdRequest, "_bucket"), groupShown)
 	printGroupsByPhase(w, wk, up, "operation", etcdLatencies)
+	fmt.Fprintf(w, "  the %d slowest (p99) etcd operations on one resource, by phase, any count:\n", slowestShown)
+	for p := range nAPIPhases {
+		a, b := slowestEtcd(wk.byPhase[p], slowestShown), slowestEtcd(up.byPhase[p], slowestShown)
+		if len(a)+len(b) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "    %-8s watchkeeper: %s\n", p, orNone(a))
+		fmt.Fprintf(w, "    %-8s stock:       %s\n", p, orNone(b))
+	}
+	fmt.Fprintln(w)
+}
+
+// slowestShown is how many of the slowest etcd operations on one resource
+// the report names per phase and cache.
+const slowestShown = 3
+
+// slowestEtcd names the n (operation, resource) pairs with the highest
+// etcd request p99 in acc: the table by operation sums every resource, so
+// one slow list among hundreds of fast ones shows only here.
+func slowestEtcd(acc scraped, n int) []string {
+	type opOn struct{ op, resource string }
+	by := bucketsBy(acc, etcdRequest, func(l map[string]string) (opOn, bool) {
+		r := l["resource"]
+		if g := l["group"]; g != "" {
+			r += "." + g
+		}
+		return opOn{l["operation"], r}, true
+	})
+	keys := slices.Collect(maps.Keys(by))
+	keys = slices.DeleteFunc(keys, func(k opOn) bool { return by[k].count() == 0 })
+	slices.SortFunc(keys, func(a, b opOn) int {
+		if c := cmp.Compare(by[b].quantile(0.99), by[a].quantile(0.99)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.op+" "+a.resource, b.op+" "+b.resource)
+	})
+	var out []string
+	for _, k := range keys[:min(n, len(keys))] {
+		out = append(out, fmt.Sprintf("%s %s %v (n %.0f)", k.op, k.resource, fmtDur(by[k].quantile(0.99)), by[k].count()))
+	}
+	return out
 }
 
 // printGroupsByPhase prints one row per phase and group of group's

@@ -571,6 +571,33 @@ func TestReportShowsEtcdRequestLatencyByOperationAndPhase(t *testing.T) {
 	}
 }
 
+func TestReportNamesTheSlowestEtcdOperationOnOneResource(t *testing.T) {
+	cfg := config{nodes: 10, pods: 100, churnRate: 20}
+	wk := fakeResult("watchkeeper", 0.2, 0, time.Minute, 700<<20, 0)
+	up := fakeResult("upstream", 0.2, 0, time.Minute, 1000<<20, 0)
+	// At the restart, hundreds of fast updates and two slow lists of pods
+	// on watchkeeper: the table by operation does not show the lists (too
+	// few), the slowest line does, first.
+	update := map[string]string{"operation": "update", "group": "coordination.k8s.io", "resource": "leases"}
+	list := map[string]string{"operation": "listStream", "group": "", "resource": "pods"}
+	wk.byPhase[apiRestart] = merged(histogramOf(etcdRequest, update, 500, 0.1), histogramOf(etcdRequest, list, 2, 10))
+	up.byPhase[apiRestart] = histogramOf(etcdRequest, update, 500, 0.1)
+	var b strings.Builder
+	printReport(&b, cfg, wk, up)
+	out := b.String()
+	if strings.Contains(out, "    steady   watchkeeper:") {
+		t.Errorf("a slowest line for a phase without etcd requests:\n%s", out)
+	}
+	for _, want := range []string{
+		"    restart  watchkeeper: listStream pods 5500.0ms (n 2); update leases.coordination.k8s.io 55.0ms (n 500)\n",
+		"    restart  stock:       update leases.coordination.k8s.io 55.0ms (n 500)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks\n%q\nin\n%s", want, out)
+		}
+	}
+}
+
 func TestCalibrateRunsTheStockCacheInBothColumns(t *testing.T) {
 	for _, tc := range []struct {
 		calibrate bool
