@@ -90,13 +90,7 @@ func printPooled(w io.Writer, cfg config, wks, ups []*result) {
 	num := func(v float64) string { return fmt.Sprintf("%.0f", v) }
 	row("relists and 410s at the restart", float64(wk.atRelist), float64(up.atRelist), num)
 	fmt.Fprintln(w)
-	target := func(met bool, name, detail string) {
-		verdict := "met   "
-		if !met {
-			verdict = "MISSED"
-		}
-		fmt.Fprintf(w, "pooled target %s %s: %s\n", verdict, name, detail)
-	}
+	target := func(met bool, name, detail string) { printTarget(w, "pooled target", met, name, detail) }
 	judged, over := overOnePooled(wk.acc, up.acc)
 	target(len(over) == 0, fmt.Sprintf("API call p99 <= 1.0x on every call with >= %d samples", minSamples),
 		fmt.Sprintf("%d judged; over: %s", judged, orNone(over)))

@@ -18,9 +18,7 @@ func TestPooledRoundsJudgeEveryRoundsCallsAtOnce(t *testing.T) {
 	if v := verdicts(b.String())["API call p99 <= 1.0x on every call with >= 100 samples"]; v != "MISSED" {
 		t.Fatalf("round 2 alone: %q, want MISSED (the fixture does not set up the order effect)", v)
 	}
-	b.Reset()
-	printPooled(&b, config{nodes: 10, pods: 100}, []*result{wk1, wk2}, []*result{up1, up2})
-	out := b.String()
+	out := pooledOf([]*result{wk1, wk2}, []*result{up1, up2})
 	for _, want := range []string{
 		"pooled over 2 rounds",
 		"pooled target met    API call p99 <= 1.0x on every call with >= 100 samples: 1 judged; over: none",
@@ -40,18 +38,22 @@ func TestPooledRoundsTakeEveryRoundsWatchEvents(t *testing.T) {
 	wk2 := fakeResult("watchkeeper", 0.2, 30*time.Millisecond, time.Minute, 700<<20, 0)
 	up1 := fakeResult("upstream", 0.2, 20*time.Millisecond, time.Minute, 700<<20, 0)
 	up2 := fakeResult("upstream", 0.2, 20*time.Millisecond, time.Minute, 700<<20, 0)
-	var b strings.Builder
-	printPooled(&b, config{nodes: 10, pods: 100}, []*result{wk1, wk2}, []*result{up1, up2})
-	if want := "pooled target MISSED watch event latency p99 <= 0.8x: 1.50x"; !strings.Contains(b.String(), want) {
-		t.Errorf("the pooled report lacks %q in\n%s", want, b.String())
+	out := pooledOf([]*result{wk1, wk2}, []*result{up1, up2})
+	if want := "pooled target MISSED watch event latency p99 <= 0.8x: 1.50x"; !strings.Contains(out, want) {
+		t.Errorf("the pooled report lacks %q in\n%s", want, out)
 	}
 }
 
-func TestOneRoundPrintsNoPooledReport(t *testing.T) {
+// pooledOf is the pooled report of the rounds' results.
+func pooledOf(wks, ups []*result) string {
 	var b strings.Builder
+	printPooled(&b, config{nodes: 10, pods: 100}, wks, ups)
+	return b.String()
+}
+
+func TestOneRoundPrintsNoPooledReport(t *testing.T) {
 	r := fakeResult("watchkeeper", 0.2, 0, time.Minute, 700<<20, 0)
-	printPooled(&b, config{}, []*result{r}, []*result{r})
-	if b.Len() != 0 {
-		t.Errorf("one round printed a pooled report:\n%s", b.String())
+	if out := pooledOf([]*result{r}, []*result{r}); out != "" {
+		t.Errorf("one round printed a pooled report:\n%s", out)
 	}
 }

@@ -161,13 +161,7 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	fmt.Fprintln(w)
 
 	// The targets, watchkeeper against stock, same run.
-	target := func(met bool, name, detail string) {
-		verdict := "met   "
-		if !met {
-			verdict = "MISSED"
-		}
-		fmt.Fprintf(w, "target %s %s: %s\n", verdict, name, detail)
-	}
+	target := func(met bool, name, detail string) { printTarget(w, "target", met, name, detail) }
 	target(len(sloMiss) == 0, "every SLO met (API call p99 <= 1s / 5s / 30s)", orNone(sloMiss))
 	target(len(ratioMiss) == 0, fmt.Sprintf("API call p99 <= 1.0x on every call with >= %d samples", minSamples),
 		fmt.Sprintf("%d judged; over: %s", judged, orNone(ratioMiss)))
@@ -189,6 +183,16 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 		count(relists, phaseRestart)(wk), count(gone, phaseRestart)(wk), count(relists, phaseRestart)(up), count(gone, phaseRestart)(up)))
 	target(wk.consistent, "every kubelet's view consistent with the server's at the end (no lost event)", wk.consistency)
 	printProfileDiffs(w, wk, up)
+}
+
+// printTarget prints one target's verdict: what (a run's target, or the
+// rounds' pooled one), met or MISSED, its name and the figures.
+func printTarget(w io.Writer, what string, met bool, name, detail string) {
+	verdict := "met   "
+	if !met {
+		verdict = "MISSED"
+	}
+	fmt.Fprintf(w, "%s %s %s: %s\n", what, verdict, name, detail)
 }
 
 // printWatchLatencyByPhase prints the watch event latency rows above

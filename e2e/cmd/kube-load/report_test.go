@@ -318,15 +318,23 @@ func observeIn(r *result, ph phase, storm bool, n int, pods, objects time.Durati
 
 // watchReport is the report of two runs whose only watch latencies are
 // what observe times.
-func watchReport(observe func(wk, up *result)) string {
+// reportOf is the report of two fake results (200 GETs of pods each, as
+// fakeResult makes them) after set has changed them.
+func reportOf(set func(wk, up *result)) string {
 	cfg := config{nodes: 10, pods: 100, churnRate: 20}
 	wk := fakeResult("watchkeeper", 0.2, 0, 50*time.Second, 700<<20, 0)
 	up := fakeResult("upstream", 0.2, 0, 60*time.Second, 1000<<20, 0)
-	wk.st, up.st = &stats{}, &stats{}
-	observe(wk, up)
+	set(wk, up)
 	var b strings.Builder
 	printReport(&b, cfg, wk, up)
 	return b.String()
+}
+
+func watchReport(observe func(wk, up *result)) string {
+	return reportOf(func(wk, up *result) {
+		wk.st, up.st = &stats{}, &stats{}
+		observe(wk, up)
+	})
 }
 
 func TestWatchLatencyIsSplitByPhase(t *testing.T) {
@@ -529,18 +537,14 @@ func histogramOf(name string, labels map[string]string, n, le float64) scraped {
 }
 
 func TestReportShowsQueueWaitByPriorityLevelAndPhase(t *testing.T) {
-	cfg := config{nodes: 10, pods: 100, churnRate: 20}
-	wk := fakeResult("watchkeeper", 0.2, 0, time.Minute, 700<<20, 0)
-	up := fakeResult("upstream", 0.2, 0, time.Minute, 1000<<20, 0)
 	// Steady: system-nodes' tail waits up to 1s on watchkeeper, 0.1s on
 	// stock; a level of 10 requests is left out. Restart: equal.
-	wk.byPhase[apiSteady] = merged(wk.byPhase[apiSteady], apfWaitsOf("system-nodes", 1000, 1), apfWaitsOf("catch-all", 10, 10))
-	up.byPhase[apiSteady] = merged(up.byPhase[apiSteady], apfWaitsOf("system-nodes", 1000, 0.1), apfWaitsOf("catch-all", 10, 10))
-	wk.byPhase[apiRestart] = apfWaitsOf("workload-low", 100, 0.1)
-	up.byPhase[apiRestart] = apfWaitsOf("workload-low", 100, 0.1)
-	var b strings.Builder
-	printReport(&b, cfg, wk, up)
-	out := b.String()
+	out := reportOf(func(wk, up *result) {
+		wk.byPhase[apiSteady] = merged(wk.byPhase[apiSteady], apfWaitsOf("system-nodes", 1000, 1), apfWaitsOf("catch-all", 10, 10))
+		up.byPhase[apiSteady] = merged(up.byPhase[apiSteady], apfWaitsOf("system-nodes", 1000, 0.1), apfWaitsOf("catch-all", 10, 10))
+		wk.byPhase[apiRestart] = apfWaitsOf("workload-low", 100, 0.1)
+		up.byPhase[apiRestart] = apfWaitsOf("workload-low", 100, 0.1)
+	})
 	want := "phase    priority level                   n wk  n stock    p50 wk p50 stock    p99 wk p99 stock   ratio\n" +
 		"steady   system-nodes                     1000     1000     5.1ms     5.1ms   550.0ms    55.0ms  10.00x\n" +
 		"restart  workload-low                      100      100     5.1ms     5.1ms    55.0ms    55.0ms   1.00x\n\n"
@@ -550,52 +554,46 @@ func TestReportShowsQueueWaitByPriorityLevelAndPhase(t *testing.T) {
 }
 
 func TestReportShowsEtcdRequestLatencyByOperationAndPhase(t *testing.T) {
-	cfg := config{nodes: 10, pods: 100, churnRate: 20}
-	wk := fakeResult("watchkeeper", 0.2, 0, time.Minute, 700<<20, 0)
-	up := fakeResult("upstream", 0.2, 0, time.Minute, 1000<<20, 0)
 	// Steady: updates of two resources, summed into one row, slower on
 	// watchkeeper; a list of 10 requests left out.
 	pods := map[string]string{"operation": "update", "group": "", "resource": "pods"}
 	leases := map[string]string{"operation": "update", "group": "coordination.k8s.io", "resource": "leases"}
 	lists := map[string]string{"operation": "list", "group": "", "resource": "pods"}
-	wk.byPhase[apiSteady] = merged(wk.byPhase[apiSteady], histogramOf(etcdRequest, pods, 500, 1), histogramOf(etcdRequest, leases, 500, 1), histogramOf(etcdRequest, lists, 10, 10))
-	up.byPhase[apiSteady] = merged(up.byPhase[apiSteady], histogramOf(etcdRequest, pods, 500, 0.1), histogramOf(etcdRequest, leases, 500, 0.1), histogramOf(etcdRequest, lists, 10, 10))
-	var b strings.Builder
-	printReport(&b, cfg, wk, up)
-	out := b.String()
-	want := "etcd request latency seen by kube-apiserver (etcd_request_duration_seconds), by phase and operation with >= 20 requests:\n" +
-		"phase    operation                        n wk  n stock    p50 wk p50 stock    p99 wk p99 stock   ratio\n" +
-		"steady   update                           1000     1000     5.1ms     5.1ms   550.0ms    55.0ms  10.00x\n\n"
-	if !strings.Contains(out, want) {
-		t.Errorf("the report lacks\n%s\nin\n%s", want, out)
+	out := reportOf(func(wk, up *result) {
+		wk.byPhase[apiSteady] = merged(wk.byPhase[apiSteady], histogramOf(etcdRequest, pods, 500, 1), histogramOf(etcdRequest, leases, 500, 1), histogramOf(etcdRequest, lists, 10, 10))
+		up.byPhase[apiSteady] = merged(up.byPhase[apiSteady], histogramOf(etcdRequest, pods, 500, 0.1), histogramOf(etcdRequest, leases, 500, 0.1), histogramOf(etcdRequest, lists, 10, 10))
+	})
+	wantInReport(t, out, "etcd request latency seen by kube-apiserver (etcd_request_duration_seconds), by phase and operation with >= 20 requests:\n"+
+		"phase    operation                        n wk  n stock    p50 wk p50 stock    p99 wk p99 stock   ratio\n"+
+		"steady   update                           1000     1000     5.1ms     5.1ms   550.0ms    55.0ms  10.00x\n\n")
+}
+
+// wantInReport fails t for each of wants that out lacks.
+func wantInReport(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks\n%q\nin\n%s", want, out)
+		}
 	}
 }
 
 func TestReportNamesTheSlowestEtcdOperationOnOneResource(t *testing.T) {
-	cfg := config{nodes: 10, pods: 100, churnRate: 20}
-	wk := fakeResult("watchkeeper", 0.2, 0, time.Minute, 700<<20, 0)
-	up := fakeResult("upstream", 0.2, 0, time.Minute, 1000<<20, 0)
 	// At the restart, hundreds of fast updates and two slow lists of pods
 	// on watchkeeper: the table by operation does not show the lists (too
 	// few), the slowest line does, first.
 	update := map[string]string{"operation": "update", "group": "coordination.k8s.io", "resource": "leases"}
 	list := map[string]string{"operation": "listStream", "group": "", "resource": "pods"}
-	wk.byPhase[apiRestart] = merged(histogramOf(etcdRequest, update, 500, 0.1), histogramOf(etcdRequest, list, 2, 10))
-	up.byPhase[apiRestart] = histogramOf(etcdRequest, update, 500, 0.1)
-	var b strings.Builder
-	printReport(&b, cfg, wk, up)
-	out := b.String()
+	out := reportOf(func(wk, up *result) {
+		wk.byPhase[apiRestart] = merged(histogramOf(etcdRequest, update, 500, 0.1), histogramOf(etcdRequest, list, 2, 10))
+		up.byPhase[apiRestart] = histogramOf(etcdRequest, update, 500, 0.1)
+	})
 	if strings.Contains(out, "    steady   watchkeeper:") {
 		t.Errorf("a slowest line for a phase without etcd requests:\n%s", out)
 	}
-	for _, want := range []string{
+	wantInReport(t, out,
 		"    restart  watchkeeper: listStream pods 5500.0ms (n 2); update leases.coordination.k8s.io 55.0ms (n 500)\n",
-		"    restart  stock:       update leases.coordination.k8s.io 55.0ms (n 500)\n",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the report lacks\n%q\nin\n%s", want, out)
-		}
-	}
+		"    restart  stock:       update leases.coordination.k8s.io 55.0ms (n 500)\n")
 }
 
 func TestCalibrateRunsTheStockCacheInBothColumns(t *testing.T) {
