@@ -36,9 +36,10 @@ type result struct {
 	phaseTook [nAPIPhases]time.Duration
 	cpu       time.Duration // kube-apiserver's
 	peakRSS   int64
-	// The machine's CPU over the run: every process's, and of it the
-	// run's other processes' (kube-load itself with etcd, the
-	// controllers, kwok); the rest is someone else's.
+	// The machine's CPU over the run: every process's and the host's
+	// steal (host), and of it the run's other processes' (kube-load
+	// itself with etcd, the controllers, kwok); the rest is someone
+	// else's.
 	host       hostTimes
 	helpersCPU time.Duration
 	heap       heapUse
