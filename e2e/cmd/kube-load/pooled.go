@@ -41,27 +41,10 @@ func pool(rs []*result) *pooled {
 		p.live = append(p.live, &r.st.live)
 		p.cpu += r.cpu
 		p.rssSum += r.peakRSS
-		for _, c := range allClasses {
-			p.atRelist += r.st.c[c][phaseRestart].relists.Load() + r.st.c[c][phaseRestart].gone.Load()
-			p.outside += r.st.c[c][phaseSteady].relists.Load() + r.st.c[c][phaseSteady].gone.Load()
-		}
+		p.atRelist += r.st.sum(relistsOf, allClasses, phaseRestart) + r.st.sum(goneOf, allClasses, phaseRestart)
+		p.outside += r.st.sum(relistsOf, allClasses, phaseSteady) + r.st.sum(goneOf, allClasses, phaseSteady)
 	}
 	return p
-}
-
-// overOnePooled lists the calls with minSamples on both caches whose
-// pooled p99 is over stock's, of how many were judged.
-func overOnePooled(wk, up scraped) (judged int, over []string) {
-	wa, ua := apiLatencies(wk), apiLatencies(up)
-	for _, c := range callsOf(wa, ua) {
-		if r, ok := p99Ratio(wa[c], ua[c]); ok {
-			judged++
-			if r > 1.0 {
-				over = append(over, fmt.Sprintf("%s %.2fx (%v vs %v)", c, r, fmtDur(wa[c].quantile(0.99)), fmtDur(ua[c].quantile(0.99))))
-			}
-		}
-	}
-	return judged, over
 }
 
 // printPooled prints the ratio targets judged on every round at once,
@@ -75,26 +58,23 @@ func printPooled(w io.Writer, cfg config, wks, ups []*result) {
 	if cfg.calibrate {
 		fmt.Fprintln(w, "A/A calibration (-calibrate): both columns ran the stock cache")
 	}
-	fmt.Fprintf(w, "%-58s %14s %14s %8s\n", "figure", "watchkeeper", "stock", "ratio")
-	row := func(name string, a, b float64, format func(float64) string) {
-		fmt.Fprintf(w, "%-58s %14s %14s %8s\n", name, format(a), format(b), fmtRatio(a, b))
-	}
-	dur := func(v float64) string { return fmtDur(time.Duration(v)) }
+	printFigureHeader(w)
+	row := func(name string, a, b float64, format func(float64) string) { printFigure(w, name, a, b, format) }
+	dur := asDur
 	q := func(hs []*histogram.Histogram) float64 { return float64(histogram.Quantile(0.99, hs...)) }
 	row("watch event latency p99, all kubelet watches", q(wk.watch), q(up.watch), dur)
 	row("  arrived in the steady phase", q(wk.steadyW), q(up.steadyW), dur)
 	row("  written while the watch was open (live)", q(wk.live), q(up.live), dur)
 	row("kube-apiserver CPU, every round", float64(wk.cpu), float64(up.cpu), dur)
 	meanRSS := func(p *pooled) float64 { return float64(p.rssSum) / float64(p.rounds) }
-	row("kube-apiserver peak RSS, mean of the rounds", meanRSS(wk), meanRSS(up), func(v float64) string { return fmt.Sprintf("%.0f MiB", v/(1<<20)) })
-	num := func(v float64) string { return fmt.Sprintf("%.0f", v) }
-	row("relists and 410s at the restart", float64(wk.atRelist), float64(up.atRelist), num)
+	row("kube-apiserver peak RSS, mean of the rounds", meanRSS(wk), meanRSS(up), asMiB)
+	row("relists and 410s at the restart", float64(wk.atRelist), float64(up.atRelist), asCount)
 	fmt.Fprintln(w)
 	target := func(met bool, name, detail string) { printTarget(w, "pooled target", met, name, detail) }
-	judged, over := overOnePooled(wk.acc, up.acc)
+	judged, over := callsOverOne(apiLatencies(wk.acc), apiLatencies(up.acc))
 	target(len(over) == 0, fmt.Sprintf("API call p99 <= 1.0x on every call with >= %d samples", minSamples),
 		fmt.Sprintf("%d judged; over: %s", judged, orNone(over)))
-	judged, over = overOnePooled(wk.steady, up.steady)
+	judged, over = callsOverOne(apiLatencies(wk.steady), apiLatencies(up.steady))
 	target(len(over) == 0, "the same in the steady phase only", fmt.Sprintf("%d judged; over: %s", judged, orNone(over)))
 	wr := safeRatio(q(wk.watch), q(up.watch))
 	target(wr <= 0.8, "watch event latency p99 <= 0.8x", fmt.Sprintf("%.2fx", wr))

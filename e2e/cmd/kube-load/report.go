@@ -77,13 +77,9 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	printEtcdRequests(w, wk, up)
 	printCacheOutages(w, wk, up)
 
-	fmt.Fprintf(w, "%-58s %14s %14s %8s\n", "figure", "watchkeeper", "stock", "ratio")
-	row := func(name string, a, b float64, format func(float64) string) {
-		fmt.Fprintf(w, "%-58s %14s %14s %8s\n", name, format(a), format(b), fmtRatio(a, b))
-	}
-	dur := func(v float64) string { return fmtDur(time.Duration(v)) }
-	num := func(v float64) string { return fmt.Sprintf("%.0f", v) }
-	mib := func(v float64) string { return fmt.Sprintf("%.0f MiB", v/(1<<20)) }
+	printFigureHeader(w)
+	row := func(name string, a, b float64, format func(float64) string) { printFigure(w, name, a, b, format) }
+	dur, num, mib := asDur, asCount, asMiB
 	rate := func(v float64) string { return fmt.Sprintf("%.1f/s", v) }
 	q := func(h *histogram.Histogram, x float64) float64 { return float64(h.Quantile(x)) }
 	both := func(r *result, x float64) float64 {
@@ -113,8 +109,7 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	count := func(f func(*counters) *atomic.Int64, p ...phase) func(*result) float64 {
 		return func(r *result) float64 { return float64(r.st.sum(f, allClasses, p...)) }
 	}
-	relists := func(c *counters) *atomic.Int64 { return &c.relists }
-	gone := func(c *counters) *atomic.Int64 { return &c.gone }
+	relists, gone := relistsOf, goneOf
 	ended := func(c *counters) *atomic.Int64 { return &c.endedByServer }
 	for _, x := range []struct {
 		name string
@@ -184,6 +179,25 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	target(wk.consistent, "every kubelet's view consistent with the server's at the end (no lost event)", wk.consistency)
 	printProfileDiffs(w, wk, up)
 }
+
+// printFigureHeader and printFigure print the side-by-side figures: a
+// name, each cache's value as format prints it, and their ratio.
+func printFigureHeader(w io.Writer) {
+	fmt.Fprintf(w, "%-58s %14s %14s %8s\n", "figure", "watchkeeper", "stock", "ratio")
+}
+
+func printFigure(w io.Writer, name string, a, b float64, format func(float64) string) {
+	fmt.Fprintf(w, "%-58s %14s %14s %8s\n", name, format(a), format(b), fmtRatio(a, b))
+}
+
+// The formats of a figure's values.
+func asDur(v float64) string   { return fmtDur(time.Duration(v)) }
+func asCount(v float64) string { return fmt.Sprintf("%.0f", v) }
+func asMiB(v float64) string   { return fmt.Sprintf("%.0f MiB", v/(1<<20)) }
+
+// relistsOf and goneOf pick a client class's relists and 410s.
+func relistsOf(c *counters) *atomic.Int64 { return &c.relists }
+func goneOf(c *counters) *atomic.Int64    { return &c.gone }
 
 // printTarget prints one target's verdict: what (a run's target, or the
 // rounds' pooled one), met or MISSED, its name and the figures.
@@ -422,17 +436,22 @@ func slowestEtcd(acc scraped, n int) []string {
 		}
 		return opOn{l["operation"], r}, true
 	})
-	keys := slices.Collect(maps.Keys(by))
-	keys = slices.DeleteFunc(keys, func(k opOn) bool { return by[k].count() == 0 })
+	p99 := map[opOn]time.Duration{}
+	for k, l := range by {
+		if l.count() > 0 {
+			p99[k] = l.quantile(0.99)
+		}
+	}
+	keys := slices.Collect(maps.Keys(p99))
 	slices.SortFunc(keys, func(a, b opOn) int {
-		if c := cmp.Compare(by[b].quantile(0.99), by[a].quantile(0.99)); c != 0 {
+		if c := cmp.Compare(p99[b], p99[a]); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.op+" "+a.resource, b.op+" "+b.resource)
 	})
 	var out []string
 	for _, k := range keys[:min(n, len(keys))] {
-		out = append(out, fmt.Sprintf("%s %s %v (n %.0f)", k.op, k.resource, fmtDur(by[k].quantile(0.99)), by[k].count()))
+		out = append(out, fmt.Sprintf("%s %s %v (n %.0f)", k.op, k.resource, fmtDur(p99[k]), by[k].count()))
 	}
 	return out
 }
@@ -468,21 +487,26 @@ func printGroupsByPhase(w io.Writer, wk, up *result, groupName string, group fun
 	fmt.Fprintln(w)
 }
 
+// callsOverOne lists the calls with minSamples on both caches whose p99
+// is over stock's, of how many were judged.
+func callsOverOne(wa, ua map[apiCall]latency) (judged int, over []string) {
+	for _, c := range callsOf(wa, ua) {
+		if r, ok := p99Ratio(wa[c], ua[c]); ok {
+			judged++
+			if r > 1.0 {
+				over = append(over, fmt.Sprintf("%s %.2fx (%v vs %v)", c, r, fmtDur(wa[c].quantile(0.99)), fmtDur(ua[c].quantile(0.99))))
+			}
+		}
+	}
+	return judged, over
+}
+
 // judgeSteady judges the p99 ratio over the steady phase alone, on every
 // call with enough samples there, and says of each call over 1.0x on the
 // whole run (missed) whether its miss is in the steady phase.
 func judgeSteady(wk, up *result, missed []apiCall) (bool, string) {
 	ws, us := apiLatencies(wk.byPhase[apiSteady]), apiLatencies(up.byPhase[apiSteady])
-	judged := 0
-	var over []string
-	for _, c := range callsOf(ws, us) {
-		if r, ok := p99Ratio(ws[c], us[c]); ok {
-			judged++
-			if r > 1.0 {
-				over = append(over, fmt.Sprintf("%s %.2fx (%v vs %v)", c, r, fmtDur(ws[c].quantile(0.99)), fmtDur(us[c].quantile(0.99))))
-			}
-		}
-	}
+	judged, over := callsOverOne(ws, us)
 	var placed []string
 	for _, c := range missed {
 		r, ok := p99Ratio(ws[c], us[c])
