@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/errors"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 	compbasemetrics "k8s.io/component-base/metrics"
@@ -122,13 +124,20 @@ func TestBackfillBeforeTheList(t *testing.T) {
 		t.Errorf("history starts at %d (fromList %v), want 90", start, fromList)
 	}
 
-	// etcd compacted 80 away: the exact read fails and the resume gets 410.
-	fs.failLists(1)
-	w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "80", Recursive: true, Predicate: web})
-	if err != nil {
-		t.Fatal(err)
+	// etcd compacted 80 away: its watch from there fails and the resume
+	// gets 410.
+	go func() {
+		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "80", Recursive: true, Predicate: web})
+		done <- result{w, err}
+	}()
+	bw, _ = fs.waitWatch(t, 3)
+	bw.send(t, watch.Error, &errors.NewResourceExpired("compacted").ErrStatus)
+	r = <-done
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
-	ev = nextEvent(t, w)
+	t.Cleanup(r.w.Stop)
+	ev = nextEvent(t, r.w)
 	if s := errorStatus(t, ev); s.Code != 410 || s.Reason != v1.StatusReasonExpired {
 		t.Fatalf("resume from 80 after a failed backfill: %+v, want 410 Expired", s)
 	}
@@ -182,18 +191,21 @@ func TestBackfillsAreCoalesced(t *testing.T) {
 		defer c.backfills.mu.Unlock()
 		return c.backfills.waiting == 10 // the first and the nine
 	})
-	if n := fs.listCount() - listsBefore; n != 1 {
-		t.Fatalf("%d lists of etcd while one backfill runs, want 1", n)
+	// One backfill runs: one etcd watch besides the cache's, and no read
+	// of etcd's state before its events.
+	if n, w := fs.listCount()-listsBefore, fs.watchCount(); n != 0 || w != 2 {
+		t.Fatalf("%d lists and %d watches of etcd while one backfill waits for its events, want 0 and 2", n, w)
 	}
 
-	// The first backfill ends; one more, from 80, serves all nine.
-	fs.setList(80, newTestPod("a", 80, nil, ""))
+	// The first backfill ends; one more, from 80, serves all nine. (The
+	// fake etcd holds one past state: 80's is set once the first read 90's.)
 	run1.send(t, watch.Modified, newTestPod("a", 97, nil, ""))
 	run1.sendBookmark(t, 100)
 	run2, opts := fs.waitWatch(t, 3)
 	if opts.ResourceVersion != "80" {
 		t.Fatalf("second backfill from %q, want 80 (the oldest asked for)", opts.ResourceVersion)
 	}
+	fs.setList(80, newTestPod("a", 80, nil, ""))
 	run2.send(t, watch.Modified, newTestPod("a", 85, map[string]string{"v": "85"}, ""))
 	run2.send(t, watch.Modified, newTestPod("a", 90, nil, ""))
 	for range 10 {
@@ -259,46 +271,80 @@ func TestResumeWaitingForABackfillFreesItsAPFSeat(t *testing.T) {
 	}
 }
 
-// A backfill reads etcd's state at the RV and its events after it at once:
-// at a restart etcd answers slowly, and every resume waits for both reads.
-// Here the state read is held until the events' watch is open, which a
-// backfill doing one read after the other never opens.
-func TestBackfillReadsStateAndEventsAtOnce(t *testing.T) {
-	fs := newFakeStorage(100, newTestPod("a", 97, map[string]string{"app": "db"}, ""))
-	c := newTestCacher(t, fs, nil)
-	c.waitReady(t)
-	fs.waitWatch(t, 1)
-	fs.setList(90, newTestPod("a", 90, map[string]string{"app": "web"}, ""))
-	release := fs.holdExactLists()
-	t.Cleanup(release)
+// A backfill reads etcd's state at the RV only for the objects its events
+// modify first, key by key: an ADDED had no state, a DELETED carries it. At
+// a restart a read of the whole resource took seconds while every resume
+// waited. When most objects changed, one read of the whole resource costs
+// less than a read per key.
+func TestBackfillReadsTheStateOfTheObjectsItsEventsModify(t *testing.T) {
+	web := map[string]string{"app": "web"}
+	db := map[string]string{"app": "db"}
+	for _, tc := range []struct {
+		name      string
+		events    []watch.Event
+		wantReads []string
+		// wantLeave: the selector sees a leave app=web at 97, which only
+		// etcd's state at 90 tells.
+		wantLeave bool
+	}{
+		{"a modified, e added, b deleted: a read", []watch.Event{
+			{Type: watch.Modified, Object: newTestPod("a", 97, db, "")},
+			{Type: watch.Added, Object: newTestPod("e", 98, nil, "")},
+			{Type: watch.Deleted, Object: newTestPod("b", 99, nil, "")},
+		}, []string{"/pods/" + testNamespace + "/a"}, true},
+		{"a key modified twice is read once", []watch.Event{
+			{Type: watch.Modified, Object: newTestPod("a", 97, db, "")},
+			{Type: watch.Modified, Object: newTestPod("a", 99, db, "")},
+		}, []string{"/pods/" + testNamespace + "/a"}, true},
+		{"added, then modified: nothing read", []watch.Event{
+			{Type: watch.Added, Object: newTestPod("e", 97, nil, "")},
+			{Type: watch.Modified, Object: newTestPod("e", 98, web, "")},
+		}, nil, false},
+		{"three of four modified: the whole resource read", []watch.Event{
+			{Type: watch.Modified, Object: newTestPod("a", 97, db, "")},
+			{Type: watch.Modified, Object: newTestPod("b", 98, nil, "")},
+			{Type: watch.Modified, Object: newTestPod("c", 99, nil, "")},
+		}, []string{"/pods/"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			held := []*example.Pod{newTestPod("a", 97, db, ""), newTestPod("b", 98, nil, ""), newTestPod("c", 99, nil, ""), newTestPod("d", 50, nil, "")}
+			fs := newFakeStorage(100, held...)
+			c := newTestCacher(t, fs, nil)
+			c.waitReady(t)
+			fs.waitWatch(t, 1)
+			fs.setList(90, newTestPod("a", 90, web, ""), newTestPod("b", 80, nil, ""), newTestPod("c", 70, nil, ""), newTestPod("d", 50, nil, ""))
+			readsBefore := len(fs.readKeys())
 
-	type result struct {
-		w   watch.Interface
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: webPods()})
-		done <- result{w, err}
-	}()
-	run, _ := fs.waitWatch(t, 2)
-	run.send(t, watch.Modified, newTestPod("a", 97, map[string]string{"app": "db"}, ""))
-	run.sendBookmark(t, 100)
-	select {
-	case r := <-done:
-		t.Fatalf("the resume returned (%v) before etcd's state was read", r.err)
-	default:
-	}
-	release()
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	t.Cleanup(r.w.Stop)
-	// The state, read in parallel, still tells the event what it changed:
-	// a left app=web, so the selector sees it deleted.
-	if ev := nextEvent(t, r.w); ev.Type != watch.Deleted || eventRV(t, ev) != 97 {
-		t.Fatalf("first event %s, want DELETED a@97 (it left the selector)", describe(ev))
+			type result struct {
+				w   watch.Interface
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: webPods()})
+				done <- result{w, err}
+			}()
+			run, _ := fs.waitWatch(t, 2)
+			for _, ev := range tc.events {
+				run.send(t, ev.Type, ev.Object)
+			}
+			run.sendBookmark(t, 100)
+			r := <-done
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			t.Cleanup(r.w.Stop)
+			if got := fs.readKeys()[readsBefore:]; !slices.Equal(got, tc.wantReads) {
+				t.Fatalf("the backfill read %q of etcd, want %q", got, tc.wantReads)
+			}
+			ev := nextEvent(t, r.w)
+			switch {
+			case tc.wantLeave && (ev.Type != watch.Deleted || eventRV(t, ev) != 97):
+				t.Fatalf("first event %s, want DELETED a@97 (it left the selector)", describe(ev))
+			case !tc.wantLeave && (ev.Type != watch.Added || eventRV(t, ev) != 98):
+				t.Fatalf("first event %s, want ADDED e@98 (it joined the selector)", describe(ev))
+			}
+		})
 	}
 }
 
@@ -331,10 +377,16 @@ func TestFailedBackfillAnswersResumesAtOnceForACooldown(t *testing.T) {
 	}
 	failed, filled := count(c.metrics.backfillFailed), count(c.metrics.backfilled)
 
-	// etcd fails the backfill's state read: 410, and one failure counted.
+	// etcd fails the backfill's state read, after its events: 410, and
+	// one failure counted.
 	fs.failLists(1)
 	lists := fs.listCount()
-	if s := resume(); s == nil || s.Code != 410 {
+	failing := make(chan *v1.Status, 1)
+	go func() { failing <- resume() }()
+	run, _ := fs.waitWatch(t, 2)
+	run.send(t, watch.Modified, newTestPod("a", 97, nil, ""))
+	run.sendBookmark(t, 100)
+	if s := <-failing; s == nil || s.Code != 410 {
 		t.Fatalf("resume after a failed backfill: %+v, want 410", s)
 	}
 	if n := fs.listCount() - lists; n != 1 {
@@ -358,7 +410,7 @@ func TestFailedBackfillAnswersResumesAtOnceForACooldown(t *testing.T) {
 	c.clk.Step(time.Second)
 	done := make(chan *v1.Status, 1)
 	go func() { done <- resume() }()
-	run, _ := fs.waitWatch(t, watches+1)
+	run, _ = fs.waitWatch(t, watches+1)
 	run.send(t, watch.Modified, newTestPod("a", 97, nil, ""))
 	run.sendBookmark(t, 100)
 	if s := <-done; s != nil {

@@ -3,6 +3,7 @@ package cacher
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -35,9 +36,9 @@ type fakeStorage struct {
 	listRV       uint64
 	listFailures int // GetList fails this many more times
 	listCalls    int
-	// exactGate, when set, holds exact-RV reads (a backfill's) until it
-	// closes or their context ends, as a slow etcd would.
-	exactGate chan struct{}
+	// listKeys are the keys GetList read, in order; a single object's
+	// (not recursive) ends without a slash.
+	listKeys []string
 
 	currentRV     uint64
 	unreachable   bool // GetCurrentResourceVersion fails, as with etcd down
@@ -97,6 +98,13 @@ func (s *fakeStorage) listCount() int {
 	return s.listCalls
 }
 
+// readKeys are the keys GetList has read, in order.
+func (s *fakeStorage) readKeys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.listKeys)
+}
+
 func (s *fakeStorage) progressCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -131,29 +139,11 @@ func (s *fakeStorage) waitWatch(t testing.TB, n int) (*fakeWatch, storage.ListOp
 
 func (s *fakeStorage) Versioner() storage.Versioner { return storage.APIObjectVersioner{} }
 
-// holdExactLists makes exact-RV reads wait until the returned func runs.
-func (s *fakeStorage) holdExactLists() (release func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	gate := make(chan struct{})
-	s.exactGate = gate
-	return sync.OnceFunc(func() { close(gate) })
-}
-
 func (s *fakeStorage) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
-	s.mu.Lock()
-	gate := s.exactGate
-	s.mu.Unlock()
-	if gate != nil && opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.listCalls++
+	s.listKeys = append(s.listKeys, key)
 	if s.listFailures > 0 {
 		s.listFailures--
 		return storage.NewUnreachableError(key, 0)
@@ -167,9 +157,14 @@ func (s *fakeStorage) GetList(ctx context.Context, key string, opts storage.List
 	if !ok {
 		return fmt.Errorf("fake storage lists pods, got %T", listObj)
 	}
-	list.Items = make([]example.Pod, len(s.listItems))
+	list.Items = make([]example.Pod, 0, len(s.listItems))
 	for i := range s.listItems {
-		s.listItems[i].DeepCopyInto(&list.Items[i])
+		if !opts.Recursive {
+			if k, err := testPodKey(&s.listItems[i]); err != nil || k != key {
+				continue
+			}
+		}
+		list.Items = append(list.Items, *s.listItems[i].DeepCopy())
 	}
 	list.ResourceVersion = strconv.FormatUint(s.listRV, 10)
 	return nil

@@ -145,7 +145,7 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 
 func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	start := c.clock.Now()
-	listed, rv, err := c.listStorage(ctx, storage.ListOptions{ResourceVersion: "", Recursive: true, Predicate: storage.Everything})
+	listed, rv, err := c.listStorage(ctx, c.resourcePrefix, storage.ListOptions{ResourceVersion: "", Recursive: true, Predicate: storage.Everything})
 	if err != nil {
 		return 0, fmt.Errorf("listing %v: %w", c.groupResource, err)
 	}
@@ -169,11 +169,11 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	return rv, nil
 }
 
-// listStorage lists the whole resource from the wrapped storage with opts
-// and returns its objects and the list's RV.
-func (c *Cacher) listStorage(ctx context.Context, opts storage.ListOptions) ([]*object, uint64, error) {
+// listStorage lists key (the resource's prefix, or one object's key) from
+// the wrapped storage with opts and returns its objects and the list's RV.
+func (c *Cacher) listStorage(ctx context.Context, key string, opts storage.ListOptions) ([]*object, uint64, error) {
 	list := c.cfg.NewListFunc()
-	if err := c.storage.GetList(ctx, c.resourcePrefix, opts, list); err != nil {
+	if err := c.storage.GetList(ctx, key, opts, list); err != nil {
 		return nil, 0, err
 	}
 	listMeta, err := meta.ListAccessor(list)

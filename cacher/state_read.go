@@ -307,3 +307,10 @@ func (s *cacheState) inspectLocked() (ready bool, rv uint64, hi HistoryInspectio
 	}
 	return s.ready.state == stateReady, s.rv, hi
 }
+
+// objectCount is the number of objects held.
+func (s *cacheState) objectCount() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ordered.len()
+}
