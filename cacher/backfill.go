@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/metadata"
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -137,104 +136,36 @@ func (c *Cacher) runBackfill(run *backfillRun) {
 	close(run.done)
 }
 
-// fillHistory reads etcd's events after rv up to the history's start,
-// then etcd's state at rv of the objects those events changed, which
-// selectors need, and prepends the events. If etcd has compacted rv away a
-// read fails and the clients get their 410, as they should.
-//
-// The state is read after the events because they name the keys it is
-// needed for (stateBefore): a backfill runs when clients resume at an
-// apiserver's restart, when etcd answers slowly, and a read of the whole
-// resource then took 7.9-14.9s for 3,000 pods at 300 nodes, past
-// backfillTimeout at 1,000 nodes, for the few hundred objects a few
-// seconds of events change.
+// fillHistory reads etcd's events after rv up to the history's start and,
+// as they arrive, etcd's state at rv of the objects they change, which
+// selectors need (pastStateReader); then it prepends the events. If etcd
+// has compacted rv away a read fails and the clients get their 410, as
+// they should.
 func (c *Cacher) fillHistory(ctx context.Context, rv uint64) error {
 	start, fromList := c.state.historyStart()
 	if !fromList || rv >= start {
 		return nil
 	}
 	began := c.clock.Now()
-	events, err := c.eventsBetween(ctx, rv, start)
-	if err != nil {
-		return err
-	}
+	past := c.newPastStateReader(ctx, rv)
+	events, err := c.eventsBetween(ctx, rv, start, past.add)
 	evsTook := c.clock.Since(began)
-	state, read, err := c.stateBefore(ctx, rv, events)
+	state, read, stateErr := past.result(err == nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (etcd's state at %d: %s)", err, rv, read)
+	}
+	if stateErr != nil {
+		return fmt.Errorf("reading etcd's state at %d (%s) for %d events read in %v: %w", rv, read, len(events), evsTook, stateErr)
 	}
 	c.linkBackfill(events, state)
 
 	if err := c.state.prependHistory(events, rv, start, c.clock.Now()); err != nil {
 		return err
 	}
-	c.logger.V(2).Info("Backfilled the watch cache history from etcd",
+	c.logger.Info("Backfilled the watch cache history from etcd",
 		"from", rv, "to", start, "events", len(events), "eventsTook", evsTook,
-		"stateRead", read, "stateTook", c.clock.Since(began)-evsTook)
+		"state", read.String(), "took", c.clock.Since(began))
 	return nil
-}
-
-// backfillKeyReads bounds the reads of single keys one backfill has in
-// flight: each is a round trip to etcd, and a backfill runs when etcd is
-// busiest.
-const backfillKeyReads = 16
-
-// stateRead says how a backfill read etcd's state.
-type stateRead string
-
-const (
-	stateNone  stateRead = "none"
-	stateKeys  stateRead = "keys"
-	stateWhole stateRead = "whole"
-)
-
-// stateBefore is etcd's state at rv, by key, of the objects that events
-// (etcd's after rv) modify first: an object whose first event is ADDED did
-// not exist at rv, and a DELETED carries the object it removed. Those keys
-// are read one by one, unless they are more than half of the objects the
-// cache holds: then one read of the whole resource costs less.
-func (c *Cacher) stateBefore(ctx context.Context, rv uint64, events []*event) (map[string]*object, stateRead, error) {
-	keys := modifiedFirst(events)
-	if len(keys) == 0 {
-		return map[string]*object{}, stateNone, nil
-	}
-	if len(keys) > c.state.objectCount()/2 {
-		state, err := c.stateAt(ctx, rv)
-		return state, stateWhole, err
-	}
-	state := make(map[string]*object, len(keys))
-	var mu sync.Mutex
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(backfillKeyReads)
-	for _, key := range keys {
-		g.Go(func() error {
-			objs, _, err := c.listStorage(gctx, key, exactRead(rv, false))
-			if err != nil || len(objs) == 0 {
-				return err
-			}
-			mu.Lock()
-			state[key] = objs[0]
-			mu.Unlock()
-			return nil
-		})
-	}
-	return state, stateKeys, g.Wait()
-}
-
-// modifiedFirst is the keys whose first event in events is a MODIFIED.
-func modifiedFirst(events []*event) []string {
-	seen := make(map[string]bool, len(events))
-	var keys []string
-	for _, e := range events {
-		if seen[e.cur.key] {
-			continue
-		}
-		seen[e.cur.key] = true
-		if e.typ == watch.Modified {
-			keys = append(keys, e.cur.key)
-		}
-	}
-	return keys
 }
 
 // linkBackfill replays events on state, etcd's at their start, so each
@@ -272,10 +203,11 @@ func exactRead(rv uint64, recursive bool) storage.ListOptions {
 	}
 }
 
-// eventsBetween reads etcd's events in (from, to] on a watch of its own.
+// eventsBetween reads etcd's events in (from, to] on a watch of its own,
+// handing each to each as it comes.
 // It asks for progress until it has seen to, since a quiet resource sends
 // no event past it. At most the history's capacity is read.
-func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64) ([]*event, error) {
+func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, each func(*event)) ([]*event, error) {
 	w, err := c.storage.Watch(ctx, c.resourcePrefix, c.storageWatchOptions(from))
 	if err != nil {
 		return nil, err
@@ -288,7 +220,7 @@ func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64) ([]*event, 
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("backfilling %v from %d to %d: %w", c.groupResource, from, to, ctx.Err())
+			return nil, fmt.Errorf("backfilling %v from %d to %d: %d events read in %v: %w", c.groupResource, from, to, len(events), c.clock.Since(now), ctx.Err())
 		case <-progress.C():
 			if err := c.storage.RequestWatchProgress(ctx); err != nil {
 				c.logger.V(4).Info("Backfill progress request failed", "err", err)
@@ -317,6 +249,7 @@ func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64) ([]*event, 
 				return nil, fmt.Errorf("backfilling %v: more than %d events between %d and %d", c.groupResource, c.cfg.HistoryCapacity, from, to)
 			}
 			events = append(events, e)
+			each(e)
 			if e.rv == to {
 				return events, nil
 			}

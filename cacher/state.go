@@ -77,8 +77,8 @@ import (
 //
 // Lock order: the Cacher's backfills.mu alone, never with mu; mu before a
 // watcher's mu or the progress requester's mu (those two never held
-// together, neither held when mu is taken). cloneMu, the store's own lock
-// and the Cacher's dropLog.mu are leaves. Methods named ...Locked need mu held by
+// together, neither held when mu is taken). cloneMu, the store's own lock,
+// the Cacher's dropLog.mu and a backfill's pastStateReader.mu are leaves. Methods named ...Locked need mu held by
 // the caller (exclusively where they change something); the others take
 // it themselves.
 //
