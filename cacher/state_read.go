@@ -314,3 +314,23 @@ func (s *cacheState) objectCount() int {
 	defer s.mu.RUnlock()
 	return s.ordered.len()
 }
+
+// atHistoryStartLocked is the object at key in the state at the history's
+// start, nil if none: the one its first event in the history changed, or
+// the one held now if the history has no event of it. Only a watch of one
+// object resuming from before the history asks (resume_single.go), which
+// would otherwise wait for a backfill or get its 410: the scan is bounded
+// by the history's capacity, and after a (re)list the history holds only
+// what came since.
+func (s *cacheState) atHistoryStartLocked(key string) *object {
+	h := s.history
+	for i := range h.count {
+		if e := h.at(i); e.cur.key == key {
+			return e.prev
+		}
+	}
+	if item, ok, _ := s.store.GetByKey(key); ok {
+		return item.(*object)
+	}
+	return nil
+}

@@ -61,7 +61,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	}
 
 	if requestedRV > 0 && !sendInitial {
-		if start, fromList := c.state.historyStart(); requestedRV < start && fromList {
+		if start, fromList := c.state.historyStart(); requestedRV < start && fromList && !c.unchangedSince(key, opts, requestedRV) {
 			// A resume from before the cache's list: etcd may still have
 			// what it missed. Failing that, the 410 below stands.
 			//
@@ -127,7 +127,15 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		// sendInitialEvents=false), or wherever the cache is.
 		w.startRV = max(requiredRV, rv)
 	default:
-		events, ok := c.state.sinceLocked(requestedRV)
+		from := requestedRV
+		if start := c.state.historyStartLocked(); from < start {
+			// One object, unchanged in the gap: it resumes from the start
+			// (resume_single.go).
+			if objKey, name, ok := singleObject(key, opts); ok && c.unchangedSinceLocked(objKey, name, requestedRV) {
+				from = start
+			}
+		}
+		events, ok := c.state.sinceLocked(from)
 		if !ok {
 			oldest := c.state.historyStartLocked()
 			c.state.mu.Unlock()
