@@ -36,6 +36,10 @@ type result struct {
 	phaseTook [nAPIPhases]time.Duration
 	cpu       time.Duration // kube-apiserver's
 	peakRSS   int64
+	// rssPeaks is kube-apiserver's peak RSS (VmHWM) as it stood at the
+	// measured run's start (the ramp) and at the restart, and the
+	// restarted process's: which part of the run set peakRSS.
+	rssPeaks [3]int64
 	// The machine's CPU over the run: every process's and the host's
 	// steal (host), and of it the run's other processes' (kube-load
 	// itself with etcd, the controllers, kwok); the rest is someone
@@ -247,6 +251,7 @@ func (l *load) measure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	res.rssPeaks[0] = u0.peakRSS
 	h0, err := hostCPU()
 	if err != nil {
 		return err
@@ -325,6 +330,7 @@ func (l *load) measure(ctx context.Context) error {
 		}
 		res.cpu += u1.cpu - u0.cpu
 		res.peakRSS = u1.peakRSS
+		res.rssPeaks[1] = u1.peakRSS
 		u0 = procUsage{}
 		phases.replaced()
 		ready, err := l.restart(ctx, func() {
@@ -381,6 +387,11 @@ func (l *load) measure(ctx context.Context) error {
 	res.acc, res.byPhase, res.phaseTook = phases.total(), phases.inc, phases.took
 	res.cpu += u2.cpu - u0.cpu
 	res.peakRSS = max(res.peakRSS, u2.peakRSS)
+	if cfg.restart {
+		res.rssPeaks[2] = u2.peakRSS
+	} else {
+		res.rssPeaks[1] = u2.peakRSS
+	}
 	l.say("measured %v: kube-apiserver %v CPU, peak RSS %d MiB; API calls' phases: steady %v, storm %v, restart %v",
 		res.measured.Round(time.Second), res.cpu.Round(100*time.Millisecond), res.peakRSS>>20,
 		res.phaseTook[apiSteady].Round(100*time.Millisecond), res.phaseTook[apiStorm].Round(100*time.Millisecond), res.phaseTook[apiRestart].Round(100*time.Millisecond))

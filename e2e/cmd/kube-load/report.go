@@ -104,6 +104,11 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	row("  of it processes not of this run (noise)", others(wk), others(up), dur)
 	row("  of it taken by the host (steal: work waited for a CPU)", float64(wk.host.steal), float64(up.host.steal), dur)
 	row("kube-apiserver peak RSS", float64(wk.peakRSS), float64(up.peakRSS), mib)
+	for i, name := range []string{"  as it stood at the measured run's start (the ramp)", "  as it stood at the restart (steady phase, storm)", "  the restarted process's"} {
+		if wk.rssPeaks[i] > 0 || up.rssPeaks[i] > 0 {
+			row(name, float64(wk.rssPeaks[i]), float64(up.rssPeaks[i]), mib)
+		}
+	}
 	row("kube-apiserver heap in use (before the storm)", float64(wk.heap.total), float64(up.heap.total), mib)
 	row("  of it the caches' (cacher and etcd3 watch stacks)", float64(wk.heap.caches), float64(up.heap.caches), mib)
 	count := func(f func(*counters) *atomic.Int64, p ...phase) func(*result) float64 {

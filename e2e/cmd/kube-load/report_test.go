@@ -613,3 +613,38 @@ func TestCalibrateRunsTheStockCacheInBothColumns(t *testing.T) {
 		}
 	}
 }
+
+// The peak RSS is split by the part of the run that set it: the ramp (as
+// it stood at the measured run's start), the run up to the restart, and
+// the restarted process.
+func TestReportSplitsThePeakRSSByPartOfTheRun(t *testing.T) {
+	out := reportOf(func(wk, up *result) {
+		wk.rssPeaks = [3]int64{500 << 20, 900 << 20, 700 << 20}
+		up.rssPeaks = [3]int64{600 << 20, 1000 << 20, 800 << 20}
+	})
+	for _, want := range []struct{ name, wk, up string }{
+		{"as it stood at the measured run's start (the ramp)", "500 MiB", "600 MiB"},
+		{"as it stood at the restart (steady phase, storm)", "900 MiB", "1000 MiB"},
+		{"the restarted process's", "700 MiB", "800 MiB"},
+	} {
+		line := lineWith(t, out, want.name)
+		if !strings.Contains(line, want.wk) || !strings.Contains(line, want.up) || strings.Index(line, want.wk) > strings.Index(line, want.up) {
+			t.Errorf("the line %q lacks %s then %s", line, want.wk, want.up)
+		}
+	}
+	if out := reportOf(func(wk, up *result) {}); strings.Contains(out, "the restarted process's") {
+		t.Errorf("a run without the split prints it:\n%s", out)
+	}
+}
+
+// lineWith is the report's line holding s.
+func lineWith(t *testing.T, out, s string) string {
+	t.Helper()
+	for line := range strings.Lines(out) {
+		if strings.Contains(line, s) {
+			return line
+		}
+	}
+	t.Fatalf("the report lacks %q in\n%s", s, out)
+	return ""
+}
