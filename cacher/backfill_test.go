@@ -87,15 +87,7 @@ func TestBackfillBeforeTheList(t *testing.T) {
 	fs.setList(90, a90)
 
 	web := webPods()
-	type result struct {
-		w   watch.Interface
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: web})
-		done <- result{w, err}
-	}()
+	done := watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: web})
 	bw, opts := fs.waitWatch(t, 2)
 	if opts.ResourceVersion != "90" {
 		t.Fatalf("backfill watch from %q, want 90", opts.ResourceVersion)
@@ -126,10 +118,7 @@ func TestBackfillBeforeTheList(t *testing.T) {
 
 	// etcd compacted 80 away: its watch from there fails and the resume
 	// gets 410.
-	go func() {
-		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "80", Recursive: true, Predicate: web})
-		done <- result{w, err}
-	}()
+	done = watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "80", Recursive: true, Predicate: web})
 	bw, _ = fs.waitWatch(t, 3)
 	bw.send(t, watch.Error, &errors.NewResourceExpired("compacted").ErrStatus)
 	r = <-done
@@ -315,15 +304,7 @@ func TestBackfillReadsTheStateOfTheObjectsItsEventsModify(t *testing.T) {
 			fs.setList(90, newTestPod("a", 90, web, ""), newTestPod("b", 80, nil, ""), newTestPod("c", 70, nil, ""), newTestPod("d", 50, nil, ""))
 			readsBefore := len(fs.readKeys())
 
-			type result struct {
-				w   watch.Interface
-				err error
-			}
-			done := make(chan result, 1)
-			go func() {
-				w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: webPods()})
-				done <- result{w, err}
-			}()
+			done := watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: webPods()})
 			run, _ := fs.waitWatch(t, 2)
 			for _, ev := range tc.events {
 				run.send(t, ev.Type, ev.Object)

@@ -493,18 +493,10 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 			c.waitReady(t)
 			sw, _ := fs.waitWatch(t, 1)
 
-			type result struct {
-				w   watch.Interface
-				err error
-			}
-			done := make(chan result, 1)
-			go func() {
-				// Only a WatchList waits for its RV; a plain watch starts at
-				// once (TestPlainWatchAheadStartsAtOnce).
-				w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "200", Recursive: true,
-					Predicate: everything(true), SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
-				done <- result{w, err}
-			}()
+			// Only a WatchList waits for its RV; a plain watch starts at
+			// once (TestPlainWatchAheadStartsAtOnce).
+			done := watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "200", Recursive: true,
+				Predicate: everything(true), SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
 			// Waiting: the tick, the freshness timeout and the progress timer
 			// are armed, and etcd was asked for progress once.
 			poll(t, "the watch to wait for RV 200", func() bool { return fs.progressCount() == 1 && c.clk.Waiters() == 3 })
@@ -548,7 +540,7 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 			}
 
 			c.clk.Step(2 * progressRequestPeriod) // reaches the 3s timeout
-			var r result
+			var r watchResult
 			select {
 			case r = <-done:
 			case <-time.After(waitFor):
@@ -1160,24 +1152,16 @@ func TestWatchListInitialEventsAndEndBookmark(t *testing.T) {
 				liveRV = tc.currentRV + 1
 			}
 
-			type result struct {
-				w   watch.Interface
-				err error
-			}
-			done := make(chan result, 1)
-			go func() {
-				w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{
-					ResourceVersion: tc.rv, SendInitialEvents: tc.sendInitial, Recursive: true, Predicate: everything(tc.bookmarks),
-				})
-				done <- result{w, err}
-			}()
+			done := watchAsync(c, "/pods/", storage.ListOptions{
+				ResourceVersion: tc.rv, SendInitialEvents: tc.sendInitial, Recursive: true, Predicate: everything(tc.bookmarks),
+			})
 			if tc.currentRV > 0 {
 				// The watch waits for the cache to reach etcd's RV, and asks
 				// etcd for progress; the progress notification gets it there.
 				poll(t, "a progress request", func() bool { return fs.progressCount() >= 1 })
 				sw.sendBookmark(t, tc.currentRV)
 			}
-			var r result
+			var r watchResult
 			select {
 			case r = <-done:
 			case <-time.After(waitFor):

@@ -272,6 +272,23 @@ func poll(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// watchResult is what one Watch call returned.
+type watchResult struct {
+	w   watch.Interface
+	err error
+}
+
+// watchAsync calls c.Watch on a goroutine of its own, for a watch that waits
+// (for a backfill, for the cache to be fresh) on what the test does next.
+func watchAsync(c *testCacher, key string, opts storage.ListOptions) <-chan watchResult {
+	done := make(chan watchResult, 1)
+	go func() {
+		w, err := c.Watch(context.Background(), key, opts)
+		done <- watchResult{w, err}
+	}()
+	return done
+}
+
 func everything(bookmarks bool) storage.SelectionPredicate {
 	return storage.SelectionPredicate{
 		Label: labels.Everything(), Field: fields.Everything(), GetAttrs: testPodAttrs, AllowWatchBookmarks: bookmarks,

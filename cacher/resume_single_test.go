@@ -1,7 +1,6 @@
 package cacher
 
 import (
-	"context"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/fields"
@@ -49,15 +48,7 @@ func TestResumeOfOneUnchangedObjectNeedsNoBackfill(t *testing.T) {
 			}
 			fs.setList(95, newTestPod("a", 90, nil, ""))
 
-			type result struct {
-				w   watch.Interface
-				err error
-			}
-			done := make(chan result, 1)
-			go func() {
-				w, err := c.Watch(context.Background(), tc.key, storage.ListOptions{ResourceVersion: "95", Recursive: tc.recursive, Predicate: tc.pred})
-				done <- result{w, err}
-			}()
+			done := watchAsync(c, tc.key, storage.ListOptions{ResourceVersion: "95", Recursive: tc.recursive, Predicate: tc.pred})
 			if tc.wantBackfill {
 				bw, opts := fs.waitWatch(t, 2)
 				if opts.ResourceVersion != "95" {

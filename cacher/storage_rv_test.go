@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/utils/ptr"
 )
@@ -30,18 +29,10 @@ func TestWatchListGivesUpOnAStuckStorage(t *testing.T) {
 	// The read is bounded by a real timer (freshnessTimeout): a Watch that
 	// hangs on the read never returns, and one that returns only after
 	// ten times the bound is as good as hung.
-	type result struct {
-		w   watch.Interface
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{
-			ResourceVersion: "", SendInitialEvents: ptr.To(true), Recursive: true, Predicate: everything(true),
-		})
-		done <- result{w, err}
-	}()
-	var r result
+	done := watchAsync(c, "/pods/", storage.ListOptions{
+		ResourceVersion: "", SendInitialEvents: ptr.To(true), Recursive: true, Predicate: everything(true),
+	})
+	var r watchResult
 	select {
 	case r = <-done:
 	case <-time.After(10 * freshnessTimeout):
