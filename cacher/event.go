@@ -20,11 +20,13 @@ type object struct {
 }
 
 // shareUnchanged makes o, a new version of prev, hold prev's key and, where
-// they did not change, its labels and fields: the history keeps both
-// versions, and most updates (a status, a spec field) leave the labels and
-// the selectable fields as they were. They are never written once made.
+// they did not change, its labels and fields, and the parts of its object
+// (shareVersion): the history keeps both versions, and most updates (a
+// status, a spec field) leave the rest as it was. None is written once
+// made.
 func (o *object) shareUnchanged(prev *object) {
 	o.key = prev.key
+	shareVersion(o.obj, prev.obj)
 	if maps.Equal(o.labels, prev.labels) {
 		o.labels = prev.labels
 	}

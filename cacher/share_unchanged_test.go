@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
 )
 
 // A new version of a cached object holds the old one's key and, where they
@@ -39,6 +40,10 @@ func TestUpdateSharesUnchangedAttributes(t *testing.T) {
 	if !sameMap(v2.labels, v1.labels) || !sameMap(v2.fields, v1.fields) {
 		t.Errorf("unchanged labels shared %v, fields shared %v; want both", sameMap(v2.labels, v1.labels), sameMap(v2.fields, v1.fields))
 	}
+	objLabels := func(o *object) map[string]string { return o.obj.(*example.Pod).Labels }
+	if !sameMap(objLabels(v2), objLabels(v1)) {
+		t.Error("the new version's object holds labels of its own, want the old one's (shareVersion)")
+	}
 
 	// New labels and a new node: the new version's own, and right.
 	sw.send(t, watch.Modified, newTestPod("a", 102, map[string]string{"app": "db"}, "n2"))
@@ -46,6 +51,9 @@ func TestUpdateSharesUnchangedAttributes(t *testing.T) {
 	v3 := cached()
 	if sameMap(v3.labels, v2.labels) || sameMap(v3.fields, v2.fields) {
 		t.Errorf("changed labels shared %v, fields shared %v; want neither", sameMap(v3.labels, v2.labels), sameMap(v3.fields, v2.fields))
+	}
+	if sameMap(objLabels(v3), objLabels(v2)) || objLabels(v3)["app"] != "db" || objLabels(v2)["app"] != "web" {
+		t.Errorf("the object's labels: new %v, old %v, want app=db and app=web in maps of their own", objLabels(v3), objLabels(v2))
 	}
 	if v3.labels["app"] != "db" || v3.fields["spec.nodeName"] != "n2" {
 		t.Errorf("new version's labels %v fields %v, want app=db and spec.nodeName=n2", v3.labels, v3.fields)
@@ -55,6 +63,7 @@ func TestUpdateSharesUnchangedAttributes(t *testing.T) {
 	}
 }
 
-func sameMap[M ~map[string]string](a, b M) bool {
-	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+// sameMap is whether a and b are one map, not two with the same content.
+func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
+	return a != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
