@@ -140,6 +140,7 @@ func (l *load) setUp(ctx context.Context) error {
 		// as docs/kube-apiserver.md advises adopters.
 		"--shutdown-watch-termination-grace-period=5s",
 	}
+	args = append(args, strings.Fields(l.cfg.serverArgs)...)
 	decorator := l.decorator()
 	if decorator == "watchkeeper" {
 		args = append(args, strings.Fields(l.cfg.watchkeeperArgs)...)

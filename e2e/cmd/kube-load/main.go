@@ -40,6 +40,7 @@ type config struct {
 	first                   string
 	rounds                  int
 	watchkeeperArgs         string
+	serverArgs              string
 	calibrate               bool
 	profileDir              string
 	keep                    bool
@@ -68,6 +69,7 @@ func main() {
 	flag.StringVar(&cfg.first, "first", "watchkeeper", "the cache that runs first: watchkeeper or upstream (the order alternates with -rounds)")
 	flag.IntVar(&cfg.rounds, "rounds", 1, "rounds of both caches, the order alternating")
 	flag.StringVar(&cfg.watchkeeperArgs, "watchkeeper-args", "", "more flags for kube-apiserver on watchkeeper, space separated")
+	flag.StringVar(&cfg.serverArgs, "server-args", "", "more flags for both caches' kube-apiserver (e.g. --v=1 to log the shutdown's watch drain), space separated")
 	flag.BoolVar(&cfg.calibrate, "calibrate", false, "an A/A run: the watchkeeper column runs the stock cache too, so every ratio shows the run-to-run noise of its figure at this size")
 	flag.StringVar(&cfg.profileDir, "profile-dir", "", "save kube-apiserver's CPU profile (30s of steady churn) and heap profile (before the storm) per cache here")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the run's directory (certificates, logs, etcd data)")
