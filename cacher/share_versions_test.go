@@ -1,6 +1,7 @@
 package cacher
 
 import (
+	"bytes"
 	"reflect"
 	"strconv"
 	"testing"
@@ -206,8 +207,9 @@ func TestShareVersionKeepsRandomVersionsAsTheyWere(t *testing.T) {
 		case 3:
 			// Bytes of the same length that differ in one.
 			for _, m := range cur.ManagedFields {
-				if m.FieldsV1 != nil && len(m.FieldsV1.Raw) > 0 {
-					m.FieldsV1.Raw[0] ^= 1
+				if raw := bytes.Clone(m.FieldsV1.GetRawBytes()); len(raw) > 0 {
+					raw[0] ^= 1
+					m.FieldsV1.SetRawBytes(raw)
 				}
 			}
 		}
