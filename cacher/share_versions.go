@@ -59,7 +59,7 @@ type sharePlan struct {
 	// jsonMap: map[string]any, a custom resource's decoded JSON.
 	stringMap, quantityMap, jsonMap bool
 	fields                          []fieldPlan // struct
-	elem                            *sharePlan  // pointer, slice, array
+	elem                            *sharePlan  // pointer, slice, array, map's values
 }
 
 // fieldPlan is a field of a struct, or with plan nil a run of adjacent
@@ -69,10 +69,7 @@ type fieldPlan struct {
 	plan         *sharePlan
 }
 
-var (
-	quantityType = reflect.TypeFor[resource.Quantity]()
-	quantityPlan = planFor(quantityType)
-)
+var quantityType = reflect.TypeFor[resource.Quantity]()
 
 var sharePlans sync.Map // reflect.Type -> *sharePlan
 
@@ -115,6 +112,7 @@ func buildPlan(t reflect.Type, building map[reflect.Type]*sharePlan) *sharePlan 
 		p.elem = buildPlan(t.Elem(), building)
 		p.flat = p.elem.flat
 	case reflect.Map:
+		p.elem = buildPlan(t.Elem(), building)
 		p.stringMap = t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.String
 		p.quantityMap = t.Key().Kind() == reflect.String && t.Elem() == quantityType
 		p.jsonMap = t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.Interface && t.Elem().NumMethod() == 0
@@ -258,20 +256,18 @@ func (pl *sharePlan) equalMaps(n, p unsafe.Pointer) bool {
 		for k := range mn {
 			var ok bool
 			v = mn[k]
-			if w, ok = mp[k]; !ok || !quantityPlan.share(unsafe.Pointer(&v), unsafe.Pointer(&w)) {
+			if w, ok = mp[k]; !ok || !pl.elem.share(unsafe.Pointer(&v), unsafe.Pointer(&w)) {
 				return false
 			}
 		}
 		return true
 	}
-	// Other maps: each
-	// value compared through its plan, on copies, since map values have
-	// no address.
+	// Other maps: each value compared through its plan, on copies, since
+	// map values have no address.
 	mn, mp := reflect.NewAt(pl.typ, n).Elem(), reflect.NewAt(pl.typ, p).Elem()
 	if mn.Len() != mp.Len() {
 		return false
 	}
-	elem := planFor(pl.typ.Elem())
 	vn, vp := reflect.New(pl.typ.Elem()).Elem(), reflect.New(pl.typ.Elem()).Elem()
 	for it := mn.MapRange(); it.Next(); {
 		found := mp.MapIndex(it.Key())
@@ -280,7 +276,7 @@ func (pl *sharePlan) equalMaps(n, p unsafe.Pointer) bool {
 		}
 		vn.SetIterValue(it)
 		vp.Set(found)
-		if !elem.share(vn.Addr().UnsafePointer(), vp.Addr().UnsafePointer()) {
+		if !pl.elem.share(vn.Addr().UnsafePointer(), vp.Addr().UnsafePointer()) {
 			return false
 		}
 	}

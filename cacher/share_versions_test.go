@@ -100,7 +100,7 @@ func TestShareVersionKeepsNilApartFromEmpty(t *testing.T) {
 	}
 }
 
-func TestShareVersionComparesWhatItCannotWalk(t *testing.T) {
+func TestShareVersionSharesQuantityMapsWholeWhenEqual(t *testing.T) {
 	// Quantities have unexported fields: compared, the map holding them
 	// shared whole when equal.
 	limits := func(cpu string) corev1.ResourceList {
@@ -225,7 +225,7 @@ func TestShareVersionKeepsRandomVersionsAsTheyWere(t *testing.T) {
 		// alone: what is not shared is not aliased.
 		if len(cur.Status.Conditions) > 0 && !sameSlice(cur.Status.Conditions, prev.Status.Conditions) {
 			cur.Status.Conditions[0].Reason = "written"
-			if reflect.DeepEqual(prev, prevBefore) == false {
+			if !reflect.DeepEqual(prev, prevBefore) {
 				t.Fatalf("pod %d: writing the new version's conditions changed the old one", i)
 			}
 		}
