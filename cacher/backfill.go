@@ -3,10 +3,8 @@ package cacher
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/metadata"
@@ -165,7 +163,7 @@ func (c *Cacher) fillHistory(ctx context.Context, rv uint64) error {
 		return err
 	}
 	c.logger.Info("Backfilled the watch cache history from etcd",
-		"from", rv, "to", start, "watches", len(backfillSegments(rv, start))-1, "events", len(events), "eventsTook", evsTook,
+		"from", rv, "to", start, "events", len(events), "eventsTook", evsTook,
 		"state", read.String(), "took", c.clock.Since(began))
 	return nil
 }
@@ -205,95 +203,31 @@ func exactRead(rv uint64, recursive bool) storage.ListOptions {
 	}
 }
 
-// eventsBetween reads etcd's events in (from, to], one etcd watch per
-// segment of backfillSegments, all at once, handing each event to each as it
-// comes (in order within a segment, not across them) and returning them all
-// in order. It asks for progress until every segment has seen its end,
-// since a quiet resource sends no event past it. At most the history's
-// capacity is read.
+// eventsBetween reads etcd's events in (from, to] on a watch of its own,
+// handing each to each as it comes.
+// It asks for progress until it has seen to, since a quiet resource sends
+// no event past it. At most the history's capacity is read.
 func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, each func(*event)) ([]*event, error) {
-	bounds := backfillSegments(from, to)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	began := c.clock.Now()
-	r := segmentReads{c: c, each: each, began: began}
-	parts := make([][]*event, len(bounds)-1)
-	var wg sync.WaitGroup
-	for i := range parts {
-		wg.Go(func() {
-			var err error
-			if parts[i], err = r.segment(ctx, bounds[i], bounds[i+1]); err != nil {
-				r.fail(err)
-				cancel()
-			}
-		})
-	}
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	progress := c.clock.NewTicker(progressRequestPeriod)
-	defer progress.Stop()
-	for waiting := true; waiting; {
-		select {
-		case <-done:
-			waiting = false
-		case <-progress.C():
-			if err := c.storage.RequestWatchProgress(ctx); err != nil {
-				c.logger.V(4).Info("Backfill progress request failed", "err", err)
-			}
-		}
-	}
-	if err := r.firstErr(); err != nil {
-		return nil, fmt.Errorf("backfilling %v from %d to %d (%d watches): %d events read in %v: %w",
-			c.groupResource, from, to, len(parts), r.read.Load(), c.clock.Since(began), err)
-	}
-	return slices.Concat(parts...), nil
-}
-
-// segmentReads is what the segments of one eventsBetween share.
-type segmentReads struct {
-	c     *Cacher
-	each  func(*event)
-	began time.Time
-	read  atomic.Int64
-
-	mu  sync.Mutex // a leaf
-	err error
-}
-
-func (r *segmentReads) fail(err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.err == nil {
-		r.err = err
-	}
-}
-
-func (r *segmentReads) firstErr() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.err
-}
-
-// segment reads the events in (from, to] on a watch from from, which
-// goes on past to: it stops at the first event or progress beyond.
-func (r *segmentReads) segment(ctx context.Context, from, to uint64) ([]*event, error) {
-	c := r.c
 	w, err := c.storage.Watch(ctx, c.resourcePrefix, c.storageWatchOptions(from))
 	if err != nil {
 		return nil, err
 	}
 	defer w.Stop()
+	progress := c.clock.NewTicker(progressRequestPeriod)
+	defer progress.Stop()
 	var events []*event
+	now := c.clock.Now()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, fmt.Errorf("backfilling %v from %d to %d: %d events read in %v: %w", c.groupResource, from, to, len(events), c.clock.Since(now), ctx.Err())
+		case <-progress.C():
+			if err := c.storage.RequestWatchProgress(ctx); err != nil {
+				c.logger.V(4).Info("Backfill progress request failed", "err", err)
+			}
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return nil, fmt.Errorf("the etcd watch from %d closed", from)
+				return nil, fmt.Errorf("backfilling %v: the etcd watch closed", c.groupResource)
 			}
 			switch ev.Type {
 			case watch.Error:
@@ -304,18 +238,18 @@ func (r *segmentReads) segment(ctx context.Context, from, to uint64) ([]*event, 
 				}
 				continue
 			}
-			e, err := c.newEvent(ev, r.began)
+			e, err := c.newEvent(ev, now)
 			if err != nil {
 				return nil, err
 			}
 			if e.rv > to {
 				return events, nil
 			}
-			if r.read.Add(1) > int64(c.cfg.HistoryCapacity) {
-				return nil, fmt.Errorf("more than %d events", c.cfg.HistoryCapacity)
+			if len(events) == c.cfg.HistoryCapacity {
+				return nil, fmt.Errorf("backfilling %v: more than %d events between %d and %d", c.groupResource, c.cfg.HistoryCapacity, from, to)
 			}
 			events = append(events, e)
-			r.each(e)
+			each(e)
 			if e.rv == to {
 				return events, nil
 			}

@@ -20,11 +20,7 @@ const backfillKeyReads = 128
 // pastStateReader reads etcd's state at rv of the objects a backfill's
 // events modify first, while the events are still arriving: an object
 // whose first event is ADDED did not exist at rv, and a DELETED carries
-// the object it removed, so only a first MODIFIED needs a read. The
-// events come from several watches (backfillSegments), in order within
-// each: a key is read when the earliest of its events seen so far is a
-// MODIFIED. An earlier ADDED or DELETED seen later makes that read
-// needless but not wrong: it is still the object's state at rv. Those keys
+// the object it removed, so only a first MODIFIED needs a read. Those keys
 // are read one by one, backfillKeyReads at a time, unless they come to
 // more than half of the objects the cache holds: then one read of the
 // whole resource, after the events, costs less.
@@ -48,9 +44,8 @@ type pastStateReader struct {
 	wholeAbove int
 	wg         sync.WaitGroup
 
-	mu sync.Mutex
-	// first is each key's earliest event seen, and whether it is read.
-	first   map[string]firstEvent
+	mu      sync.Mutex
+	seen    map[string]bool
 	pending []string
 	workers int
 	state   map[string]*object
@@ -77,31 +72,21 @@ func (c *Cacher) newPastStateReader(ctx context.Context, rv uint64) *pastStateRe
 	return &pastStateReader{
 		c: c, rv: rv, parent: ctx, ctx: keysCtx, cancel: cancel,
 		wholeAbove: c.state.objectCount() / 2,
-		first:      map[string]firstEvent{}, state: map[string]*object{},
+		seen:       map[string]bool{}, state: map[string]*object{},
 	}
 }
 
-// firstEvent is the earliest event of a key a pastStateReader has seen.
-type firstEvent struct {
-	rv      uint64
-	reading bool
-}
-
-// add takes the backfill's events as eventsBetween reads them.
+// add takes the backfill's events in order, as eventsBetween reads them.
 func (r *pastStateReader) add(e *event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	f, seen := r.first[e.cur.key]
-	if seen && f.rv < e.rv {
+	if r.seen[e.cur.key] {
 		return
 	}
-	f.rv = e.rv
-	if e.typ != watch.Modified || f.reading {
-		r.first[e.cur.key] = f
+	r.seen[e.cur.key] = true
+	if e.typ != watch.Modified {
 		return
 	}
-	f.reading = true
-	r.first[e.cur.key] = f
 	r.read.objects++
 	if r.read.whole || r.err != nil {
 		return

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,23 +25,6 @@ import (
 // events alone.
 func TestBackfillReadsEtcdsPastStateOfTheModifiedObjects(t *testing.T) {
 	t.Parallel() // its own etcd and caches
-	testBackfill(t, 0, 0)
-}
-
-// TestBackfillReadsAGapOfManyRevisionsOnSeveralWatches: the same with
-// 5,000 revisions of other keys in the gap between p1's change and p9's,
-// and 2,500 after p2's deletion, so that the backfill reads it on four
-// etcd watches: the second hears no pod in its segment, the last two
-// none after theirs, and end on etcd's progress alone.
-func TestBackfillReadsAGapOfManyRevisionsOnSeveralWatches(t *testing.T) {
-	t.Parallel() // its own etcd and caches
-	testBackfill(t, 5000, 2500)
-}
-
-// testBackfill is the backfill tests' flow, with filler revisions of a key
-// outside the cache's prefix written after the first change in the gap
-// (before) and after the last (after).
-func testBackfill(t *testing.T, before, after int) {
 	e := setup(t)
 	ctx := context.Background()
 	write := func(name, gen string) uint64 {
@@ -68,14 +50,12 @@ func testBackfill(t *testing.T, before, after int) {
 	// as a new apiserver's, starts and lists.
 	e.cacher.Stop()
 	left := write("p1", "db")
-	fill(t, e, before)
 	joined := write("p9", "web")
 	gone := &example.Pod{}
 	if err := e.raw.Delete(ctx, bhPodKey("bf", "p2"), gone, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	deleted := bhRvOf(t, gone)
-	fill(t, e, after)
 	c, err := cacher.New(podCacheConfig(newPodStore(t, e.client, protoCodec, transformer, "pods")))
 	if err != nil {
 		t.Fatal(err)
@@ -111,28 +91,5 @@ func testBackfill(t *testing.T, before, after int) {
 		if ev.Type != want.typ || m.GetName() != want.name || bhRvOf(t, ev.Object) != want.rv {
 			t.Fatalf("resume from %d: got %s, want %s %s@%d", resumeRV, bhDescribe(t, ev.Event), want.typ, want.name, want.rv)
 		}
-	}
-}
-
-// fill writes n revisions of one key outside every cache's prefix, eight
-// writers at a time.
-func fill(t *testing.T, e *env, n int) {
-	t.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for w := range 8 {
-		wg.Go(func() {
-			for i := w; i < n; i += 8 {
-				if _, err := e.client.Put(context.Background(), "/filler", strconv.Itoa(i)); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("writing filler revisions: %v", err)
 	}
 }
