@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,21 @@ import (
 // events alone.
 func TestBackfillReadsEtcdsPastStateOfTheModifiedObjects(t *testing.T) {
 	t.Parallel() // its own etcd and caches
+	testBackfill(t, 0)
+}
+
+// TestBackfillEndsOnEtcdsProgressWhenNoEventReachesTheList: the same with
+// 2,500 revisions of another key written after the last pod's change, so
+// that the new cache lists at an RV no pod event has: the backfill's etcd
+// watch hears nothing at or past it and ends on etcd's progress alone.
+func TestBackfillEndsOnEtcdsProgressWhenNoEventReachesTheList(t *testing.T) {
+	t.Parallel() // its own etcd and caches
+	testBackfill(t, 2500)
+}
+
+// testBackfill is the backfill tests' flow, with filler revisions of a key
+// outside the cache's prefix written after the gap's last pod change.
+func testBackfill(t *testing.T, filler int) {
 	e := setup(t)
 	ctx := context.Background()
 	write := func(name, gen string) uint64 {
@@ -56,6 +72,7 @@ func TestBackfillReadsEtcdsPastStateOfTheModifiedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleted := bhRvOf(t, gone)
+	fill(t, e, filler)
 	c, err := cacher.New(podCacheConfig(newPodStore(t, e.client, protoCodec, transformer, "pods")))
 	if err != nil {
 		t.Fatal(err)
@@ -91,5 +108,28 @@ func TestBackfillReadsEtcdsPastStateOfTheModifiedObjects(t *testing.T) {
 		if ev.Type != want.typ || m.GetName() != want.name || bhRvOf(t, ev.Object) != want.rv {
 			t.Fatalf("resume from %d: got %s, want %s %s@%d", resumeRV, bhDescribe(t, ev.Event), want.typ, want.name, want.rv)
 		}
+	}
+}
+
+// fill writes n revisions of one key outside every cache's prefix, eight
+// writers at a time.
+func fill(t *testing.T, e *env, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				if _, err := e.client.Put(context.Background(), "/filler", strconv.Itoa(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("writing filler revisions: %v", err)
 	}
 }
