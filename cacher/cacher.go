@@ -82,6 +82,9 @@ type Cacher struct {
 	backfills backfiller
 	wg        sync.WaitGroup
 	incoming  chan *event
+	// bookmarkAll asks the dispatcher for a bookmark to every watcher
+	// (shutdown_bookmarks.go); it answers on the channel sent.
+	bookmarkAll chan chan []*watcher
 	// forcedEvictionLog limits the capacity warning; only the reflector uses it.
 	forcedEvictionLog everyInterval
 	// dropLog limits the log of what could not be built (dropped.go).
@@ -132,6 +135,7 @@ func New(cfg Config) (*Cacher, error) {
 		backfillMetadata: metadata.New(map[string]string{"source": "watchkeeper-backfill", "resource": cfg.GroupResource.String()}),
 		stopCh:           make(chan struct{}),
 		incoming:         make(chan *event, incomingBuffer),
+		bookmarkAll:      make(chan chan []*watcher),
 		state: newCacheState(cfg.ResourcePrefix, cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
 			utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot), metrics, cfg.Clock.Now()),
 		watchers:          newWatcherSet(),

@@ -103,6 +103,8 @@ func (c *Cacher) dispatchLoop() {
 		case <-tick.C():
 			d.due = c.tick(d.rv, d.due)
 			tick.Rearm()
+		case reply := <-c.bookmarkAll:
+			reply <- c.bookmarkEvery(d.rv)
 		}
 	}
 }
@@ -183,21 +185,7 @@ func (c *Cacher) tick(rv uint64, due [][]*watcher) [][]*watcher {
 		return due
 	}
 
-	// One bookmark object for every watcher due, encoded once per encoder.
-	var shared *sharedObject
-	sharedBookmark := func() *sharedObject {
-		if shared == nil {
-			obj, err := c.bookmarkObject(rv)
-			if err == nil {
-				shared, err = share(obj)
-			}
-			if err != nil {
-				// Each watcher then builds its own, and reports it failing.
-				c.logger.V(2).Info("Could not build the tick's shared bookmark", "resourceVersion", rv, "err", err)
-			}
-		}
-		return shared
-	}
+	sharedBookmark := c.sharedBookmark(rv)
 	sent, count := 0, 0
 	nowNanos := c.clock.Now().UnixNano()
 	// A watcher closed since it was filed is skipped. Offering never waits,
@@ -206,7 +194,7 @@ func (c *Cacher) tick(rv uint64, due [][]*watcher) [][]*watcher {
 	for _, slot := range due {
 		for _, w := range slot {
 			count++
-			if c.watchers.has(w) && w.offerBookmark(rv, sharedBookmark, nowNanos) {
+			if c.watchers.has(w) && w.offerBookmark(rv, sharedBookmark, nowNanos, false) {
 				sent++
 			}
 		}
@@ -230,6 +218,25 @@ func (c *Cacher) tick(rv uint64, due [][]*watcher) [][]*watcher {
 		c.logger.V(6).Info("Bookmark tick", "due", count, "sent", sent, "rv", rv)
 	}
 	return due
+}
+
+// sharedBookmark builds, when first called, one bookmark object at rv for
+// every watcher offered one, encoded once per encoder.
+func (c *Cacher) sharedBookmark(rv uint64) func() *sharedObject {
+	var shared *sharedObject
+	return func() *sharedObject {
+		if shared == nil {
+			obj, err := c.bookmarkObject(rv)
+			if err == nil {
+				shared, err = share(obj)
+			}
+			if err != nil {
+				// Each watcher then builds its own, and reports it failing.
+				c.logger.V(2).Info("Could not build a shared bookmark", "resourceVersion", rv, "err", err)
+			}
+		}
+		return shared
+	}
 }
 
 func (c *Cacher) observeTick(start time.Time) {

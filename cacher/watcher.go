@@ -383,10 +383,11 @@ func (w *watcher) closeLocked() {
 
 // offerBookmark queues a bookmark at the dispatched RV (or the watcher's
 // start, if later) unless the floor refuses it or events are already queued,
-// which is proof of life enough. shared is the tick's bookmark at the
-// dispatched RV, used when no initial-events-end marker is due. It reports
-// whether a bookmark was queued.
-func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject, nowNanos int64) bool {
+// which is proof of life enough (behindEvents: then it goes behind them).
+// shared is the tick's bookmark at the dispatched RV, used when no
+// initial-events-end marker is due. It reports whether a bookmark was
+// queued.
+func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject, nowNanos int64, behindEvents bool) bool {
 	rv := max(dispatchedRV, w.startRV)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -395,7 +396,7 @@ func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject
 	}
 	before := w.tracker.State()
 	queued := w.queuedLocked()
-	if before == watchlist.BookmarkReceived || (queued > 0 && before == watchlist.BookmarkSent) {
+	if before == watchlist.BookmarkReceived || (queued > 0 && before == watchlist.BookmarkSent && !behindEvents) {
 		// A marker is already on its way, or events are.
 		return false
 	}

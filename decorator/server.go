@@ -98,3 +98,63 @@ func (d *Decorator) endWatchesOnShutdown(ctx context.Context, after time.Duratio
 		<-finished
 	}
 }
+
+// BookmarkAll has each of d's watchkeeper caches queue every watcher that
+// takes bookmarks one at its current RV (cacher.BookmarkAll), all at once,
+// and waits until the clients took them or ctx ends. It returns how many
+// were queued and taken.
+func (d *Decorator) BookmarkAll(ctx context.Context) (queued, taken int) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, c := range d.Caches() {
+		wg.Go(func() {
+			q, tk := c.BookmarkAll(ctx)
+			mu.Lock()
+			queued, taken = queued+q, taken+tk
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return queued, taken
+}
+
+// ShutdownBookmarkWait bounds how long a stopping server waits for its
+// watch clients to read their last bookmark (BookmarkBeforeShutdown): a
+// client that keeps up reads it within milliseconds, and one that does
+// not must not hold the stop.
+const ShutdownBookmarkWait = 2 * time.Second
+
+// BookmarkBeforeShutdown returns the context to run the server with: it
+// ends once ctx ends (the server is told to stop) and d's caches have sent
+// every watch a bookmark at their current RV that its client read, or
+// `wait` passed. The server's watch handlers return as soon as it stops
+// accepting requests; this bookmark comes first, so that clients resume
+// from the moment the server stopped instead of from their last event or
+// bookmark, up to a minute back (cacher.BookmarkAll says why that matters).
+// The caller calls stop when the server has stopped.
+func (d *Decorator) BookmarkBeforeShutdown(ctx context.Context, wait time.Duration) (run context.Context, stop func()) {
+	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// stop ends the wait for the clients at once.
+	stopping, stopNow := context.WithCancel(context.Background())
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		defer cancel()
+		select {
+		case <-ctx.Done():
+		case <-run.Done():
+			return
+		}
+		start := time.Now()
+		bctx, bcancel := context.WithTimeout(stopping, wait)
+		queued, taken := d.BookmarkAll(bctx)
+		bcancel()
+		klog.InfoS("Shutting down: bookmarked the caches' watches at their current resourceVersion",
+			"queued", queued, "taken", taken, "took", time.Since(start), "wait", wait)
+	}()
+	return run, func() {
+		stopNow()
+		cancel()
+		<-finished
+	}
+}

@@ -159,3 +159,83 @@ func TestEndWatchesOnShutdown(t *testing.T) {
 		t.Fatal("a watch ended after stop")
 	}
 }
+
+// The server's context ends only once it was told to stop and every watch
+// that takes bookmarks was sent one its client read; a client that reads
+// nothing holds it for `wait` at most.
+func TestBookmarkBeforeShutdown(t *testing.T) {
+	widgetsCache, gadgetsCache := newQuietCache(t, widgets), newQuietCache(t, gadgets)
+	d := stub(map[string]storage.Interface{widgets.String(): widgetsCache, gadgets.String(): gadgetsCache}, map[string]int{})
+	decorate(t, d, widgets)
+	decorate(t, d, gadgets)
+	open := func(c interface {
+		Watch(context.Context, string, storage.ListOptions) (watch.Interface, error)
+		ReadinessCheck() error
+	}, prefix string) watch.Interface {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for c.ReadinessCheck() != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("cache not ready: %v", c.ReadinessCheck())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		pred := storage.Everything
+		pred.AllowWatchBookmarks = true
+		w, err := c.Watch(context.Background(), prefix, storage.ListOptions{ResourceVersion: "1", Predicate: pred, Recursive: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		return w
+	}
+	w1, w2 := open(widgetsCache, "/widgets/"), open(gadgetsCache, "/gadgets/")
+	ended := func(ctx context.Context, wait time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-time.After(wait):
+			return false
+		}
+	}
+	bookmark := func(w watch.Interface) {
+		t.Helper()
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type != watch.Bookmark {
+				t.Fatalf("got %s, want a bookmark", ev.Type)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no bookmark within 10s of the stop")
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	run, stop := d.BookmarkBeforeShutdown(ctx, time.Hour)
+	defer stop()
+	if ended(run, 100*time.Millisecond) {
+		t.Fatal("the server's context ended before it was told to stop")
+	}
+	cancel()
+	bookmark(w1)
+	if ended(run, 200*time.Millisecond) {
+		t.Fatal("the server's context ended before every client read its bookmark")
+	}
+	bookmark(w2)
+	if !ended(run, 10*time.Second) {
+		t.Fatal("the server's context still open 10s after every client read its bookmark")
+	}
+
+	// A client that reads nothing holds the stop for the wait only.
+	open(widgetsCache, "/widgets/")
+	ctx, cancel = context.WithCancel(context.Background())
+	run, stop = d.BookmarkBeforeShutdown(ctx, 300*time.Millisecond)
+	defer stop()
+	cancel()
+	bookmark(w1)
+	bookmark(w2)
+	if !ended(run, 10*time.Second) {
+		t.Fatal("the server's context still open 10s after the wait")
+	}
+}

@@ -206,6 +206,11 @@ func Run(ctx context.Context, opts options.CompletedOptions, wk *Options) error 
 		// waits up to that long). watchkeeper ends its watches gracefully
 		// (each client reads what is queued) when the server stops accepting
 		// requests and the grace period has passed.
+		// Before all that, every watch is sent a bookmark at its cache's
+		// RV, so that its client resumes from there (BookmarkBeforeShutdown).
+		var stop func()
+		ctx, stop = d.BookmarkBeforeShutdown(ctx, decorator.ShutdownBookmarkWait)
+		defer stop()
 		g := opts.GenericServerRunOptions
 		defer d.EndWatchesOnShutdown(ctx, g.ShutdownDelayDuration+g.ShutdownWatchTerminationGracePeriod)()
 	}

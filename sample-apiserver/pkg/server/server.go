@@ -56,12 +56,17 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 	return s.Run(ctx)
 }
 
-// Run serves until ctx ends. Then, after the watch termination grace
-// period, it ends every watchkeeper watch (each after its client read what
-// is queued), so the generic server's shutdown does not wait out its 60s
-// timeout for them and their clients resume elsewhere at once.
+// Run serves until ctx ends. Then it sends every watchkeeper watch a
+// bookmark at its cache's RV before the generic server stops (so clients
+// resume from there), and after the watch termination grace period ends
+// every watchkeeper watch (each after its client read what is queued), so
+// the generic server's shutdown does not wait out its 60s timeout for them
+// and their clients resume elsewhere at once.
 func (s *Server) Run(ctx context.Context) error {
 	if d := s.decorator; d != nil {
+		var stop func()
+		ctx, stop = d.BookmarkBeforeShutdown(ctx, decorator.ShutdownBookmarkWait)
+		defer stop()
 		defer d.EndWatchesOnShutdown(ctx, s.watchGrace)()
 	}
 	return s.Generic.PrepareRun().RunWithContext(ctx)

@@ -1,0 +1,78 @@
+package cacher
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// Before a server stops, every watcher that takes bookmarks gets one at the
+// dispatched RV, behind the events still queued for it, and BookmarkAll
+// returns once the clients have taken them; a watcher without bookmarks
+// gets none.
+func TestBookmarkAllQueuesABookmarkBehindEachWatchersEvents(t *testing.T) {
+	_, c, sw := cacherListedAt100(t)
+	ctx := context.Background()
+	behind := c.startWatch(t, ctx, "100", everything(true))
+	idle := c.startWatch(t, ctx, "100", everything(true))
+	plain := c.startWatch(t, ctx, "100", everything(false))
+	// More events than a client's channel holds: the rest wait in the
+	// watchers' queues until their clients read.
+	const last = 100 + 2*resultBuffer
+	for rv := uint64(101); rv <= last; rv++ {
+		sw.send(t, watch.Added, newTestPod(podName(int(rv)), rv, nil, ""))
+	}
+	for rv := uint64(101); rv <= last; rv++ {
+		if ev := nextEvent(t, idle); eventRV(t, ev) != rv {
+			t.Fatalf("idle watcher: %s, want the event at %d", describe(ev), rv)
+		}
+	}
+
+	type result struct{ queued, taken int }
+	done := make(chan result, 1)
+	go func() {
+		q, tk := c.BookmarkAll(ctx)
+		done <- result{q, tk}
+	}()
+	if ev := nextEvent(t, idle); ev.Type != watch.Bookmark || eventRV(t, ev) != last {
+		t.Fatalf("idle watcher: %s, want a bookmark at %d", describe(ev), last)
+	}
+	for range 5 {
+		c.clk.Step(bookmarkTakenPoll)
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("BookmarkAll returned %+v before a client read its queue", r)
+	default:
+	}
+	for rv := uint64(101); rv <= last; rv++ {
+		if ev := nextEvent(t, behind); eventRV(t, ev) != rv {
+			t.Fatalf("watcher behind: %s, want the event at %d", describe(ev), rv)
+		}
+	}
+	if ev := nextEvent(t, behind); ev.Type != watch.Bookmark || eventRV(t, ev) != last {
+		t.Fatalf("watcher behind: %s after its events, want a bookmark at %d", describe(ev), last)
+	}
+	for rv := uint64(101); rv <= last; rv++ {
+		if ev := nextEvent(t, plain); eventRV(t, ev) != rv {
+			t.Fatalf("watcher without bookmarks: %s, want the event at %d", describe(ev), rv)
+		}
+	}
+	var r result
+	poll(t, "BookmarkAll to return once every client took its bookmark", func() bool {
+		select {
+		case r = <-done:
+			return true
+		default:
+			c.clk.Step(bookmarkTakenPoll)
+			return false
+		}
+	})
+	if r != (result{2, 2}) {
+		t.Fatalf("BookmarkAll: %+v, want 2 queued and 2 taken", r)
+	}
+	expectQuiet(t, plain, "a watcher without bookmarks")
+}
