@@ -149,7 +149,13 @@ func (d *Decorator) BookmarkBeforeShutdown(ctx context.Context, wait time.Durati
 		bctx, bcancel := context.WithTimeout(stopping, wait)
 		queued, taken := d.BookmarkAll(bctx)
 		bcancel()
-		klog.InfoS("Shutting down: bookmarked the caches' watches at their current resourceVersion",
+		// A server with no watch open says nothing of it (a Ctrl-C says one
+		// line).
+		log := klog.V(0)
+		if queued == 0 {
+			log = klog.V(2)
+		}
+		log.InfoS("Shutting down: bookmarked the caches' watches at their current resourceVersion",
 			"queued", queued, "taken", taken, "took", time.Since(start), "wait", wait)
 	}()
 	return run, func() {
