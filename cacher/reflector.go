@@ -155,16 +155,20 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	}
 
 	// The watchers go with the state they started from, under the same lock.
+	// The initialization is counted under it too: whoever sees the cache
+	// ready sees it counted.
 	c.state.mu.Lock()
 	c.terminateAllLocked()
 	err = c.state.resetLocked(objs, rv, c.clock.Now())
+	if err == nil {
+		c.metrics.initializations.Inc()
+		c.metrics.initDuration.Observe(c.clock.Since(start).Seconds())
+	}
 	c.state.mu.Unlock()
 	if err != nil {
 		return 0, err
 	}
 	c.push(progress(rv))
-	c.metrics.initializations.Inc()
-	c.metrics.initDuration.Observe(c.clock.Since(start).Seconds())
 	c.logger.Info("Watch cache listed", "objects", len(objs), "resourceVersion", rv, "took", c.clock.Since(start))
 	return rv, nil
 }
