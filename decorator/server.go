@@ -118,11 +118,26 @@ func (d *Decorator) BookmarkAll(ctx context.Context) (queued, taken int) {
 	return queued, taken
 }
 
-// ShutdownBookmarkWait bounds how long a stopping server waits for its
+// shutdownBookmarkWait bounds how long a stopping server waits for its
 // watch clients to read their last bookmark (BookmarkBeforeShutdown): a
 // client that keeps up reads it within milliseconds, and one that does
 // not must not hold the stop.
-const ShutdownBookmarkWait = 2 * time.Second
+const shutdownBookmarkWait = 2 * time.Second
+
+// WatchesOnShutdown is what a server that embeds watchkeeper wires around
+// its run, the two steps in their order: it returns the context to run the
+// server with, which ends once ctx has and every watch was sent its last
+// bookmark (BookmarkBeforeShutdown), and it ends the watches `after` that
+// context ends (EndWatchesOnShutdown). The caller calls stop when the
+// server has stopped.
+func (d *Decorator) WatchesOnShutdown(ctx context.Context, after time.Duration) (run context.Context, stop func()) {
+	run, stopBookmarks := d.BookmarkBeforeShutdown(ctx, shutdownBookmarkWait)
+	stopEnding := d.EndWatchesOnShutdown(run, after)
+	return run, func() {
+		stopEnding()
+		stopBookmarks()
+	}
+}
 
 // BookmarkBeforeShutdown returns the context to run the server with: it
 // ends once ctx ends (the server is told to stop) and d's caches have sent

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/watchkeeper/watchkeeper/cacher"
 	"github.com/watchkeeper/watchkeeper/options"
 )
 
@@ -78,13 +79,8 @@ func TestEndWatchesOnShutdown(t *testing.T) {
 	c := newQuietCache(t, widgets)
 	d := stub(map[string]storage.Interface{widgets.String(): c}, map[string]int{})
 	decorate(t, d, widgets)
+	waitReady(t, c)
 	deadline := time.Now().Add(30 * time.Second)
-	for c.ReadinessCheck() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("cache not ready: %v", c.ReadinessCheck())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	open := func() watch.Interface {
 		t.Helper()
 		w, err := c.Watch(context.Background(), "/widgets/", storage.ListOptions{ResourceVersion: "1", Predicate: storage.Everything, Recursive: true})
@@ -168,18 +164,9 @@ func TestBookmarkBeforeShutdown(t *testing.T) {
 	d := stub(map[string]storage.Interface{widgets.String(): widgetsCache, gadgets.String(): gadgetsCache}, map[string]int{})
 	decorate(t, d, widgets)
 	decorate(t, d, gadgets)
-	open := func(c interface {
-		Watch(context.Context, string, storage.ListOptions) (watch.Interface, error)
-		ReadinessCheck() error
-	}, prefix string) watch.Interface {
+	open := func(c *cacher.Cacher, prefix string) watch.Interface {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for c.ReadinessCheck() != nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("cache not ready: %v", c.ReadinessCheck())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		waitReady(t, c)
 		pred := storage.Everything
 		pred.AllowWatchBookmarks = true
 		w, err := c.Watch(context.Background(), prefix, storage.ListOptions{ResourceVersion: "1", Predicate: pred, Recursive: true})
@@ -237,5 +224,15 @@ func TestBookmarkBeforeShutdown(t *testing.T) {
 	bookmark(w2)
 	if !ended(run, 10*time.Second) {
 		t.Fatal("the server's context still open 10s after the wait")
+	}
+}
+
+// waitReady waits up to 30s for c to have synced.
+func waitReady(t *testing.T, c *cacher.Cacher) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatalf("cache not ready: %v", err)
 	}
 }

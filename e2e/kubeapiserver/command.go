@@ -208,11 +208,10 @@ func Run(ctx context.Context, opts options.CompletedOptions, wk *Options) error 
 		// requests and the grace period has passed.
 		// Before all that, every watch is sent a bookmark at its cache's
 		// RV, so that its client resumes from there (BookmarkBeforeShutdown).
-		var stop func()
-		ctx, stop = d.BookmarkBeforeShutdown(ctx, decorator.ShutdownBookmarkWait)
-		defer stop()
 		g := opts.GenericServerRunOptions
-		defer d.EndWatchesOnShutdown(ctx, g.ShutdownDelayDuration+g.ShutdownWatchTerminationGracePeriod)()
+		var stop func()
+		ctx, stop = d.WatchesOnShutdown(ctx, g.ShutdownDelayDuration+g.ShutdownWatchTerminationGracePeriod)
+		defer stop()
 	}
 	return prepared.Run(ctx)
 }

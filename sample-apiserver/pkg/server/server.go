@@ -65,9 +65,8 @@ func Run(ctx context.Context, o *Options, out io.Writer) error {
 func (s *Server) Run(ctx context.Context) error {
 	if d := s.decorator; d != nil {
 		var stop func()
-		ctx, stop = d.BookmarkBeforeShutdown(ctx, decorator.ShutdownBookmarkWait)
+		ctx, stop = d.WatchesOnShutdown(ctx, s.watchGrace)
 		defer stop()
-		defer d.EndWatchesOnShutdown(ctx, s.watchGrace)()
 	}
 	return s.Generic.PrepareRun().RunWithContext(ctx)
 }
