@@ -51,9 +51,11 @@ type sharePlan struct {
 	typ  reflect.Type
 	kind reflect.Kind
 	size uintptr
-	// flat: no pointers at all, so equal bits are equal values and there
-	// is nothing to share.
-	flat bool
+	// flat: no pointers at all, so there is nothing to share, only to
+	// compare. dense: flat and without padding, so equal bits are equal
+	// values. A padded value's padding is not copied with it: a copy on
+	// the stack (a map value's) may hold anything there.
+	flat, dense bool
 	// stringMap: a map whose keys and values are strings; quantityMap:
 	// string keys, resource.Quantity values (requests and limits);
 	// jsonMap: map[string]any, a custom resource's decoded JSON.
@@ -63,7 +65,8 @@ type sharePlan struct {
 }
 
 // fieldPlan is a field of a struct, or with plan nil a run of adjacent
-// flat fields, compared as one block of size bytes.
+// dense fields with no padding between them, compared as one block of
+// size bytes.
 type fieldPlan struct {
 	offset, size uintptr
 	plan         *sharePlan
@@ -105,12 +108,12 @@ func buildPlan(t reflect.Type, building map[reflect.Type]*sharePlan) *sharePlan 
 	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
 		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
-		p.flat = true
+		p.flat, p.dense = true, true
 	case reflect.Pointer, reflect.Slice:
 		p.elem = buildPlan(t.Elem(), building)
 	case reflect.Array:
 		p.elem = buildPlan(t.Elem(), building)
-		p.flat = p.elem.flat
+		p.flat, p.dense = p.elem.flat, p.elem.dense
 	case reflect.Map:
 		p.elem = buildPlan(t.Elem(), building)
 		p.stringMap = t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.String
@@ -124,18 +127,20 @@ func buildPlan(t reflect.Type, building map[reflect.Type]*sharePlan) *sharePlan 
 			f := t.Field(i)
 			fp := buildPlan(f.Type, building)
 			p.flat = p.flat && fp.flat
-			if !fp.flat {
-				p.fields = append(p.fields, fieldPlan{offset: f.Offset, plan: fp})
+			if !fp.dense {
+				p.fields = append(p.fields, fieldPlan{offset: f.Offset, size: f.Type.Size(), plan: fp})
 				continue
 			}
-			// Padding between two flat fields is zero in decoded
-			// objects; where it is not, the block is merely unequal.
-			if n := len(p.fields); n > 0 && p.fields[n-1].plan == nil {
-				p.fields[n-1].size = f.Offset + f.Type.Size() - p.fields[n-1].offset
+			// Adjacent dense fields are compared as one block; padding
+			// between two fields ends the block.
+			if n := len(p.fields); n > 0 && p.fields[n-1].plan == nil && p.fields[n-1].offset+p.fields[n-1].size == f.Offset {
+				p.fields[n-1].size += f.Type.Size()
 				continue
 			}
 			p.fields = append(p.fields, fieldPlan{offset: f.Offset, size: f.Type.Size()})
 		}
+		p.dense = p.flat && (t.Size() == 0 ||
+			len(p.fields) == 1 && p.fields[0].plan == nil && p.fields[0].offset == 0 && p.fields[0].size == t.Size())
 	}
 	return p
 }
@@ -151,7 +156,7 @@ type sliceHeader struct {
 // the two are equal, and reports whether they are equal throughout.
 func (pl *sharePlan) share(n, p unsafe.Pointer) bool {
 	if pl.flat {
-		return equalBits(n, p, pl.size)
+		return pl.equalFlat(n, p)
 	}
 	switch pl.kind {
 	case reflect.String:
@@ -180,7 +185,7 @@ func (pl *sharePlan) share(n, p unsafe.Pointer) bool {
 			return true
 		}
 		same := true
-		if pl.elem.flat {
+		if pl.elem.dense {
 			same = equalBits(hn.data, hp.data, uintptr(hn.len)*pl.elem.size)
 		} else {
 			for i := range uintptr(hn.len) {
@@ -237,6 +242,29 @@ func (pl *sharePlan) share(n, p unsafe.Pointer) bool {
 		// Interfaces (a RawExtension's Object): compared, never shared
 		// into.
 		return pl.deepEqual(n, p)
+	}
+}
+
+// equalFlat compares two values without pointers, padding left out.
+func (pl *sharePlan) equalFlat(n, p unsafe.Pointer) bool {
+	switch {
+	case pl.dense:
+		return equalBits(n, p, pl.size)
+	case pl.kind == reflect.Array:
+		for i := range uintptr(pl.typ.Len()) {
+			if !pl.elem.equalFlat(unsafe.Add(n, i*pl.elem.size), unsafe.Add(p, i*pl.elem.size)) {
+				return false
+			}
+		}
+		return true
+	default: // a struct with padding
+		for _, f := range pl.fields {
+			fn, fp := unsafe.Add(n, f.offset), unsafe.Add(p, f.offset)
+			if f.plan == nil && !equalBits(fn, fp, f.size) || f.plan != nil && !f.plan.equalFlat(fn, fp) {
+				return false
+			}
+		}
+		return true
 	}
 }
 
