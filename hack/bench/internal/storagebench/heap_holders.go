@@ -61,8 +61,18 @@ var holderRules = []struct {
 	// ...and, if set, another frame that has one of these.
 	alsoFrames []string
 }{
-	// The etcd3 storage's per-key size estimate is the storage's own.
-	{holder: HolderOther, frames: []string{etcd3Pkg + "(*resourceSizeEstimator)"}},
+	// The process's, not a cache's, whatever stack they were made under:
+	// the etcd3 storage's setup and its per-key size estimate, the etcd
+	// client's and gRPC's streams and metrics, the feature gates' record,
+	// protobuf's, reflect's and the runtime's type caches, and an etcd server run in this process (the tests';
+	// its index is a B-tree of the same package as the caches').
+	{holder: HolderOther, frames: []string{
+		etcd3Pkg + "(*resourceSizeEstimator)", etcd3Pkg + "New", etcd3Pkg + "newDefaultLeaseManager", etcd3Pkg + "StartCompactor",
+		"k8s.io/apiserver/pkg/storage/feature.", "go.etcd.io/etcd/", "google.golang.org/grpc", "github.com/prometheus/",
+		etcd3Pkg + "WithCorruptObj", "k8s.io/component-base/featuregate.",
+		"google.golang.org/protobuf/internal/impl.(*MessageInfo).init", "reflect.(*rtype).ptrTo",
+		"runtime.buildTypeAssertCache", "runtime.buildInterfaceSwitchCache",
+	}},
 	// A node copied on write, because a clone shares it: the copy goes in
 	// the current tree, the original stays in the clone.
 	{holder: treeCopies, frames: []string{btreePkg}, alsoFrames: []string{").mutableFor"}},
