@@ -63,10 +63,7 @@ func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
 				from = min(from, b.oldest)
 			}
 			b.oldest = 0
-			run = &backfillRun{from: from, done: make(chan struct{})}
-			b.running = run
-			c.wg.Add(1)
-			go c.runBackfill(run)
+			run = c.startBackfillLocked(from, false)
 		case rv < run.from && (b.oldest == 0 || rv < b.oldest):
 			b.oldest = rv
 		}
@@ -91,6 +88,36 @@ func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
 	}
 }
 
+// backfillAfterList starts reading the history back from etcd to
+// ListBackfillRevisions before a list at rv, and returns at once: clients
+// resuming from there later find their events in memory, or wait for this
+// run as for any other. See Config.ListBackfillRevisions.
+func (c *Cacher) backfillAfterList(rv uint64) {
+	n := c.cfg.ListBackfillRevisions
+	if n == 0 || rv <= 1 {
+		return
+	}
+	b := &c.backfills
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// One running already was for the history before this list, which
+	// it will find gone.
+	if b.running != nil || c.stopping() {
+		return
+	}
+	c.startBackfillLocked(rv-min(n, rv-1), true)
+}
+
+// startBackfillLocked starts a backfill from rv on a goroutine of the
+// cache's; c.backfills.mu is held.
+func (c *Cacher) startBackfillLocked(rv uint64, afterList bool) *backfillRun {
+	run := &backfillRun{from: rv, afterList: afterList, done: make(chan struct{})}
+	c.backfills.running = run
+	c.wg.Add(1)
+	go c.runBackfill(run)
+	return run
+}
+
 // backfiller coalesces backfills; see backfill.
 type backfiller struct {
 	mu      sync.Mutex
@@ -107,8 +134,10 @@ type backfiller struct {
 // backfillRun is one backfill from an RV; err is set before done closes.
 type backfillRun struct {
 	from uint64
-	done chan struct{}
-	err  error
+	// afterList: started by the list, not by a client's resume.
+	afterList bool
+	done      chan struct{}
+	err       error
 }
 
 // runBackfill is the goroutine of one backfill; the cache's WaitGroup
@@ -116,22 +145,28 @@ type backfillRun struct {
 func (c *Cacher) runBackfill(run *backfillRun) {
 	defer c.wg.Done()
 	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(c.ctx, c.backfillMetadata), backfillTimeout)
-	run.err = c.fillHistory(ctx, run.from)
+	run.err = c.fillHistory(ctx, run.from, run.afterList)
 	cancel()
-	var failedAt time.Time
-	if run.err != nil {
-		failedAt = c.clock.Now()
+	c.backfills.mu.Lock()
+	switch {
+	case run.err == nil:
+		c.metrics.backfilled.Inc()
+		c.backfills.failedAt = time.Time{}
+	case run.afterList:
+		// No cooldown: no client asked for it, and a resume's own
+		// backfill may yet succeed (from a younger RV).
+		c.metrics.backfillFailed.Inc()
+		c.logger.Info("Watch cache history backfill after the list failed; resumes from before the list backfill on demand",
+			"from", run.from, "err", run.err)
+	default:
+		c.backfills.failedAt = c.clock.Now()
 		c.metrics.backfillFailed.Inc()
 		// Its waiting clients, and those resuming for backfillCooldown,
 		// relist: one line per failure, at most one per cooldown.
 		c.logger.Info("Watch cache history backfill failed; resumes from before the list get 410 Expired for a while",
 			"from", run.from, "cooldown", backfillCooldown, "err", run.err)
-	} else {
-		c.metrics.backfilled.Inc()
 	}
-	c.backfills.mu.Lock()
 	c.backfills.running = nil
-	c.backfills.failedAt = failedAt
 	c.backfills.mu.Unlock()
 	close(run.done)
 }
@@ -141,7 +176,7 @@ func (c *Cacher) runBackfill(run *backfillRun) {
 // selectors need (pastStateReader); then it prepends the events. If etcd
 // has compacted rv away a read fails and the clients get their 410, as
 // they should.
-func (c *Cacher) fillHistory(ctx context.Context, rv uint64) error {
+func (c *Cacher) fillHistory(ctx context.Context, rv uint64, afterList bool) error {
 	start, fromList := c.state.historyStart()
 	if !fromList || rv >= start {
 		return nil
@@ -162,7 +197,7 @@ func (c *Cacher) fillHistory(ctx context.Context, rv uint64) error {
 	if err := c.state.prependHistory(events, rv, start, c.clock.Now()); err != nil {
 		return err
 	}
-	c.logger.Info("Backfilled the watch cache history from etcd",
+	c.logger.Info("Backfilled the watch cache history from etcd", "afterList", afterList,
 		"from", rv, "to", start, "events", len(events), "eventsTook", evsTook,
 		"state", read.String(), "took", c.clock.Since(began))
 	return nil

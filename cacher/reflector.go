@@ -170,6 +170,7 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	}
 	c.push(progress(rv))
 	c.logger.Info("Watch cache listed", "objects", len(objs), "resourceVersion", rv, "took", c.clock.Since(start))
+	c.backfillAfterList(rv)
 	return rv, nil
 }
 

@@ -241,5 +241,6 @@ func Schedule(o *options.WatchCacheOptions, gr schema.GroupResource) cacher.Conf
 		HistoryCapacity:           r.EventsHistoryCapacity,
 		StorageSilenceTimeout:     r.StorageSilenceTimeout,
 		WatcherBuffer:             cacher.DefaultWatcherBuffer,
+		ListBackfillRevisions:     cacher.DefaultListBackfillRevisions,
 	}
 }
