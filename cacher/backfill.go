@@ -147,27 +147,38 @@ func (c *Cacher) runBackfill(run *backfillRun) {
 	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(c.ctx, c.backfillMetadata), backfillTimeout)
 	run.err = c.fillHistory(ctx, run.from, run.afterList)
 	cancel()
+	// A list's own backfill leaves no cooldown when it fails: no client
+	// asked for it, and a resume's backfill may yet succeed (from a
+	// younger RV).
 	c.backfills.mu.Lock()
+	c.backfills.running = nil
+	switch {
+	case run.err == nil:
+		c.backfills.failedAt = time.Time{}
+	case !run.afterList:
+		c.backfills.failedAt = c.clock.Now()
+	}
+	c.backfills.mu.Unlock()
 	switch {
 	case run.err == nil:
 		c.metrics.backfilled.Inc()
-		c.backfills.failedAt = time.Time{}
 	case run.afterList:
-		// No cooldown: no client asked for it, and a resume's own
-		// backfill may yet succeed (from a younger RV).
 		c.metrics.backfillFailed.Inc()
-		c.logger.Info("Watch cache history backfill after the list failed; resumes from before the list backfill on demand",
+		log := c.logger
+		if c.stopping() {
+			// Stopped under it (kube-apiserver builds some storages it
+			// then destroys): nothing any client will miss.
+			log = log.V(4)
+		}
+		log.Info("Watch cache history backfill after the list failed; resumes from before the list backfill on demand",
 			"from", run.from, "err", run.err)
 	default:
-		c.backfills.failedAt = c.clock.Now()
 		c.metrics.backfillFailed.Inc()
 		// Its waiting clients, and those resuming for backfillCooldown,
 		// relist: one line per failure, at most one per cooldown.
 		c.logger.Info("Watch cache history backfill failed; resumes from before the list get 410 Expired for a while",
 			"from", run.from, "cooldown", backfillCooldown, "err", run.err)
 	}
-	c.backfills.running = nil
-	c.backfills.mu.Unlock()
 	close(run.done)
 }
 
