@@ -214,13 +214,23 @@ func printTarget(w io.Writer, what string, met bool, name, detail string) {
 	fmt.Fprintf(w, "%s %s %s: %s\n", what, verdict, name, detail)
 }
 
+// latencyRow is a row of printWatchLatencyByPhase: the classes it
+// pools, all their events or only the live ones.
+type latencyRow struct {
+	what    string
+	classes []class
+	live    bool
+}
+
 // printWatchLatencyByPhase prints the watch event latency rows above
 // split by the phase each event arrived in: steady, the start storm
 // (until the restart's SIGTERM) and the restart (from the
 // SIGTERM until 30s after ready, so the events written while the server
 // was down and delivered after count there); a line per phase for all
 // kubelet watches, then its pods and secrets/configmaps; phases where
-// neither cache timed an event are left out.
+// neither cache timed an event are left out. The restart adds its pods
+// and secrets/configmaps again, live: only events written while the watch
+// that delivered them was open.
 func printWatchLatencyByPhase(w io.Writer, wk, up *result) {
 	fmt.Fprintf(w, "  %-20s %-20s %9s %9s %9s %9s %8s %8s %8s\n", "by phase (arrival)", "watches", "p50 wk", "p50 stock", "p99 wk", "p99 stock", "ratio", "n wk", "n stock")
 	for p := range nAPIPhases {
@@ -228,6 +238,13 @@ func printWatchLatencyByPhase(w io.Writer, wk, up *result) {
 			var hs []*histogram.Histogram
 			for _, c := range classes {
 				hs = append(hs, &r.st.latencyByPhase[c][p])
+			}
+			return hs
+		}
+		live := func(r *result, classes ...class) []*histogram.Histogram {
+			var hs []*histogram.Histogram
+			for _, c := range classes {
+				hs = append(hs, &r.st.liveByPhase[c][p])
 			}
 			return hs
 		}
@@ -239,15 +256,22 @@ func printWatchLatencyByPhase(w io.Writer, wk, up *result) {
 			return float64(n)
 		}
 		name := p.String()
-		for _, x := range []struct {
-			what    string
-			classes []class
-		}{
-			{"all kubelet", []class{classPods, classObjects}},
-			{"  pods", []class{classPods}},
-			{"  secrets/configmaps", []class{classObjects}},
-		} {
+		rows := []latencyRow{
+			{"all kubelet", []class{classPods, classObjects}, false},
+			{"  pods", []class{classPods}, false},
+			{"  secrets/configmaps", []class{classObjects}, false},
+		}
+		if p == apiRestart {
+			// Without the resumed watches' catch-up, which only
+			// watchkeeper's restart times (liveByPhase).
+			rows = append(rows, latencyRow{"  pods, live", []class{classPods}, true},
+				latencyRow{"  s/c, live", []class{classObjects}, true})
+		}
+		for _, x := range rows {
 			a, b := of(wk, x.classes...), of(up, x.classes...)
+			if x.live {
+				a, b = live(wk, x.classes...), live(up, x.classes...)
+			}
 			if x.what == "all kubelet" && count(a)+count(b) == 0 {
 				break
 			}

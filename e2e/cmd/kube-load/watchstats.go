@@ -67,6 +67,12 @@ type stats struct {
 	// The same latency per class and per phase of its arrival (steady,
 	// storm, restart as the API calls' phases name them).
 	latencyByPhase [nClasses][nAPIPhases]histogram.Histogram
+	// Of those, the events written while the watch that delivered them
+	// was open: at the restart, a resumed watch's catch-up on what was
+	// written while the server was down counts above (its latency is the
+	// downtime), where a relist learns the same writes in a list, which no
+	// latency counts. These put the two caches' restarts side by side.
+	liveByPhase [nClasses][nAPIPhases]histogram.Histogram
 	// The same events of all kubelet watches that were written while
 	// the watch that delivered them was open.
 	live histogram.Histogram
@@ -306,10 +312,12 @@ func (lw *countingLW) observe(ev watch.Event, now time.Time, initial bool, opene
 		return
 	}
 	lw.latency.Record(d)
-	lw.st.latencyByPhase[lw.class][lw.st.latencyPhase()].Record(d)
+	p := lw.st.latencyPhase()
+	lw.st.latencyByPhase[lw.class][p].Record(d)
 	if written.Before(opened) {
 		lw.st.catchUp.Record(d)
 	} else {
 		lw.st.live.Record(d)
+		lw.st.liveByPhase[lw.class][p].Record(d)
 	}
 }
