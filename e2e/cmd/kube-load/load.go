@@ -78,8 +78,8 @@ type load struct {
 	say     func(format string, args ...any)
 }
 
-// restartPhase is how long after kube-apiserver is ready again its
-// restart's relists, 410s and ended watches are counted as the restart's.
+// restartPhase is how long after kube-apiserver is ready again the
+// restart's CPU profile runs.
 const restartPhase = 30 * time.Second
 
 // runCache runs one cache in round (from 0) on a fresh etcd and cluster.
@@ -334,30 +334,19 @@ func (l *load) measure(ctx context.Context) error {
 		res.rssPeaks[1] = u1.peakRSS
 		u0 = procUsage{}
 		phases.replaced()
-		ready, err := l.restart(ctx, func() {
+		if _, err := l.restart(ctx, func() {
 			if cfg.profileDir != "" {
 				work.Go(func() { l.restartProfile(wctx) })
 			}
-		})
-		if err != nil {
+		}); err != nil {
 			return err
 		}
-		// The restart's window: until 30s after ready (or until every
-		// kubelet watches again, if that was later), unless the run
-		// ends first.
+		// The restart's span runs until the run's end, as the storm's
+		// runs until the restart: the same third of the run on both
+		// caches, the aftermath included. Ended 30s after ready (until
+		// b672e43), the rest of the run counted as steady on the cache
+		// that was ready sooner, its aftermath with it.
 		last = apiRestart
-		if end := ready.Add(restartPhase); end.Before(t0.Add(cfg.duration)) {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Until(end)):
-			}
-			st.phase.Store(int32(phaseSteady))
-			if err := mark(apiRestart); err != nil {
-				return err
-			}
-			last = apiSteady
-		}
 	}
 	select {
 	case <-ctx.Done():

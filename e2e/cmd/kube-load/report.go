@@ -121,7 +121,7 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 		f    func(*result) float64
 	}{
 		{"relists by clients, outside the restart", count(relists, phaseSteady)},
-		{"relists by clients, at the restart (until 30s after ready)", count(relists, phaseRestart)},
+		{"relists by clients, at the restart (SIGTERM to the run's end)", count(relists, phaseRestart)},
 		{"410s seen by clients, outside the restart", count(gone, phaseSteady)},
 		{"410s seen by clients, at the restart", count(gone, phaseRestart)},
 		{"watches ended by the server, outside the restart", count(ended, phaseSteady)},
@@ -225,7 +225,7 @@ type latencyRow struct {
 // printWatchLatencyByPhase prints the watch event latency rows above
 // split by the phase each event arrived in: steady, the start storm
 // (until the restart's SIGTERM) and the restart (from the
-// SIGTERM until 30s after ready, so the events written while the server
+// SIGTERM until the run's end, so the events written while the server
 // was down and delivered after count there); a line per phase for all
 // kubelet watches, then its pods and secrets/configmaps; phases where
 // neither cache timed an event are left out. The restart adds its pods
@@ -387,7 +387,7 @@ func printPhases(w io.Writer, wk, up *result, flagged []apiCall) {
 	took := func(p apiPhase) string {
 		return fmt.Sprintf("%v wk / %v stock", wk.phaseTook[p].Round(100*time.Millisecond), up.phaseTook[p].Round(100*time.Millisecond))
 	}
-	fmt.Fprintf(w, "API call latency by phase (steady: outside the storm and the restart, %s; storm: from the storm until the restart, %s; restart: SIGTERM to 30s after ready, %s), the calls above over 1.0x or over their SLO:\n",
+	fmt.Fprintf(w, "API call latency by phase (steady: outside the storm and the restart, %s; storm: from the storm until the restart, %s; restart: from SIGTERM to the run's end, %s), the calls above over 1.0x or over their SLO:\n",
 		took(apiSteady), took(apiStorm), took(apiRestart))
 	if len(flagged) == 0 {
 		fmt.Fprintf(w, "none\n\n")
