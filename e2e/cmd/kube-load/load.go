@@ -78,10 +78,6 @@ type load struct {
 	say     func(format string, args ...any)
 }
 
-// restartPhase is how long after kube-apiserver is ready again the
-// restart's CPU profile runs.
-const restartPhase = 30 * time.Second
-
 // runCache runs one cache in round (from 0) on a fresh etcd and cluster.
 func runCache(ctx context.Context, cfg config, rd *runDir, cache string, round int) (*result, error) {
 	st := &stats{}
@@ -334,7 +330,7 @@ func (l *load) measure(ctx context.Context) error {
 		res.rssPeaks[1] = u1.peakRSS
 		u0 = procUsage{}
 		phases.replaced()
-		if _, err := l.restart(ctx, func() {
+		if err := l.restart(ctx, func() {
 			if cfg.profileDir != "" {
 				work.Go(func() { l.restartProfile(wctx) })
 			}
@@ -441,8 +437,8 @@ func (l *load) waitKubelets(ctx context.Context, since time.Time, at func(synced
 }
 
 // restart restarts kube-apiserver (SIGTERM) and waits until every kubelet
-// watches its pods again; it returns when the new process was ready.
-func (l *load) restart(ctx context.Context, started func()) (time.Time, error) {
+// watches its pods again.
+func (l *load) restart(ctx context.Context, started func()) error {
 	st := l.res.st
 	st.phase.Store(int32(phaseRestart))
 	hc := *l.cluster.HTTP
@@ -458,7 +454,7 @@ func (l *load) restart(ctx context.Context, started func()) (time.Time, error) {
 	exited, ready, err := l.cluster.RestartNotify(ctx, 70*time.Second, started)
 	if err != nil {
 		poller.Stop()
-		return time.Time{}, fmt.Errorf("kube-apiserver restart: %w", err)
+		return fmt.Errorf("kube-apiserver restart: %w", err)
 	}
 	// The new process's CPU from its start to ready (as the cluster's
 	// wait saw it, a 250ms poll): its work of starting.
@@ -478,7 +474,7 @@ func (l *load) restart(ctx context.Context, started func()) (time.Time, error) {
 	l.say("kube-apiserver restarted: exited %v after SIGTERM, ready %v after; %d kubelets watching again, the last %v after the exit",
 		exited.Sub(start).Round(100*time.Millisecond), ready.Sub(exited).Round(100*time.Millisecond),
 		len(l.res.reconnect), lastOf(l.res.reconnect).Round(10*time.Millisecond))
-	return ready, nil
+	return nil
 }
 
 // viewsTimeout is how long the kubelets have, after the measured run, to
@@ -605,9 +601,9 @@ func (l *load) cpuProfile(ctx context.Context, after, window time.Duration) {
 }
 
 // restartProfileWindow is how long the restart's CPU profile runs from the
-// new process's first answer: its start, and the restart phase after
-// ready on a small cluster.
-const restartProfileWindow = restartPhase + 5*time.Second
+// new process's first answer: its start, and 30s after ready on a small
+// cluster.
+const restartProfileWindow = 35 * time.Second
 
 // restartProfile profiles the new kube-apiserver's CPU from the first
 // moment its profile endpoint answers, which is before it is ready: the

@@ -234,17 +234,14 @@ type latencyRow struct {
 func printWatchLatencyByPhase(w io.Writer, wk, up *result) {
 	fmt.Fprintf(w, "  %-20s %-20s %9s %9s %9s %9s %8s %8s %8s\n", "by phase (arrival)", "watches", "p50 wk", "p50 stock", "p99 wk", "p99 stock", "ratio", "n wk", "n stock")
 	for p := range nAPIPhases {
-		of := func(r *result, classes ...class) []*histogram.Histogram {
-			var hs []*histogram.Histogram
-			for _, c := range classes {
-				hs = append(hs, &r.st.latencyByPhase[c][p])
+		of := func(r *result, live bool, classes ...class) []*histogram.Histogram {
+			byPhase := &r.st.latencyByPhase
+			if live {
+				byPhase = &r.st.liveByPhase
 			}
-			return hs
-		}
-		live := func(r *result, classes ...class) []*histogram.Histogram {
 			var hs []*histogram.Histogram
 			for _, c := range classes {
-				hs = append(hs, &r.st.liveByPhase[c][p])
+				hs = append(hs, &byPhase[c][p])
 			}
 			return hs
 		}
@@ -268,10 +265,7 @@ func printWatchLatencyByPhase(w io.Writer, wk, up *result) {
 				latencyRow{"  s/c, live", []class{classObjects}, true})
 		}
 		for _, x := range rows {
-			a, b := of(wk, x.classes...), of(up, x.classes...)
-			if x.live {
-				a, b = live(wk, x.classes...), live(up, x.classes...)
-			}
+			a, b := of(wk, x.live, x.classes...), of(up, x.live, x.classes...)
 			if x.what == "all kubelet" && count(a)+count(b) == 0 {
 				break
 			}

@@ -64,8 +64,9 @@ var holderRules = []struct {
 	// The process's, not a cache's, whatever stack they were made under:
 	// the etcd3 storage's setup and its per-key size estimate, the etcd
 	// client's and gRPC's streams and metrics, the feature gates' record,
-	// protobuf's, reflect's and the runtime's type caches, and an etcd server run in this process (the tests';
-	// its index is a B-tree of the same package as the caches').
+	// protobuf's, reflect's and the runtime's type caches, and an etcd
+	// server run in this process (the tests'; its index is a B-tree of the
+	// same package as the caches').
 	{holder: HolderOther, frames: []string{
 		etcd3Pkg + "(*resourceSizeEstimator)", etcd3Pkg + "New", etcd3Pkg + "newDefaultLeaseManager", etcd3Pkg + "StartCompactor",
 		"k8s.io/apiserver/pkg/storage/feature.", "go.etcd.io/etcd/", "google.golang.org/grpc", "github.com/prometheus/",
