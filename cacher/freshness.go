@@ -19,20 +19,25 @@ import (
 
 // progressRequestPeriod is the first spacing of progress requests while a
 // reader waits for the cache to catch up; it doubles up to
-// maxProgressBackoff.
+// maxProgressBackoff while the same readers wait. It is also the longest a
+// reader that began waiting after the last request waits for the next one:
+// upstream's cache asks every progressRequestPeriod while anyone waits.
 const progressRequestPeriod = 100 * time.Millisecond
 
-// maxProgressBackoff caps the spacing of progress requests while someone
-// waits: etcd answers a healthy request within milliseconds, so requests that
-// go unanswered only need repeating in case one was lost.
+// maxProgressBackoff caps the spacing of progress requests while the same
+// readers wait: etcd answers a healthy request within milliseconds, so
+// requests that go unanswered only need repeating in case one was lost.
 const maxProgressBackoff = time.Second
 
 // progressRequester asks etcd for watch progress on behalf of everyone in the
 // cache who needs its resourceVersion to move: reads and watches waiting for
 // freshness (a WatchList waiting for its floor among them), the storage
 // liveness probe, fresh bookmarks. A thousand waiting clients cost one
-// request at a time per resource, repeated with a backoff while any waits;
-// upstream's cache asks once per waiting request.
+// request at a time per resource. Upstream's cache asks every 100ms while
+// anyone waits; this one asks at once for the first waiter, within 100ms
+// for a waiter that came after the last request (etcd's answer to it is of
+// a revision from before the waiter read etcd's), and backs off while only
+// waiters the last request was sent for wait, as when etcd does not answer.
 //
 // It is given what it uses, not the cache: a function that sends one
 // request, a clock, the context and stop channel that end it and the
@@ -48,14 +53,19 @@ type progressRequester struct {
 	// for fresh bookmarks under it), never before.
 	mu      sync.Mutex
 	waiters int
-	running bool
+	// arrivals counts every wait, so the loop can tell whether a waiter
+	// came after its last request.
+	arrivals uint64
+	running  bool
 	// idle wakes the loop when the last waiter leaves, so it stops at once
-	// instead of after its backoff.
-	idle chan struct{}
+	// instead of after its backoff; arrived wakes it when a waiter comes,
+	// so a long backoff does not hold that waiter's request.
+	idle, arrived chan struct{}
 }
 
 func newProgressRequester(ctx context.Context, stop <-chan struct{}, wg *sync.WaitGroup, clk clock.Clock, send func(context.Context)) *progressRequester {
-	return &progressRequester{send: send, clock: clk, ctx: ctx, stop: stop, wg: wg, idle: make(chan struct{}, 1)}
+	return &progressRequester{send: send, clock: clk, ctx: ctx, stop: stop, wg: wg,
+		idle: make(chan struct{}, 1), arrived: make(chan struct{}, 1)}
 }
 
 // wait registers a waiter: requests go out, the first at once, until every
@@ -64,10 +74,13 @@ func (p *progressRequester) wait() (release func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.waiters++
+	p.arrivals++
 	if !p.running && !closed(p.stop) {
 		p.running = true
 		p.wg.Add(1)
 		go p.loop()
+	} else {
+		signal(p.arrived)
 	}
 	var once sync.Once
 	return func() {
@@ -76,12 +89,17 @@ func (p *progressRequester) wait() (release func()) {
 			defer p.mu.Unlock()
 			p.waiters--
 			if p.waiters == 0 {
-				select {
-				case p.idle <- struct{}{}:
-				default:
-				}
+				signal(p.idle)
 			}
 		})
+	}
+}
+
+// signal wakes whoever selects on ch, or leaves it a wake-up.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -92,33 +110,58 @@ func (p *progressRequester) loop() {
 	defer p.wg.Done()
 	backoff := progressRequestPeriod
 	for {
+		p.mu.Lock()
+		sentFor := p.arrivals
+		p.mu.Unlock()
+		sentAt := p.clock.Now()
 		ctx, cancel := context.WithTimeout(p.ctx, probeTimeout)
 		p.send(ctx)
 		cancel()
 
-		// Wait out the backoff, or until the last waiter leaves: then stop
-		// without another request, which etcd would answer with a
-		// revision nobody asked the cache to reach.
-		p.mu.Lock()
-		waiting := p.waiters > 0
-		p.mu.Unlock()
-		if waiting {
-			t := p.clock.NewTimer(backoff)
-			select {
-			case <-t.C():
-			case <-p.idle:
-			case <-p.stop:
-			}
-			t.Stop()
+		newcomers, ok := p.waitNext(sentAt, sentFor, backoff)
+		if !ok {
+			return
 		}
+		if newcomers {
+			backoff = 2 * progressRequestPeriod
+		} else {
+			backoff = min(2*backoff, maxProgressBackoff)
+		}
+	}
+}
+
+// waitNext waits until the next request is due: backoff after the last
+// one (sent at sentAt, for the first sentFor arrivals), or
+// progressRequestPeriod after it once a waiter has come since. It returns
+// whether one has, and false for ok when the last waiter left or the
+// requester stopped: then the loop ends without another request, which
+// etcd would answer with a revision nobody asked the cache to reach.
+func (p *progressRequester) waitNext(sentAt time.Time, sentFor uint64, backoff time.Duration) (newcomers, ok bool) {
+	for {
 		p.mu.Lock()
 		if p.waiters == 0 || closed(p.stop) {
 			p.running = false
 			p.mu.Unlock()
-			return
+			return false, false
 		}
+		newcomers = p.arrivals != sentFor
 		p.mu.Unlock()
-		backoff = min(2*backoff, maxProgressBackoff)
+		due := backoff
+		if newcomers {
+			due = progressRequestPeriod
+		}
+		left := due - p.clock.Since(sentAt)
+		if left <= 0 {
+			return newcomers, true
+		}
+		t := p.clock.NewTimer(left)
+		select {
+		case <-t.C():
+		case <-p.idle:
+		case <-p.arrived:
+		case <-p.stop:
+		}
+		t.Stop()
 	}
 }
 

@@ -90,6 +90,49 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 	})
 }
 
+// A reader that begins waiting while the requester backs off for readers
+// etcd has not answered gets a request of its own within
+// progressRequestPeriod, as upstream's cache would send one: a start storm's
+// WatchLists arrive one after another, each needing a revision after the
+// last request's, and each waiting out a backoff held its API Priority and
+// Fairness seat up to a second.
+func TestProgressRequesterNewWaiterIsNotHeldByTheBackoff(t *testing.T) {
+	clk := testingclock.NewFakeClock(testEpoch)
+	var mu sync.Mutex
+	sent := 0
+	count := func() int { mu.Lock(); defer mu.Unlock(); return sent }
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	p := newProgressRequester(context.Background(), stop, &wg, clk, func(context.Context) {
+		mu.Lock()
+		sent++
+		mu.Unlock()
+	})
+	defer p.wait()()
+	poll(t, "the first request", func() bool { return count() == 1 && clk.Waiters() == 1 })
+	// The one waiter's requests back off to a second apart.
+	backoff := progressRequestPeriod
+	for want := 2; backoff < maxProgressBackoff; want++ {
+		clk.Step(backoff)
+		poll(t, fmt.Sprintf("request %d after %v", want, backoff), func() bool { return count() == want && clk.Waiters() == 1 })
+		backoff = min(2*backoff, maxProgressBackoff)
+	}
+	before := count()
+	defer p.wait()()
+	clk.Step(progressRequestPeriod)
+	poll(t, "a request for the newcomer within "+progressRequestPeriod.String(), func() bool { return count() == before+1 })
+	// With no one new, the backoff resumes from the second spacing.
+	poll(t, "the next request's timer", func() bool { return clk.Waiters() == 1 })
+	clk.Step(2*progressRequestPeriod - time.Millisecond)
+	time.Sleep(10 * time.Millisecond)
+	if n := count(); n != before+1 {
+		t.Fatalf("%d requests before the backoff's %v, want %d", n, 2*progressRequestPeriod, before+1)
+	}
+	clk.Step(time.Millisecond)
+	poll(t, "the request after the backoff", func() bool { return count() == before+2 })
+}
+
 func counter(t *testing.T, m compbasemetrics.CounterMetric) float64 {
 	t.Helper()
 	v, err := testutil.GetCounterMetricValue(m)
