@@ -83,8 +83,8 @@ type Cacher struct {
 	wg        sync.WaitGroup
 	incoming  chan *event
 	// bookmarkAll asks the dispatcher for a bookmark to every watcher
-	// (shutdown_bookmarks.go); it answers on the channel sent.
-	bookmarkAll chan chan []*watcher
+	// (shutdown_bookmarks.go); it answers on the request's channel.
+	bookmarkAll chan bookmarkAllRequest
 	// forcedEvictionLog limits the capacity warning; only the reflector uses it.
 	forcedEvictionLog everyInterval
 	// dropLog limits the log of what could not be built (dropped.go).
@@ -135,7 +135,7 @@ func New(cfg Config) (*Cacher, error) {
 		backfillMetadata: metadata.New(map[string]string{"source": "watchkeeper-backfill", "resource": cfg.GroupResource.String()}),
 		stopCh:           make(chan struct{}),
 		incoming:         make(chan *event, incomingBuffer),
-		bookmarkAll:      make(chan chan []*watcher),
+		bookmarkAll:      make(chan bookmarkAllRequest),
 		state: newCacheState(cfg.ResourcePrefix, cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
 			utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot), metrics, cfg.Clock.Now()),
 		watchers:          newWatcherSet(),

@@ -83,6 +83,9 @@ func (c *Cacher) dispatchLoop() {
 	batch := make([]*event, 0, dispatchBatch)
 	tick := bookmarks.NewTick(c.clock, c.cfg.BookmarkGranularity, c.cfg.BookmarkJitter)
 	defer tick.Stop()
+	// Shutdown bookmarks waiting for the dispatcher to reach their RV: one
+	// per BookmarkAll call in flight.
+	var waiting []bookmarkAllRequest
 	for {
 		select {
 		case <-c.stopCh:
@@ -100,11 +103,12 @@ func (c *Cacher) dispatchLoop() {
 			}
 			d.dispatch(batch...)
 			clear(batch)
+			waiting = c.answerBookmarkAll(waiting, d.rv)
 		case <-tick.C():
 			d.due = c.tick(d.rv, d.due)
 			tick.Rearm()
-		case reply := <-c.bookmarkAll:
-			reply <- c.bookmarkEvery(d.rv)
+		case req := <-c.bookmarkAll:
+			waiting = c.answerBookmarkAll(append(waiting, req), d.rv)
 		}
 	}
 }

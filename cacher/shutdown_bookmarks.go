@@ -19,10 +19,15 @@ import (
 // 1,000 nodes the pods' gap was 25,000 revisions, more than a restarting
 // server reads within backfillTimeout. With this bookmark the gap is the
 // restart's own.
+//
+// First the cache catches up with etcd's current revision (catchUp): a
+// quiet resource's RV moves only with etcd's progress notifications, and
+// its bookmark at the RV it had would send its clients back as many
+// revisions as the other resources' writes made since the last one.
 func (c *Cacher) BookmarkAll(ctx context.Context) (queued, taken int) {
-	reply := make(chan []*watcher, 1)
+	req := bookmarkAllRequest{atLeast: c.catchUp(ctx), reply: make(chan []*watcher, 1)}
 	select {
-	case c.bookmarkAll <- reply:
+	case c.bookmarkAll <- req:
 	case <-c.stopCh:
 		return 0, 0
 	case <-ctx.Done():
@@ -30,8 +35,10 @@ func (c *Cacher) BookmarkAll(ctx context.Context) (queued, taken int) {
 	}
 	var ws []*watcher
 	select {
-	case ws = <-reply:
+	case ws = <-req.reply:
 	case <-ctx.Done():
+		return 0, 0
+	case <-c.stopCh:
 		return 0, 0
 	}
 	queued = len(ws)
@@ -50,6 +57,50 @@ func (c *Cacher) BookmarkAll(ctx context.Context) (queued, taken int) {
 			return queued, queued - len(ws)
 		}
 	}
+}
+
+// bookmarkAllRequest is a BookmarkAll call's request to the dispatcher:
+// the bookmarks go out once it has dispatched atLeast, and the watchers
+// they went to come back on reply (buffered: a caller that gave up is not
+// waited for).
+type bookmarkAllRequest struct {
+	atLeast uint64
+	reply   chan []*watcher
+}
+
+// answerBookmarkAll runs on the dispatcher goroutine: it answers the
+// requests whose RV the dispatcher has reached, at rv, and returns the
+// others.
+func (c *Cacher) answerBookmarkAll(waiting []bookmarkAllRequest, rv uint64) []bookmarkAllRequest {
+	return slices.DeleteFunc(waiting, func(req bookmarkAllRequest) bool {
+		if req.atLeast > rv {
+			return false
+		}
+		req.reply <- c.bookmarkEvery(rv)
+		return true
+	})
+}
+
+// catchUp brings the cache to etcd's current revision, for shutdown
+// bookmarks, and returns it; 0 when there is no watcher to bookmark or etcd
+// did not answer within ctx, and the bookmarks then go out at the RV the
+// cache has.
+func (c *Cacher) catchUp(ctx context.Context) uint64 {
+	c.state.mu.RLock()
+	watched := len(c.watchers.all) > 0
+	c.state.mu.RUnlock()
+	if !watched {
+		return 0
+	}
+	rv, err := c.storageRV(ctx)
+	if err == nil {
+		err = c.waitFresh(ctx, rv)
+	}
+	if err != nil {
+		c.logger.V(2).Info("Shutdown bookmarks at the cache's own resourceVersion: it did not catch up with etcd's", "err", err)
+		return 0
+	}
+	return rv
 }
 
 // bookmarkTakenPoll is how often BookmarkAll looks whether the clients took

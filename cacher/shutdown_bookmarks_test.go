@@ -76,3 +76,54 @@ func TestBookmarkAllQueuesABookmarkBehindEachWatchersEvents(t *testing.T) {
 	}
 	expectQuiet(t, plain, "a watcher without bookmarks")
 }
+
+// A quiet resource's cache is behind etcd by the other resources' writes
+// since its last progress notification; its shutdown bookmark must not be:
+// the cache first asks etcd for progress and bookmarks at etcd's revision,
+// so its clients resume from the shutdown and not from thousands of
+// revisions before it.
+func TestBookmarkAllCatchesUpWithEtcdFirst(t *testing.T) {
+	fs, c, sw := cacherListedAt100(t)
+	ctx := context.Background()
+	w := c.startWatch(t, ctx, "100", everything(true))
+	fs.setCurrentRV(5000)
+	before := fs.progressCount()
+
+	done := make(chan int, 1)
+	go func() {
+		_, taken := c.BookmarkAll(ctx)
+		done <- taken
+	}()
+	poll(t, "a progress request to etcd", func() bool { return fs.progressCount() > before })
+	expectQuiet(t, w, "a watcher before etcd's progress notification")
+	sw.sendBookmark(t, 5000)
+	if ev := nextEvent(t, w); ev.Type != watch.Bookmark || eventRV(t, ev) != 5000 {
+		t.Fatalf("watcher: %s, want a bookmark at etcd's revision 5000", describe(ev))
+	}
+	var taken int
+	poll(t, "BookmarkAll to return", func() bool {
+		select {
+		case taken = <-done:
+			return true
+		default:
+			c.clk.Step(bookmarkTakenPoll)
+			return false
+		}
+	})
+	if taken != 1 {
+		t.Fatalf("BookmarkAll: %d taken, want 1", taken)
+	}
+}
+
+// With etcd unreachable the shutdown bookmark still goes out, at the RV the
+// cache has.
+func TestBookmarkAllWithoutEtcdBookmarksAtTheCachesRV(t *testing.T) {
+	fs, c, _ := cacherListedAt100(t)
+	ctx := context.Background()
+	w := c.startWatch(t, ctx, "100", everything(true))
+	fs.setUnreachable(true)
+	go c.BookmarkAll(ctx)
+	if ev := nextEvent(t, w); ev.Type != watch.Bookmark || eventRV(t, ev) != 100 {
+		t.Fatalf("watcher: %s, want a bookmark at the cache's 100", describe(ev))
+	}
+}
