@@ -32,6 +32,8 @@ var scrapePrefixes = []string{
 	requestDuration,
 	apfWait,
 	etcdRequest,
+	cacheReadWait,
+	filterLatency,
 	"apiserver_request_total",
 	"apiserver_watch_list_duration_seconds_count",
 	"apiserver_terminated_watchers_total",
@@ -175,6 +177,42 @@ func etcdLatencies(acc scraped) map[string]latency {
 	return bucketsBy(acc, etcdRequest, func(l map[string]string) (string, bool) {
 		return l["operation"], true
 	})
+}
+
+// cacheReadWait is how long reads and watches waited for the watch cache
+// to reach the revision they need (a consistent read's, a WatchList's):
+// both caches observe a wait only, and hold the request's API Priority and
+// Fairness seat meanwhile.
+const cacheReadWait = "apiserver_watch_cache_read_wait_seconds_bucket"
+
+// cacheReadWaits groups the increase of the watch caches' read wait by
+// resource.
+func cacheReadWaits(acc scraped) map[string]latency {
+	return bucketsBy(acc, cacheReadWait, func(l map[string]string) (string, bool) {
+		return groupResource(l), true
+	})
+}
+
+// filterLatency is the time a request spends in each of kube-apiserver's
+// filters before its handler (authentication, audit, impersonation,
+// priority and fairness, authorization), every request summed: a call
+// whose handler was fast (no trace logged) was slow here or in its
+// response.
+const filterLatency = "apiserver_request_filter_duration_seconds_bucket"
+
+// filterLatencies groups the increase of the filters' latency by filter.
+func filterLatencies(acc scraped) map[string]latency {
+	return bucketsBy(acc, filterLatency, func(l map[string]string) (string, bool) {
+		return l["filter"], true
+	})
+}
+
+// groupResource is a series' resource, with its group if it has one.
+func groupResource(l map[string]string) string {
+	if g := l["group"]; g != "" {
+		return l["resource"] + "." + g
+	}
+	return l["resource"]
 }
 
 // bucketsBy groups the increase of histogram name's bucket series into a

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -591,6 +592,12 @@ func (l *load) cpuProfile(ctx context.Context, after, window time.Duration) {
 		return
 	case <-time.After(after):
 	}
+	selfDone := make(chan struct{})
+	go func() {
+		defer close(selfDone)
+		l.selfCPUProfile(ctx, window)
+	}()
+	defer func() { <-selfDone }()
 	path, err := l.saveCPUProfile(ctx, window, "cpu")
 	if err != nil {
 		l.say("cpu profile: %v", err)
@@ -598,6 +605,29 @@ func (l *load) cpuProfile(ctx context.Context, after, window time.Duration) {
 	}
 	l.res.prof.cpuPath = path
 	l.say("cpu profile of %v: %s", window, path)
+}
+
+// selfCPUProfile profiles this process over the same window as
+// kube-apiserver's: it runs etcd and every simulated kubelet, so etcd's
+// latency in a phase is this process's CPU as much as etcd's work.
+func (l *load) selfCPUProfile(ctx context.Context, window time.Duration) {
+	path := filepath.Join(l.cfg.profileDir, l.name+"-load-cpu.pprof")
+	f, err := os.Create(path)
+	if err != nil {
+		l.say("kube-load's cpu profile: %v", err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		l.say("kube-load's cpu profile: %v", err)
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(window):
+	}
+	pprof.StopCPUProfile()
+	l.say("kube-load's own cpu profile (etcd and the kubelets) of %v: %s", window, path)
 }
 
 // restartProfileWindow is how long the restart's CPU profile runs from the

@@ -75,6 +75,8 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	printPhases(w, wk, up, flagged)
 	printAPFWaits(w, wk, up)
 	printEtcdRequests(w, wk, up)
+	printCacheReadWaits(w, wk, up)
+	printFilterLatencies(w, wk, up)
 	printCacheOutages(w, wk, up)
 
 	printFigureHeader(w)
@@ -443,6 +445,26 @@ func printEtcdRequests(w io.Writer, wk, up *result) {
 	fmt.Fprintln(w)
 }
 
+// printCacheReadWaits prints, per phase, how long reads and watches waited
+// for each resource's cache to catch up with etcd: a wait holds the
+// request's seat in its priority level, so the calls queued behind it in
+// that level wait too.
+func printCacheReadWaits(w io.Writer, wk, up *result) {
+	fmt.Fprintf(w, "watch cache read wait (%s), by phase and resource with >= %d waits:\n",
+		strings.TrimSuffix(cacheReadWait, "_bucket"), groupShown)
+	printGroupsByPhase(w, wk, up, "resource", cacheReadWaits)
+}
+
+// printFilterLatencies prints, per phase, the time requests spent in each
+// of kube-apiserver's filters: where a call's p99 goes when neither its
+// queue wait, its etcd requests nor its handler (a trace is logged past
+// 500ms) account for it.
+func printFilterLatencies(w io.Writer, wk, up *result) {
+	fmt.Fprintf(w, "time in kube-apiserver's filters before the handler (%s), every request, by phase and filter with >= %d requests:\n",
+		strings.TrimSuffix(filterLatency, "_bucket"), groupShown)
+	printGroupsByPhase(w, wk, up, "filter", filterLatencies)
+}
+
 // slowestShown is how many of the slowest etcd operations on one resource
 // the report names per phase and cache.
 const slowestShown = 3
@@ -453,11 +475,7 @@ const slowestShown = 3
 func slowestEtcd(acc scraped, n int) []string {
 	type opOn struct{ op, resource string }
 	by := bucketsBy(acc, etcdRequest, func(l map[string]string) (opOn, bool) {
-		r := l["resource"]
-		if g := l["group"]; g != "" {
-			r += "." + g
-		}
-		return opOn{l["operation"], r}, true
+		return opOn{l["operation"], groupResource(l)}, true
 	})
 	p99 := map[opOn]time.Duration{}
 	for k, l := range by {

@@ -597,6 +597,32 @@ func TestReportShowsEtcdRequestLatencyByOperationAndPhase(t *testing.T) {
 		"steady   update                           1000     1000     5.1ms     5.1ms   550.0ms    55.0ms  10.00x\n\n")
 }
 
+func TestReportShowsCacheReadWaitByResourceAndPhase(t *testing.T) {
+	// Storm: nodes' WatchLists wait up to 1s for watchkeeper's cache, 0.1s
+	// for stock's; leases, 10 waits, left out.
+	nodes := map[string]string{"group": "", "resource": "nodes"}
+	leases := map[string]string{"group": "coordination.k8s.io", "resource": "leases"}
+	out := reportOf(func(wk, up *result) {
+		wk.byPhase[apiStorm] = merged(histogramOf(cacheReadWait, nodes, 300, 1), histogramOf(cacheReadWait, leases, 10, 10))
+		up.byPhase[apiStorm] = merged(histogramOf(cacheReadWait, nodes, 300, 0.1), histogramOf(cacheReadWait, leases, 10, 10))
+	})
+	wantInReport(t, out, "watch cache read wait (apiserver_watch_cache_read_wait_seconds), by phase and resource with >= 20 waits:\n"+
+		"phase    resource                         n wk  n stock    p50 wk p50 stock    p99 wk p99 stock   ratio\n"+
+		"storm    nodes                             300      300     5.1ms     5.1ms   550.0ms    55.0ms  10.00x\n\n")
+}
+
+func TestReportShowsFilterLatencyByFilterAndPhase(t *testing.T) {
+	// Restart: authentication up to 1s on watchkeeper, 0.1s on stock.
+	authn := map[string]string{"filter": "authentication"}
+	out := reportOf(func(wk, up *result) {
+		wk.byPhase[apiRestart] = histogramOf(filterLatency, authn, 2000, 1)
+		up.byPhase[apiRestart] = histogramOf(filterLatency, authn, 2000, 0.1)
+	})
+	wantInReport(t, out, "time in kube-apiserver's filters before the handler (apiserver_request_filter_duration_seconds), every request, by phase and filter with >= 20 requests:\n"+
+		"phase    filter                           n wk  n stock    p50 wk p50 stock    p99 wk p99 stock   ratio\n"+
+		"restart  authentication                   2000     2000     5.1ms     5.1ms   550.0ms    55.0ms  10.00x\n\n")
+}
+
 // wantInReport fails t for each of wants that out lacks.
 func wantInReport(t *testing.T, out string, wants ...string) {
 	t.Helper()
