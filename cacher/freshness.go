@@ -19,10 +19,18 @@ import (
 
 // progressRequestPeriod is the first spacing of progress requests while a
 // reader waits for the cache to catch up; it doubles up to
-// maxProgressBackoff while the same readers wait. It is also the longest a
-// reader that began waiting after the last request waits for the next one:
-// upstream's cache asks every progressRequestPeriod while anyone waits.
+// maxProgressBackoff while the same readers wait.
 const progressRequestPeriod = 100 * time.Millisecond
+
+// newcomerRequestSpacing is the longest a reader that began waiting after
+// the last request waits for the next one. Upstream's cache asks every
+// 100ms while anyone waits, but all its caches share one etcd watch stream,
+// so a request for any resource moves every resource's RV: in a start
+// storm its nodes' WatchLists waited p50 21ms, riding on the pods',
+// secrets' and configmaps' requests. Each of watchkeeper's caches has a
+// stream of its own (docs/faults.md), so each asks for itself, at most this
+// often while readers keep coming.
+const newcomerRequestSpacing = 10 * time.Millisecond
 
 // maxProgressBackoff caps the spacing of progress requests while the same
 // readers wait: etcd answers a healthy request within milliseconds, so
@@ -33,11 +41,11 @@ const maxProgressBackoff = time.Second
 // cache who needs its resourceVersion to move: reads and watches waiting for
 // freshness (a WatchList waiting for its floor among them), the storage
 // liveness probe, fresh bookmarks. A thousand waiting clients cost one
-// request at a time per resource. Upstream's cache asks every 100ms while
-// anyone waits; this one asks at once for the first waiter, within 100ms
-// for a waiter that came after the last request (etcd's answer to it is of
-// a revision from before the waiter read etcd's), and backs off while only
-// waiters the last request was sent for wait, as when etcd does not answer.
+// request at a time per resource: at once for the first waiter, within
+// newcomerRequestSpacing for a waiter that came after the last request
+// (etcd's answer to that one is of a revision from before the waiter read
+// etcd's), and backing off while only waiters the last request was sent
+// for wait, as when etcd does not answer.
 //
 // It is given what it uses, not the cache: a function that sends one
 // request, a clock, the context and stop channel that end it and the
@@ -132,7 +140,7 @@ func (p *progressRequester) loop() {
 
 // waitNext waits until the next request is due: backoff after the last
 // one (sent at sentAt, for the first sentFor arrivals), or
-// progressRequestPeriod after it once a waiter has come since. It returns
+// newcomerRequestSpacing after it once a waiter has come since. It returns
 // whether one has, and false for ok when the last waiter left or the
 // requester stopped: then the loop ends without another request, which
 // etcd would answer with a revision nobody asked the cache to reach.
@@ -148,7 +156,7 @@ func (p *progressRequester) waitNext(sentAt time.Time, sentFor uint64, backoff t
 		p.mu.Unlock()
 		due := backoff
 		if newcomers {
-			due = progressRequestPeriod
+			due = newcomerRequestSpacing
 		}
 		left := due - p.clock.Since(sentAt)
 		if left <= 0 {

@@ -92,10 +92,10 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 
 // A reader that begins waiting while the requester backs off for readers
 // etcd has not answered gets a request of its own within
-// progressRequestPeriod, as upstream's cache would send one: a start storm's
-// WatchLists arrive one after another, each needing a revision after the
-// last request's, and each waiting out a backoff held its API Priority and
-// Fairness seat up to a second.
+// newcomerRequestSpacing: a start storm's WatchLists arrive one after
+// another, each needing a revision after the last request's, and each
+// waiting out a backoff held its API Priority and Fairness seat up to a
+// second.
 func TestProgressRequesterNewWaiterIsNotHeldByTheBackoff(t *testing.T) {
 	clk := testingclock.NewFakeClock(testEpoch)
 	var mu sync.Mutex
@@ -120,8 +120,14 @@ func TestProgressRequesterNewWaiterIsNotHeldByTheBackoff(t *testing.T) {
 	}
 	before := count()
 	defer p.wait()()
-	clk.Step(progressRequestPeriod)
-	poll(t, "a request for the newcomer within "+progressRequestPeriod.String(), func() bool { return count() == before+1 })
+	poll(t, "the newcomer's request's timer", func() bool { return clk.Waiters() == 1 })
+	clk.Step(newcomerRequestSpacing - time.Millisecond)
+	time.Sleep(10 * time.Millisecond)
+	if n := count(); n != before {
+		t.Fatalf("%d requests before %v, want %d", n, newcomerRequestSpacing, before)
+	}
+	clk.Step(time.Millisecond)
+	poll(t, "a request for the newcomer within "+newcomerRequestSpacing.String(), func() bool { return count() == before+1 })
 	// With no one new, the backoff resumes from the second spacing.
 	poll(t, "the next request's timer", func() bool { return clk.Waiters() == 1 })
 	clk.Step(2*progressRequestPeriod - time.Millisecond)
