@@ -199,7 +199,14 @@ func (c *Cacher) storageRV(ctx context.Context) (uint64, error) {
 // waitFresh blocks until the cache has applied rv, asking etcd for progress
 // notifications meanwhile so a quiet resource catches up without a write.
 // It gives up after freshnessTimeout with the TooLargeResourceVersion error.
+// Only a wait is observed, as upstream's read_wait_seconds.
 func (c *Cacher) waitFresh(ctx context.Context, rv uint64) error {
+	return c.awaitRV(ctx, rv, freshnessTimeout, c.metrics.readWait.Observe)
+}
+
+// awaitRV is waitFresh with its bound, and observe (nil for none) given
+// the seconds of a wait.
+func (c *Cacher) awaitRV(ctx context.Context, rv uint64, bound time.Duration, observe func(float64)) error {
 	if rv == 0 {
 		return nil
 	}
@@ -210,12 +217,13 @@ func (c *Cacher) waitFresh(ctx context.Context, rv uint64) error {
 			return nil
 		}
 		if timeout == nil {
-			timeout = c.clock.NewTimer(freshnessTimeout)
+			timeout = c.clock.NewTimer(bound)
 			defer timeout.Stop()
 			defer c.progress.wait()()
-			// Only a wait is observed, as upstream's read_wait_seconds.
-			start := c.clock.Now()
-			defer func() { c.metrics.readWait.Observe(c.clock.Since(start).Seconds()) }()
+			if observe != nil {
+				start := c.clock.Now()
+				defer func() { observe(c.clock.Since(start).Seconds()) }()
+			}
 		}
 		select {
 		case <-advanced:

@@ -90,6 +90,22 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 	})
 }
 
+// countingRequester is a progress requester on a fake clock whose send
+// counts the requests; closing stop and waiting on wg end it.
+func countingRequester() (p *progressRequester, clk *testingclock.FakeClock, count func() int, stop chan struct{}, wg *sync.WaitGroup) {
+	clk = testingclock.NewFakeClock(testEpoch)
+	var mu sync.Mutex
+	sent := 0
+	count = func() int { mu.Lock(); defer mu.Unlock(); return sent }
+	stop, wg = make(chan struct{}), &sync.WaitGroup{}
+	p = newProgressRequester(context.Background(), stop, wg, clk, func(context.Context) {
+		mu.Lock()
+		sent++
+		mu.Unlock()
+	})
+	return p, clk, count, stop, wg
+}
+
 // A reader that begins waiting while the requester backs off for readers
 // etcd has not answered gets a request of its own within
 // newcomerRequestSpacing: a start storm's WatchLists arrive one after
@@ -97,18 +113,8 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 // waiting out a backoff held its API Priority and Fairness seat up to a
 // second.
 func TestProgressRequesterNewWaiterIsNotHeldByTheBackoff(t *testing.T) {
-	clk := testingclock.NewFakeClock(testEpoch)
-	var mu sync.Mutex
-	sent := 0
-	count := func() int { mu.Lock(); defer mu.Unlock(); return sent }
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
+	p, clk, count, stop, wg := countingRequester()
 	defer func() { close(stop); wg.Wait() }()
-	p := newProgressRequester(context.Background(), stop, &wg, clk, func(context.Context) {
-		mu.Lock()
-		sent++
-		mu.Unlock()
-	})
 	defer p.wait()()
 	poll(t, "the first request", func() bool { return count() == 1 && clk.Waiters() == 1 })
 	// The one waiter's requests back off to a second apart.
@@ -153,17 +159,7 @@ func counter(t *testing.T, m compbasemetrics.CounterMetric) float64 {
 // backoff (100ms, 200ms, ... up to 1s) while anyone waits; nothing once the
 // last waiter leaves; nothing after stop.
 func TestProgressRequesterAlone(t *testing.T) {
-	clk := testingclock.NewFakeClock(testEpoch)
-	var mu sync.Mutex
-	sent := 0
-	count := func() int { mu.Lock(); defer mu.Unlock(); return sent }
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	p := newProgressRequester(context.Background(), stop, &wg, clk, func(context.Context) {
-		mu.Lock()
-		sent++
-		mu.Unlock()
-	})
+	p, clk, count, stop, wg := countingRequester()
 	releases := []func(){p.wait()}
 	poll(t, "the first request", func() bool { return count() == 1 && clk.Waiters() == 1 })
 	for range 9 {

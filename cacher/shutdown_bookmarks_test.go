@@ -127,3 +127,22 @@ func TestBookmarkAllWithoutEtcdBookmarksAtTheCachesRV(t *testing.T) {
 		t.Fatalf("watcher: %s, want a bookmark at the cache's 100", describe(ev))
 	}
 }
+
+// An etcd that does not answer the progress request holds the shutdown
+// bookmark for shutdownCatchUpTimeout at most: then it goes out at the RV
+// the cache has, with the clients' time to read it left.
+func TestBookmarkAllCatchUpIsBounded(t *testing.T) {
+	fs, c, _ := cacherListedAt100(t)
+	ctx := context.Background()
+	w := c.startWatch(t, ctx, "100", everything(true))
+	fs.setCurrentRV(5000)
+	before := fs.progressCount()
+	go c.BookmarkAll(ctx)
+	poll(t, "a progress request to etcd", func() bool { return fs.progressCount() > before })
+	c.clk.Step(shutdownCatchUpTimeout - time.Millisecond)
+	expectQuiet(t, w, "a watcher before the catch-up's bound")
+	c.clk.Step(time.Millisecond)
+	if ev := nextEvent(t, w); ev.Type != watch.Bookmark || eventRV(t, ev) != 100 {
+		t.Fatalf("watcher: %s, want a bookmark at the cache's 100 once the catch-up gave up", describe(ev))
+	}
+}
