@@ -420,9 +420,8 @@ const groupShown = 20
 // with requests enough: where a call's p99 is queueing behind others of
 // its level rather than its own work.
 func printAPFWaits(w io.Writer, wk, up *result) {
-	fmt.Fprintf(w, "API Priority and Fairness queue wait (%s, executed requests), by phase and priority level with >= %d requests:\n",
-		strings.TrimSuffix(apfWait, "_bucket"), groupShown)
-	printGroupsByPhase(w, wk, up, "priority level", apfWaits)
+	printGroupsByPhase(w, wk, up, fmt.Sprintf("API Priority and Fairness queue wait (%s, executed requests), by phase and priority level with >= %d requests:",
+		metricName(apfWait), groupShown), "priority level", apfWaits)
 }
 
 // printEtcdRequests prints, per phase, kube-apiserver's etcd request
@@ -430,9 +429,8 @@ func printAPFWaits(w io.Writer, wk, up *result) {
 // waiting for etcd (which runs in the load's process, on the same two
 // cores) or in the server.
 func printEtcdRequests(w io.Writer, wk, up *result) {
-	fmt.Fprintf(w, "etcd request latency seen by kube-apiserver (%s), by phase and operation with >= %d requests:\n",
-		strings.TrimSuffix(etcdRequest, "_bucket"), groupShown)
-	printGroupsByPhase(w, wk, up, "operation", etcdLatencies)
+	printGroupsByPhase(w, wk, up, fmt.Sprintf("etcd request latency seen by kube-apiserver (%s), by phase and operation with >= %d requests:",
+		metricName(etcdRequest), groupShown), "operation", etcdLatencies)
 	fmt.Fprintf(w, "  the %d slowest (p99) etcd operations on one resource, by phase, any count:\n", slowestShown)
 	for p := range nAPIPhases {
 		a, b := slowestEtcd(wk.byPhase[p], slowestShown), slowestEtcd(up.byPhase[p], slowestShown)
@@ -450,9 +448,8 @@ func printEtcdRequests(w io.Writer, wk, up *result) {
 // request's seat in its priority level, so the calls queued behind it in
 // that level wait too.
 func printCacheReadWaits(w io.Writer, wk, up *result) {
-	fmt.Fprintf(w, "watch cache read wait (%s), by phase and resource with >= %d waits:\n",
-		strings.TrimSuffix(cacheReadWait, "_bucket"), groupShown)
-	printGroupsByPhase(w, wk, up, "resource", cacheReadWaits)
+	printGroupsByPhase(w, wk, up, fmt.Sprintf("watch cache read wait (%s), by phase and resource with >= %d waits:",
+		metricName(cacheReadWait), groupShown), "resource", cacheReadWaits)
 }
 
 // printFilterLatencies prints, per phase, the time requests spent in each
@@ -460,10 +457,12 @@ func printCacheReadWaits(w io.Writer, wk, up *result) {
 // queue wait, its etcd requests nor its handler (a trace is logged past
 // 500ms) account for it.
 func printFilterLatencies(w io.Writer, wk, up *result) {
-	fmt.Fprintf(w, "time in kube-apiserver's filters before the handler (%s), every request, by phase and filter with >= %d requests:\n",
-		strings.TrimSuffix(filterLatency, "_bucket"), groupShown)
-	printGroupsByPhase(w, wk, up, "filter", filterLatencies)
+	printGroupsByPhase(w, wk, up, fmt.Sprintf("time in kube-apiserver's filters before the handler (%s), every request, by phase and filter with >= %d requests:",
+		metricName(filterLatency), groupShown), "filter", filterLatencies)
 }
+
+// metricName is a histogram's name without its series' suffix.
+func metricName(bucket string) string { return strings.TrimSuffix(bucket, "_bucket") }
 
 // slowestShown is how many of the slowest etcd operations on one resource
 // the report names per phase and cache.
@@ -499,7 +498,8 @@ func slowestEtcd(acc scraped, n int) []string {
 
 // printGroupsByPhase prints one row per phase and group of group's
 // latencies with requests enough on either cache.
-func printGroupsByPhase(w io.Writer, wk, up *result, groupName string, group func(scraped) map[string]latency) {
+func printGroupsByPhase(w io.Writer, wk, up *result, heading, groupName string, group func(scraped) map[string]latency) {
+	fmt.Fprintln(w, heading)
 	fmt.Fprintf(w, "%-8s %-28s %8s %8s %9s %9s %9s %9s %7s\n", "phase", groupName, "n wk", "n stock", "p50 wk", "p50 stock", "p99 wk", "p99 stock", "ratio")
 	shown := 0
 	for p := range nAPIPhases {
