@@ -34,6 +34,9 @@ var scrapePrefixes = []string{
 	etcdRequest,
 	cacheReadWait,
 	filterLatency,
+	gcCycles,
+	gcPauses,
+	schedLatency,
 	"apiserver_request_total",
 	"apiserver_watch_list_duration_seconds_count",
 	"apiserver_terminated_watchers_total",
@@ -205,6 +208,25 @@ func filterLatencies(acc scraped) map[string]latency {
 	return bucketsBy(acc, filterLatency, func(l map[string]string) (string, bool) {
 		return l["filter"], true
 	})
+}
+
+// gcCycles and gcPauses count kube-apiserver's garbage collections and sum
+// their stop-the-world pauses: a smaller live heap is collected more often
+// at the same allocation rate, and on two cores each cycle's mark work
+// takes CPU from the requests while it runs.
+const (
+	gcCycles = "go_gc_duration_seconds_count"
+	gcPauses = "go_gc_duration_seconds_sum"
+)
+
+// schedLatency is how long kube-apiserver's goroutines waited to run once
+// runnable: a median that is low with a long tail is stalls (the
+// collector, a lock), not work.
+const schedLatency = "go_sched_latencies_seconds_bucket"
+
+// schedLatencies is the increase of the scheduling latency, as one group.
+func schedLatencies(acc scraped) map[string]latency {
+	return bucketsBy(acc, schedLatency, func(map[string]string) (string, bool) { return "goroutines", true })
 }
 
 // groupResource is a series' resource, with its group if it has one.

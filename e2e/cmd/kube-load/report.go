@@ -77,6 +77,8 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	printEtcdRequests(w, wk, up)
 	printCacheReadWaits(w, wk, up)
 	printFilterLatencies(w, wk, up)
+	printGroupsByPhase(w, wk, up, fmt.Sprintf("kube-apiserver's goroutines waiting to run (%s), by phase:", metricName(schedLatency)),
+		"", schedLatencies)
 	printCacheOutages(w, wk, up)
 
 	printFigureHeader(w)
@@ -105,6 +107,14 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	others := func(r *result) float64 { return float64(max(0, r.host.busy-r.host.steal-r.cpu-r.helpersCPU)) }
 	row("  of it processes not of this run (noise)", others(wk), others(up), dur)
 	row("  of it taken by the host (steal: work waited for a CPU)", float64(wk.host.steal), float64(up.host.steal), dur)
+	for p := range nAPIPhases {
+		gc := func(r *result, name string) float64 { return r.byPhase[p].sumOf(name, nil) }
+		if gc(wk, gcCycles)+gc(up, gcCycles) == 0 {
+			continue
+		}
+		row(fmt.Sprintf("kube-apiserver GC cycles, %s phase", p), gc(wk, gcCycles), gc(up, gcCycles), num)
+		row("  their stop-the-world pauses, summed", gc(wk, gcPauses)*float64(time.Second), gc(up, gcPauses)*float64(time.Second), dur)
+	}
 	row("kube-apiserver peak RSS", float64(wk.peakRSS), float64(up.peakRSS), mib)
 	for i, name := range []string{"  as it stood at the measured run's start (the ramp)", "  as it stood at the restart (steady phase, storm)", "  the restarted process's"} {
 		if wk.rssPeaks[i] > 0 || up.rssPeaks[i] > 0 {

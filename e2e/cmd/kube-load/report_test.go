@@ -623,6 +623,31 @@ func TestReportShowsFilterLatencyByFilterAndPhase(t *testing.T) {
 		"restart  authentication                   2000     2000     5.1ms     5.1ms   550.0ms    55.0ms  10.00x\n\n")
 }
 
+func TestReportCountsGCCyclesByPhase(t *testing.T) {
+	// Steady: 60 collections on watchkeeper against 30 on stock, pausing
+	// 0.12 and 0.06s in all.
+	out := reportOf(func(wk, up *result) {
+		wk.byPhase[apiSteady] = merged(wk.byPhase[apiSteady], scraped{gcCycles: 60, gcPauses: 0.12})
+		up.byPhase[apiSteady] = merged(up.byPhase[apiSteady], scraped{gcCycles: 30, gcPauses: 0.06})
+	})
+	wantInReport(t, out,
+		"kube-apiserver GC cycles, steady phase                                 60             30    2.00x\n",
+		"  their stop-the-world pauses, summed                             120.0ms         60.0ms    2.00x\n")
+	if strings.Contains(out, "GC cycles, storm phase") {
+		t.Errorf("GC rows for a phase without collections:\n%s", out)
+	}
+}
+
+func TestReportShowsSchedulingLatencyByPhase(t *testing.T) {
+	out := reportOf(func(wk, up *result) {
+		wk.byPhase[apiSteady] = merged(wk.byPhase[apiSteady], histogramOf(schedLatency, map[string]string{}, 10000, 1))
+		up.byPhase[apiSteady] = merged(up.byPhase[apiSteady], histogramOf(schedLatency, map[string]string{}, 10000, 0.1))
+	})
+	wantInReport(t, out, "kube-apiserver's goroutines waiting to run (go_sched_latencies_seconds), by phase:\n"+
+		"phase                                     n wk  n stock    p50 wk p50 stock    p99 wk p99 stock   ratio\n"+
+		"steady   goroutines                      10000    10000     5.1ms     5.1ms   550.0ms    55.0ms  10.00x\n\n")
+}
+
 // wantInReport fails t for each of wants that out lacks.
 func wantInReport(t *testing.T, out string, wants ...string) {
 	t.Helper()
