@@ -73,12 +73,12 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	}
 	fmt.Fprintln(w)
 	printPhases(w, wk, up, flagged)
-	printAPFWaits(w, wk, up)
-	printEtcdRequests(w, wk, up)
-	printCacheReadWaits(w, wk, up)
-	printFilterLatencies(w, wk, up)
-	printGroupsByPhase(w, wk, up, fmt.Sprintf("kube-apiserver's goroutines waiting to run (%s), by phase:", metricName(schedLatency)),
-		"", schedLatencies)
+	for _, t := range phaseTables {
+		printGroupsByPhase(w, wk, up, fmt.Sprintf(t.heading, metricName(t.metric), groupShown), t.group, t.by)
+		if t.metric == etcdRequest {
+			printSlowestEtcd(w, wk, up)
+		}
+	}
 	printCacheOutages(w, wk, up)
 
 	printFigureHeader(w)
@@ -426,21 +426,39 @@ func printPhases(w io.Writer, wk, up *result, flagged []apiCall) {
 // operation), in a phase on either cache, for its row to be shown.
 const groupShown = 20
 
-// printAPFWaits prints, per phase, the queue wait of every priority level
-// with requests enough: where a call's p99 is queueing behind others of
-// its level rather than its own work.
-func printAPFWaits(w io.Writer, wk, up *result) {
-	printGroupsByPhase(w, wk, up, fmt.Sprintf("API Priority and Fairness queue wait (%s, executed requests), by phase and priority level with >= %d requests:",
-		metricName(apfWait), groupShown), "priority level", apfWaits)
+// phaseTables are the report's tables of one histogram by phase and by a
+// group of its series, in the order printed; heading formats the metric's
+// name and groupShown.
+var phaseTables = []struct {
+	heading, metric, group string
+	by                     func(scraped) map[string]latency
+}{
+	// Where a call's p99 is queueing behind others of its priority level
+	// rather than its own work.
+	{"API Priority and Fairness queue wait (%s, executed requests), by phase and priority level with >= %d requests:",
+		apfWait, "priority level", apfWaits},
+	// Whether a call's p99 over stock's is time spent waiting for etcd
+	// (which runs in the load's process, on the same two cores) or in the
+	// server.
+	{"etcd request latency seen by kube-apiserver (%s), by phase and operation with >= %d requests:",
+		etcdRequest, "operation", etcdLatencies},
+	// How long reads and watches waited for each resource's cache to catch
+	// up with etcd: a wait holds the request's seat in its priority level,
+	// so the calls queued behind it in that level wait too.
+	{"watch cache read wait (%s), by phase and resource with >= %d waits:",
+		cacheReadWait, "resource", cacheReadWaits},
+	// Where a call's p99 goes when neither its queue wait nor its etcd
+	// requests account for it (its handler logs a trace past 500ms, at
+	// -v=2).
+	{"time in kube-apiserver's filters before the handler (%s), every request, by phase and filter with >= %d requests:",
+		filterLatency, "filter", filterLatencies},
+	{"kube-apiserver's goroutines waiting to run (%s), by phase (rows of >= %d):",
+		schedLatency, "", schedLatencies},
 }
 
-// printEtcdRequests prints, per phase, kube-apiserver's etcd request
-// latency by operation: whether a call's p99 over stock's is time spent
-// waiting for etcd (which runs in the load's process, on the same two
-// cores) or in the server.
-func printEtcdRequests(w io.Writer, wk, up *result) {
-	printGroupsByPhase(w, wk, up, fmt.Sprintf("etcd request latency seen by kube-apiserver (%s), by phase and operation with >= %d requests:",
-		metricName(etcdRequest), groupShown), "operation", etcdLatencies)
+// printSlowestEtcd names, per phase, the slowest etcd operations on one
+// resource on each cache, below the etcd table.
+func printSlowestEtcd(w io.Writer, wk, up *result) {
 	fmt.Fprintf(w, "  the %d slowest (p99) etcd operations on one resource, by phase, any count:\n", slowestShown)
 	for p := range nAPIPhases {
 		a, b := slowestEtcd(wk.byPhase[p], slowestShown), slowestEtcd(up.byPhase[p], slowestShown)
@@ -451,24 +469,6 @@ func printEtcdRequests(w io.Writer, wk, up *result) {
 		fmt.Fprintf(w, "    %-8s stock:       %s\n", p, orNone(b))
 	}
 	fmt.Fprintln(w)
-}
-
-// printCacheReadWaits prints, per phase, how long reads and watches waited
-// for each resource's cache to catch up with etcd: a wait holds the
-// request's seat in its priority level, so the calls queued behind it in
-// that level wait too.
-func printCacheReadWaits(w io.Writer, wk, up *result) {
-	printGroupsByPhase(w, wk, up, fmt.Sprintf("watch cache read wait (%s), by phase and resource with >= %d waits:",
-		metricName(cacheReadWait), groupShown), "resource", cacheReadWaits)
-}
-
-// printFilterLatencies prints, per phase, the time requests spent in each
-// of kube-apiserver's filters: where a call's p99 goes when neither its
-// queue wait, its etcd requests nor its handler (a trace is logged past
-// 500ms) account for it.
-func printFilterLatencies(w io.Writer, wk, up *result) {
-	printGroupsByPhase(w, wk, up, fmt.Sprintf("time in kube-apiserver's filters before the handler (%s), every request, by phase and filter with >= %d requests:",
-		metricName(filterLatency), groupShown), "filter", filterLatencies)
 }
 
 // metricName is a histogram's name without its series' suffix.

@@ -643,7 +643,7 @@ func TestReportShowsSchedulingLatencyByPhase(t *testing.T) {
 		wk.byPhase[apiSteady] = merged(wk.byPhase[apiSteady], histogramOf(schedLatency, map[string]string{}, 10000, 1))
 		up.byPhase[apiSteady] = merged(up.byPhase[apiSteady], histogramOf(schedLatency, map[string]string{}, 10000, 0.1))
 	})
-	wantInReport(t, out, "kube-apiserver's goroutines waiting to run (go_sched_latencies_seconds), by phase:\n"+
+	wantInReport(t, out, "kube-apiserver's goroutines waiting to run (go_sched_latencies_seconds), by phase (rows of >= 20):\n"+
 		"phase                                     n wk  n stock    p50 wk p50 stock    p99 wk p99 stock   ratio\n"+
 		"steady   goroutines                      10000    10000     5.1ms     5.1ms   550.0ms    55.0ms  10.00x\n\n")
 }
