@@ -337,6 +337,48 @@ func TestBackfillReadsTheStateOfTheObjectsItsEventsModify(t *testing.T) {
 	}
 }
 
+// When a backfill's events show most objects modified it reads the whole
+// resource instead of key by key; the key reads already in flight finish
+// rather than being cancelled: etcd's client logs every cancelled call at
+// WARN, and a restarted kube-apiserver on watchkeeper logged about 100 of
+// them at 300 nodes (docs/kube-load.md).
+func TestBackfillSwitchingToTheWholeResourceLetsKeyReadsFinish(t *testing.T) {
+	db := map[string]string{"app": "db"}
+	fs := newFakeStorage(100, newTestPod("a", 97, db, ""), newTestPod("b", 98, nil, ""), newTestPod("c", 99, nil, ""), newTestPod("d", 50, nil, ""))
+	c := newTestCacher(t, fs, nil)
+	c.waitReady(t)
+	fs.waitWatch(t, 1)
+	fs.setList(90, newTestPod("a", 90, map[string]string{"app": "web"}, ""), newTestPod("b", 80, nil, ""), newTestPod("c", 70, nil, ""), newTestPod("d", 50, nil, ""))
+	gate := make(chan struct{})
+	fs.mu.Lock()
+	fs.keyGate = gate
+	fs.mu.Unlock()
+
+	done := watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: webPods()})
+	run, _ := fs.waitWatch(t, 2)
+	run.send(t, watch.Modified, newTestPod("a", 97, db, ""))
+	run.send(t, watch.Modified, newTestPod("b", 98, nil, ""))
+	poll(t, "a's and b's reads held", func() bool { return len(fs.held()) == 2 })
+	// The third of four objects modified: the whole resource is read.
+	run.send(t, watch.Modified, newTestPod("c", 99, nil, ""))
+	run.sendBookmark(t, 100)
+	poll(t, "the backfill to take every event", func() bool { return len(run.ch) == 0 })
+	for i, ctx := range fs.held() {
+		if ctx.Err() != nil {
+			t.Errorf("key read %d in flight: %v, want it left to finish", i, ctx.Err())
+		}
+	}
+	close(gate)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Cleanup(r.w.Stop)
+	if ev := nextEvent(t, r.w); ev.Type != watch.Deleted || eventRV(t, ev) != 97 {
+		t.Fatalf("first event %s, want DELETED a@97 (it left the selector)", describe(ev))
+	}
+}
+
 // After a backfill fails, resumes from before the list get their 410 at
 // once for a while instead of each starting a backfill that would fail the
 // same way and wait up to backfillTimeout first; after it, they try again.

@@ -40,6 +40,11 @@ type fakeStorage struct {
 	// (not recursive) ends without a slash.
 	listKeys []string
 
+	// keyGate, when set, holds every single-key read until it is closed;
+	// heldKeyReads are the contexts of the reads it held.
+	keyGate      chan struct{}
+	heldKeyReads []context.Context
+
 	currentRV     uint64
 	unreachable   bool // GetCurrentResourceVersion fails, as with etcd down
 	compactRV     int64
@@ -105,6 +110,13 @@ func (s *fakeStorage) readKeys() []string {
 	return slices.Clone(s.listKeys)
 }
 
+// held is the contexts of the single-key reads keyGate holds or held.
+func (s *fakeStorage) held() []context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.heldKeyReads)
+}
+
 func (s *fakeStorage) progressCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -140,6 +152,17 @@ func (s *fakeStorage) waitWatch(t testing.TB, n int) (*fakeWatch, storage.ListOp
 func (s *fakeStorage) Versioner() storage.Versioner { return storage.APIObjectVersioner{} }
 
 func (s *fakeStorage) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	if !opts.Recursive {
+		s.mu.Lock()
+		gate := s.keyGate
+		if gate != nil {
+			s.heldKeyReads = append(s.heldKeyReads, ctx)
+		}
+		s.mu.Unlock()
+		if gate != nil {
+			<-gate
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.listCalls++
