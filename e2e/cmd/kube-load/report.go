@@ -75,8 +75,8 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	printPhases(w, wk, up, flagged)
 	for _, t := range phaseTables {
 		printGroupsByPhase(w, wk, up, fmt.Sprintf(t.heading, metricName(t.metric), groupShown), t.group, t.by)
-		if t.metric == etcdRequest {
-			printSlowestEtcd(w, wk, up)
+		if t.below != nil {
+			t.below(w, wk, up)
 		}
 	}
 	printCacheOutages(w, wk, up)
@@ -428,32 +428,33 @@ const groupShown = 20
 
 // phaseTables are the report's tables of one histogram by phase and by a
 // group of its series, in the order printed; heading formats the metric's
-// name and groupShown.
+// name and groupShown, and below (if any) prints more under the table.
 var phaseTables = []struct {
 	heading, metric, group string
 	by                     func(scraped) map[string]latency
+	below                  func(w io.Writer, wk, up *result)
 }{
 	// Where a call's p99 is queueing behind others of its priority level
 	// rather than its own work.
 	{"API Priority and Fairness queue wait (%s, executed requests), by phase and priority level with >= %d requests:",
-		apfWait, "priority level", apfWaits},
+		apfWait, "priority level", apfWaits, nil},
 	// Whether a call's p99 over stock's is time spent waiting for etcd
 	// (which runs in the load's process, on the same two cores) or in the
 	// server.
 	{"etcd request latency seen by kube-apiserver (%s), by phase and operation with >= %d requests:",
-		etcdRequest, "operation", etcdLatencies},
+		etcdRequest, "operation", etcdLatencies, printSlowestEtcd},
 	// How long reads and watches waited for each resource's cache to catch
 	// up with etcd: a wait holds the request's seat in its priority level,
 	// so the calls queued behind it in that level wait too.
 	{"watch cache read wait (%s), by phase and resource with >= %d waits:",
-		cacheReadWait, "resource", cacheReadWaits},
+		cacheReadWait, "resource", cacheReadWaits, nil},
 	// Where a call's p99 goes when neither its queue wait nor its etcd
 	// requests account for it (its handler logs a trace past 500ms, at
 	// -v=2).
 	{"time in kube-apiserver's filters before the handler (%s), every request, by phase and filter with >= %d requests:",
-		filterLatency, "filter", filterLatencies},
+		filterLatency, "filter", filterLatencies, nil},
 	{"kube-apiserver's goroutines waiting to run (%s), by phase (rows of >= %d):",
-		schedLatency, "", schedLatencies},
+		schedLatency, "", schedLatencies, nil},
 }
 
 // printSlowestEtcd names, per phase, the slowest etcd operations on one
