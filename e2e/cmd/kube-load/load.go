@@ -35,8 +35,13 @@ type result struct {
 	// each phase lasted, summed.
 	byPhase   [nAPIPhases]scraped
 	phaseTook [nAPIPhases]time.Duration
-	cpu       time.Duration // kube-apiserver's
-	peakRSS   int64
+	cpu       time.Duration // kube-apiserver's, cpuByPhase and cpuShutdown summed
+	// kube-apiserver's CPU in each phase: the restart's is the new
+	// process's, from its start; cpuShutdown is the old process's from
+	// the SIGTERM to its exit (its drain of the watches).
+	cpuByPhase  [nAPIPhases]time.Duration
+	cpuShutdown time.Duration
+	peakRSS     int64
 	// rssPeaks is kube-apiserver's peak RSS (VmHWM) as it stood at the
 	// measured run's start (the ramp) and at the restart, and the
 	// restarted process's: which part of the run set peakRSS.
@@ -304,6 +309,11 @@ func (l *load) measure(ctx context.Context) error {
 	if err := mark(apiSteady); err != nil {
 		return err
 	}
+	uSteady, err := readProc(l.cluster.KAS.PID())
+	if err != nil {
+		return err
+	}
+	res.cpuByPhase[apiSteady] = uSteady.cpu - u0.cpu
 	// The storm's span runs until the restart: the same third of the run
 	// on both caches, the storm's aftermath included. Ended at the last
 	// WatchList's sync, a cache that synced sooner would have the
@@ -326,11 +336,12 @@ func (l *load) measure(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		res.cpu += u1.cpu - u0.cpu
+		res.cpuByPhase[apiStorm] = u1.cpu - uSteady.cpu
 		res.peakRSS = u1.peakRSS
 		res.rssPeaks[1] = u1.peakRSS
 		u0 = procUsage{}
 		phases.replaced()
+		old := l.cluster.KAS
 		if err := l.restart(ctx, func() {
 			if cfg.profileDir != "" {
 				work.Go(func() { l.restartProfile(wctx) })
@@ -338,6 +349,7 @@ func (l *load) measure(ctx context.Context) error {
 		}); err != nil {
 			return err
 		}
+		res.cpuShutdown = max(0, old.CPU()-u1.cpu)
 		// The restart's span runs until the run's end, as the storm's
 		// runs until the restart: the same third of the run on both
 		// caches, the aftermath included. Ended 30s after ready (until
@@ -372,7 +384,15 @@ func (l *load) measure(ctx context.Context) error {
 	}
 	res.host, res.helpersCPU = h2.sub(h0), helpers2-helpers0
 	res.acc, res.byPhase, res.phaseTook = phases.total(), phases.inc, phases.took
-	res.cpu += u2.cpu - u0.cpu
+	if cfg.restart {
+		res.cpuByPhase[apiRestart] = u2.cpu
+	} else {
+		res.cpuByPhase[apiStorm] = u2.cpu - uSteady.cpu
+	}
+	res.cpu = res.cpuShutdown
+	for _, c := range res.cpuByPhase {
+		res.cpu += c
+	}
 	res.peakRSS = max(res.peakRSS, u2.peakRSS)
 	if cfg.restart {
 		res.rssPeaks[2] = u2.peakRSS

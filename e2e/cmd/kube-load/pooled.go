@@ -15,16 +15,19 @@ import (
 // whichever ran first; pooled over rounds in both orders, a ratio is no
 // longer one order's.
 type pooled struct {
-	rounds   int
-	acc      scraped
-	steady   scraped
-	watch    []*histogram.Histogram // every kubelet watch event, each round's pods and secrets/configmaps
-	steadyW  []*histogram.Histogram // those that arrived in the steady phase
-	live     []*histogram.Histogram
-	cpu      time.Duration
-	rssSum   int64 // peak RSS, summed over rounds for their mean
-	atRelist int64 // relists and 410s at the restart
-	outside  int64 // relists and 410s outside it
+	rounds  int
+	acc     scraped
+	steady  scraped
+	watch   []*histogram.Histogram // every kubelet watch event, each round's pods and secrets/configmaps
+	steadyW []*histogram.Histogram // those that arrived in the steady phase
+	live    []*histogram.Histogram
+	cpu     time.Duration
+	// cpu split as result's is
+	cpuByPhase  [nAPIPhases]time.Duration
+	cpuShutdown time.Duration
+	rssSum      int64 // peak RSS, summed over rounds for their mean
+	atRelist    int64 // relists and 410s at the restart
+	outside     int64 // relists and 410s outside it
 }
 
 func pool(rs []*result) *pooled {
@@ -40,6 +43,10 @@ func pool(rs []*result) *pooled {
 		p.steadyW = append(p.steadyW, &r.st.latencyByPhase[classPods][apiSteady], &r.st.latencyByPhase[classObjects][apiSteady])
 		p.live = append(p.live, &r.st.live)
 		p.cpu += r.cpu
+		for ph, c := range r.cpuByPhase {
+			p.cpuByPhase[ph] += c
+		}
+		p.cpuShutdown += r.cpuShutdown
 		p.rssSum += r.peakRSS
 		p.atRelist += r.st.sum(relistsOf, allClasses, phaseRestart) + r.st.sum(goneOf, allClasses, phaseRestart)
 		p.outside += r.st.sum(relistsOf, allClasses, phaseSteady) + r.st.sum(goneOf, allClasses, phaseSteady)
@@ -66,6 +73,7 @@ func printPooled(w io.Writer, cfg config, wks, ups []*result) {
 	row("  arrived in the steady phase", q(wk.steadyW), q(up.steadyW), dur)
 	row("  written while the watch was open (live)", q(wk.live), q(up.live), dur)
 	row("kube-apiserver CPU, every round", float64(wk.cpu), float64(up.cpu), dur)
+	printCPUByPhase(w, wk.cpuByPhase, up.cpuByPhase, wk.cpuShutdown, up.cpuShutdown)
 	meanRSS := func(p *pooled) float64 { return float64(p.rssSum) / float64(p.rounds) }
 	row("kube-apiserver peak RSS, mean of the rounds", meanRSS(wk), meanRSS(up), asMiB)
 	row("relists and 410s at the restart", float64(wk.atRelist), float64(up.atRelist), asCount)

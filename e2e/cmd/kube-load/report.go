@@ -102,6 +102,7 @@ func printReport(w io.Writer, cfg config, wk, up *result) {
 	row("  writes learned after missing them (resumed watch or relist)", float64(wk.st.catchUp.Count()), float64(up.st.catchUp.Count()), num)
 	row("    their p99, write to arrival", q(&wk.st.catchUp, 0.99), q(&up.st.catchUp, 0.99), dur)
 	row("kube-apiserver CPU over the run", float64(wk.cpu), float64(up.cpu), dur)
+	printCPUByPhase(w, wk.cpuByPhase, up.cpuByPhase, wk.cpuShutdown, up.cpuShutdown)
 	row("machine CPU busy over the run, every process", float64(wk.host.busy), float64(up.host.busy), dur)
 	row("  of it the load, etcd, controllers and kwok", float64(wk.helpersCPU), float64(up.helpersCPU), dur)
 	others := func(r *result) float64 { return float64(max(0, r.host.busy-r.host.steal-r.cpu-r.helpersCPU)) }
@@ -649,5 +650,23 @@ func fmtDur(d time.Duration) string {
 		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
 	default:
 		return d.Round(100 * time.Millisecond).String()
+	}
+}
+
+// printCPUByPhase splits kube-apiserver's CPU over the run by phase, the
+// old process's shutdown on its own line: where a difference in the whole
+// run's CPU comes from.
+func printCPUByPhase(w io.Writer, wk, up [nAPIPhases]time.Duration, wkShutdown, upShutdown time.Duration) {
+	for p := range nAPIPhases {
+		name := fmt.Sprintf("  of it the %s phase", p)
+		if p == apiRestart {
+			name = "  of it the restart phase (the new process, from its start)"
+		}
+		if wk[p]+up[p] > 0 {
+			printFigure(w, name, float64(wk[p]), float64(up[p]), asDur)
+		}
+	}
+	if wkShutdown+upShutdown > 0 {
+		printFigure(w, "  of it the old process's shutdown (SIGTERM to exit)", float64(wkShutdown), float64(upShutdown), asDur)
 	}
 }

@@ -20,6 +20,7 @@ type Child struct {
 	exited  chan struct{}
 	// WaitErr is how it exited, once Running is false.
 	WaitErr error
+	cpu     time.Duration
 }
 
 // StartChild starts path with args. The kernel kills the child if the driver
@@ -45,6 +46,9 @@ func StartChild(name, logPath, path string, args ...string) (*Child, error) {
 		}
 		started <- nil
 		c.WaitErr = cmd.Wait()
+		if ps := cmd.ProcessState; ps != nil {
+			c.cpu = ps.UserTime() + ps.SystemTime()
+		}
 		close(c.exited)
 	}()
 	if err := <-started; err != nil {
@@ -58,6 +62,18 @@ func (c *Child) PID() int { return c.cmd.Process.Pid }
 
 // Exited is closed when the child has exited and been reaped.
 func (c *Child) Exited() <-chan struct{} { return c.exited }
+
+// CPU is the CPU time the child used in all, user and system, from the
+// kernel's account at its reaping: the seconds of its last moments too,
+// which /proc no longer shows. Zero until it has exited.
+func (c *Child) CPU() time.Duration {
+	select {
+	case <-c.exited:
+		return c.cpu
+	default:
+		return 0
+	}
+}
 
 // Running is whether the child has not exited yet.
 func (c *Child) Running() bool {
