@@ -65,6 +65,7 @@ type result struct {
 	// driver's wait saw it ready.
 	restartReadyz restartprobe.Timeline
 	restartCPU    time.Duration
+	admissionWait admissionWait   // goroutine profiles of the new process (-profile-dir)
 	reconnect     []time.Duration // per kubelet: the old process's exit to its pods' watch open again
 	unreconnected int
 	consistency   string // the kubelets' views against the server's pods at the end
@@ -345,6 +346,7 @@ func (l *load) measure(ctx context.Context) error {
 		if err := l.restart(ctx, func() {
 			if cfg.profileDir != "" {
 				work.Go(func() { l.restartProfile(wctx) })
+				work.Go(func() { l.sampleAdmissionWait(wctx, time.Second, 40*time.Second) })
 			}
 		}); err != nil {
 			return err

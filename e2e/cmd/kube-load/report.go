@@ -315,6 +315,10 @@ func printRestartChecks(w io.Writer, wk, up *result) {
 		fmtRatio(float64(rw.FirstAnswer), float64(ru.FirstAnswer)))
 	fmt.Fprintf(w, "%-58s %14s %14s %8s\n", "restart: the new kube-apiserver's CPU, start to ready", fmtDur(wk.restartCPU), fmtDur(up.restartCPU),
 		fmtRatio(float64(wk.restartCPU), float64(up.restartCPU)))
+	if aw, au := wk.admissionWait, up.admissionWait; aw.samples+au.samples > 0 {
+		printFigure(w, "restart: requests waiting in admission for informers, peak", float64(aw.peak), float64(au.peak), asCount)
+		printFigure(w, "  their request-seconds, sampled each second for 40s", aw.waitSeconds*float64(time.Second), au.waitSeconds*float64(time.Second), asDur)
+	}
 	fmt.Fprintf(w, "restart: /readyz checks failing after the first answer (the last %d to pass on each cache, how long each failed; * the last):\n", restartChecksShown)
 	var names []string
 	seen := map[string]bool{}
