@@ -1,6 +1,10 @@
 # watchkeeper: the targets a fresh machine needs. Go and make are the only
 # prerequisites; modules come from the Go module proxy.
 GO ?= go
+# Kubernetes 1.38's modules need Go 1.27. A machine runs its own Go and
+# ignores go.mod's toolchain line, so every target names the toolchain; the
+# go command fetches it from the module proxy once.
+export GOTOOLCHAIN ?= go1.27.3
 PKGS ?= ./...
 # Tests of the whole module with the race detector; integration tests start
 # their own embedded etcd, so nothing else has to be running.

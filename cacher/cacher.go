@@ -281,7 +281,7 @@ func (c *Cacher) terminateAllLocked() {
 func (c *Cacher) removeLocked(w *watcher) {
 	c.watchers.remove(w)
 	w.mu.Lock()
-	c.metrics.watcherLeft(w.tracker.State())
+	c.metrics.watcherLeft(w.tracker.State(), w.shard != nil)
 	w.mu.Unlock()
 }
 
@@ -302,35 +302,6 @@ func (c *Cacher) GroupResource() schema.GroupResource { return c.groupResource }
 
 // Versioner implements storage.Interface.
 func (c *Cacher) Versioner() storage.Versioner { return c.versioner }
-
-// Create implements storage.Interface by writing through.
-func (c *Cacher) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
-	return c.storage.Create(ctx, key, obj, out, ttl)
-}
-
-// Delete implements storage.Interface by writing through, with the cached
-// object as the hint the interface allows.
-func (c *Cacher) Delete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
-	validateDeletion storage.ValidateObjectFunc, _ runtime.Object, opts storage.DeleteOptions) error {
-	return c.storage.Delete(ctx, key, out, preconditions, validateDeletion, c.cachedCopy(key), opts)
-}
-
-// GuaranteedUpdate implements storage.Interface by writing through, with the
-// cached object as the hint.
-func (c *Cacher) GuaranteedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
-	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc, _ runtime.Object) error {
-	return c.storage.GuaranteedUpdate(ctx, key, destination, ignoreNotFound, preconditions, tryUpdate, c.cachedCopy(key))
-}
-
-// cachedCopy is the cached object under key, copied because the storage
-// layer may set its resourceVersion; nil when the cache does not have it.
-func (c *Cacher) cachedCopy(key string) runtime.Object {
-	o := c.state.peek(key)
-	if o == nil {
-		return nil
-	}
-	return o.obj.DeepCopyObject()
-}
 
 // Stats implements storage.Interface.
 func (c *Cacher) Stats(ctx context.Context) (storage.Stats, error) { return c.storage.Stats(ctx) }

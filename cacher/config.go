@@ -7,9 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 )
@@ -82,15 +80,14 @@ type Config struct {
 	// client to resume from there. Zero turns it off (a resume from before
 	// the list still backfills on demand).
 	ListBackfillRevisions uint64
+	// StorageWatchWithoutPrevKV: the cache's own etcd watch asks for no
+	// previous values (gate WatchFromStorageWithoutPrevKV). The storage
+	// must then name a deleted object from its key: the etcd3 store needs
+	// the registry's storage.ReverseKeyFunc.
+	StorageWatchWithoutPrevKV bool
 }
 
 func (c *Config) complete() error {
-	if utilfeature.DefaultFeatureGate.Enabled(features.ShardedListAndWatch) {
-		// A request's shard selector would be ignored: clients would get
-		// every object where they asked for a shard. Refused, not ignored.
-		return fmt.Errorf("cacher: feature gate %s is on, and watchkeeper's cache does not filter by shard selector; "+
-			"turn it off (--feature-gates=%s=false) or serve the resource with another cache", features.ShardedListAndWatch, features.ShardedListAndWatch)
-	}
 	if c.Storage == nil {
 		return fmt.Errorf("cacher: Storage is required")
 	}

@@ -7,20 +7,7 @@ import (
 
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/apis/example"
-	"k8s.io/apiserver/pkg/features"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	featuregatetesting "k8s.io/component-base/featuregate/testing"
 )
-
-// A feature gate the cache cannot honour is refused when the cache is made,
-// with the way out, never silently ignored.
-func TestShardedListAndWatchIsRefused(t *testing.T) {
-	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ShardedListAndWatch, true)
-	_, err := New(resourceOnly())
-	if err == nil || !strings.Contains(err.Error(), "ShardedListAndWatch=false") {
-		t.Fatalf("New with ShardedListAndWatch on: %v, want an error naming the gate and the way out", err)
-	}
-}
 
 // Zero is never a default in Config: every schedule knob that cannot be
 // off must be set, and New names each one that is not. A knob whose zero is

@@ -66,8 +66,12 @@ func (c *Cacher) newDispatcher() *dispatcher {
 		clock: c.clock,
 		candidates: func(dst []*watcher, e *event) []*watcher {
 			c.state.mu.RLock()
-			defer c.state.mu.RUnlock()
-			return c.watchers.candidates(dst, e)
+			dst, filtered := c.watchers.candidatesAndShardFiltered(dst, e)
+			c.state.mu.RUnlock()
+			if filtered > 0 {
+				c.metrics.shardFiltered.Add(float64(filtered))
+			}
+			return dst
 		},
 		objects:    c.objectsOf,
 		tooSlow:    c.terminateSlow,
@@ -122,13 +126,13 @@ func (d *dispatcher) dispatch(events ...*event) {
 		if e.rv > d.rv {
 			d.rv = e.rv
 		}
-		// Once per event, progress included, however many watchers get
-		// it: what upstream's apiserver_watch_cache_events_dispatched_total
-		// counts.
-		d.env.dispatched()
 		if e.isProgress() {
 			continue
 		}
+		// Once per event, however many watchers get it, and never for a
+		// progress notification: what upstream's
+		// apiserver_watch_cache_events_dispatched_total counts since 1.38.
+		d.env.dispatched()
 		d.candidates = d.env.candidates(d.candidates[:0], e)
 		d.objs[j] = d.env.objects(e)
 		// The event's number, for the match classes' memo.

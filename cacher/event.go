@@ -58,8 +58,21 @@ func progress(rv uint64) *event { return &event{typ: watch.Bookmark, rv: rv} }
 func (e *event) isProgress() bool { return e.typ == watch.Bookmark }
 
 // matches reports whether the object (cur, or prev for the side it left)
-// passes the predicate.
+// passes the predicate: its labels and fields, then its shard.
 func matches(pred storage.SelectionPredicate, o *object) bool {
+	if !matchesAttrs(pred, o) {
+		return false
+	}
+	if pred.ShardSelector == nil {
+		return true
+	}
+	ok, err := pred.MatchesSharding(o.obj)
+	return err == nil && ok
+}
+
+// matchesAttrs is matches without the shard: a watcher checks its own,
+// compiled (shardFilter).
+func matchesAttrs(pred storage.SelectionPredicate, o *object) bool {
 	if o == nil {
 		return false
 	}

@@ -259,6 +259,15 @@ func (s *fakeStorage) GuaranteedUpdate(ctx context.Context, key string, destinat
 	return fmt.Errorf("fake storage: GuaranteedUpdate not supported")
 }
 
+func (s *fakeStorage) DeleteOnce(ctx context.Context, key string, origState *storage.ObjState, out runtime.Object) error {
+	return fmt.Errorf("fake storage: DeleteOnce not supported")
+}
+
+func (s *fakeStorage) UpdateOnce(ctx context.Context, key string, origState *storage.ObjState, obj runtime.Object, ttl uint64,
+	destination runtime.Object, ignoreNotFound bool) (*storage.ObjState, error) {
+	return nil, fmt.Errorf("fake storage: UpdateOnce not supported")
+}
+
 func (s *fakeStorage) Stats(ctx context.Context) (storage.Stats, error) { return storage.Stats{}, nil }
 
 func (s *fakeStorage) ReadinessCheck() error { return nil }

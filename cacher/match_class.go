@@ -39,8 +39,12 @@ type matchClass struct {
 // Nothing). Selectors that select alike but print differently only make two
 // classes.
 func matchSignature(w *watcher) string {
-	return fmt.Sprintf("%s\x00%t\x00%T\x00%s\x00%T\x00%s",
-		w.key, w.recursive, w.pred.Label, selectorString(w.pred.Label), w.pred.Field, selectorString(w.pred.Field))
+	shard := ""
+	if w.shard != nil {
+		shard = w.shard.text
+	}
+	return fmt.Sprintf("%s\x00%t\x00%T\x00%s\x00%T\x00%s\x00%s",
+		w.key, w.recursive, w.pred.Label, selectorString(w.pred.Label), w.pred.Field, selectorString(w.pred.Field), shard)
 }
 
 func selectorString(s fmt.Stringer) string {

@@ -140,7 +140,12 @@ type resourceMetrics struct {
 	initDuration         compbasemetrics.ObserverMetric
 	initEvents           compbasemetrics.CounterMetric
 	readWait             compbasemetrics.ObserverMetric
-	gr                   schema.GroupResource
+	// shardedWatches and shardFiltered are upstream's
+	// apiserver_watch_shards_total and apiserver_watch_filtered_events_total
+	// (registered by upstream while ShardedListAndWatch is on).
+	shardedWatches compbasemetrics.GaugeMetric
+	shardFiltered  compbasemetrics.CounterMetric
+	gr             schema.GroupResource
 
 	bookmarksSent              compbasemetrics.CounterMetric
 	storageBookmarks           compbasemetrics.CounterMetric
@@ -171,6 +176,8 @@ func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
 		initDuration:           upstream.WatchCacheInitializationDuration.WithLabelValues(g, r),
 		initEvents:             upstream.InitCounter.WithLabelValues(g, r),
 		readWait:               upstream.WatchCacheReadWait.WithLabelValues(g, r),
+		shardedWatches:         upstream.WatchShardsTotal.WithLabelValues(g, r),
+		shardFiltered:          upstream.WatchFilteredEventsTotal.WithLabelValues(g, r),
 		gr:                     gr,
 		bookmarksSent:          bookmarksSent.WithLabelValues(g, r),
 		storageBookmarks:       storageBookmarks.WithLabelValues(g, r),
@@ -266,8 +273,19 @@ func (m *resourceMetrics) wentNotReady(why string) { m.notReady[why].Inc() }
 // readToStorage counts a read sent on to etcd.
 func (m *resourceMetrics) readToStorage(read storageRead) { m.readsToStorage[read].Inc() }
 
-func (m *resourceMetrics) watcherArrived(s watchlist.State) { m.byState[s].Inc() }
-func (m *resourceMetrics) watcherLeft(s watchlist.State)    { m.byState[s].Dec() }
+func (m *resourceMetrics) watcherArrived(s watchlist.State, sharded bool) {
+	m.byState[s].Inc()
+	if sharded {
+		m.shardedWatches.Inc()
+	}
+}
+
+func (m *resourceMetrics) watcherLeft(s watchlist.State, sharded bool) {
+	m.byState[s].Dec()
+	if sharded {
+		m.shardedWatches.Dec()
+	}
+}
 func (m *resourceMetrics) watcherMoved(from, to watchlist.State) {
 	m.byState[from].Dec()
 	m.byState[to].Inc()

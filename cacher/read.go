@@ -223,7 +223,12 @@ func (c *Cacher) fillList(listObj runtime.Object, objs iter.Seq[*object], sizeHi
 	if err != nil {
 		return err
 	}
-	return c.versioner.UpdateList(listObj, rv, next, remaining)
+	if err := c.versioner.UpdateList(listObj, rv, next, remaining); err != nil {
+		return err
+	}
+	// A sharded list says which shard it holds, as etcd3's does.
+	opts.Predicate.SetShardInfoOnList(listObj)
+	return nil
 }
 
 // listPage is what filling a list found: the last key listed, how many

@@ -19,7 +19,7 @@ import (
 // old one's memory, and the new version's own copy goes to the collector.
 //
 // Cached objects are never written once the cache holds them (reads hand
-// out shallow copies, and an update's hint is a deep copy, cachedCopy), so
+// out shallow copies, and an update's hint is a deep copy, suggestion), so
 // two versions sharing a part is invisible to clients: each still reads as
 // it was decoded. A shared slice gets its length as capacity, so an append
 // to it copies rather than writes past the end into the other version's.

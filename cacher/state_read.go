@@ -66,7 +66,7 @@ func (s *cacheState) progress() (rv uint64, advanced <-chan struct{}) {
 // peek is the object held under key, nil if none, read without mu: the
 // indexer's own lock makes the read consistent in itself, but it may be one
 // applied event ahead of or behind rv. The reflector, the one writer, reads
-// exactly what it last applied; a write's hint (cachedCopy) accepts either.
+// exactly what it last applied; a write's hint (suggestion) accepts either.
 func (s *cacheState) peek(key string) *object {
 	if item, ok, _ := s.store.GetByKey(key); ok {
 		return item.(*object)

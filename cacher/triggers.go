@@ -15,7 +15,11 @@ import (
 //     their pods use by name) by that key;
 //   - the others watching a prefix (a namespace, the whole resource) by the
 //     prefix, which ends in "/" (storage.PrepareKey): an event looks up
-//     each "/"-bounded prefix of its key, a handful of map reads.
+//     each "/"-bounded prefix of its key, a handful of map reads;
+//   - of those, the ones with a shard selector by prefix, shard field and
+//     the buckets of the hash ranges they select (shardBuckets): an event
+//     hashes its shard key once per field in use and meets only the
+//     watchers of its bucket.
 //
 // Each index holds, per value, key or prefix, a list of its watchers in no
 // order: every event walks the lists it looks up, and a slice walks faster
@@ -30,7 +34,10 @@ type watcherSet struct {
 	byValue  watcherIndex
 	byKey    watcherIndex
 	byPrefix watcherIndex
-	classes  map[string]*matchClass
+	byShard  map[shardKey]*shardBuckets
+	// shardFields counts the byShard entries per shard field.
+	shardFields map[string]int
+	classes     map[string]*matchClass
 }
 
 // watcherIndex files watchers by one string: a trigger value, a key or a
@@ -39,11 +46,13 @@ type watcherIndex map[string][]*watcher
 
 func newWatcherSet() watcherSet {
 	return watcherSet{
-		all:      make(map[*watcher]struct{}),
-		byValue:  make(watcherIndex),
-		byKey:    make(watcherIndex),
-		byPrefix: make(watcherIndex),
-		classes:  make(map[string]*matchClass),
+		all:         make(map[*watcher]struct{}),
+		byValue:     make(watcherIndex),
+		byKey:       make(watcherIndex),
+		byPrefix:    make(watcherIndex),
+		byShard:     make(map[shardKey]*shardBuckets),
+		shardFields: make(map[string]int),
+		classes:     make(map[string]*matchClass),
 	}
 }
 
@@ -75,6 +84,17 @@ func (s *watcherSet) add(w *watcher, sig string) {
 	}
 	class.refs++
 	w.class = class
+	if w.byShard() {
+		k := shardKey{w.key, w.shard.field}
+		b := s.byShard[k]
+		if b == nil {
+			b = &shardBuckets{}
+			s.byShard[k] = b
+			s.shardFields[k.field]++
+		}
+		b.add(w)
+		return
+	}
 	m, k := s.index(w)
 	w.listSlot = len(m[k])
 	m[k] = append(m[k], w)
@@ -89,6 +109,18 @@ func (s *watcherSet) remove(w *watcher) {
 		if class.refs--; class.refs == 0 {
 			delete(s.classes, class.sig)
 		}
+	}
+	if w.byShard() {
+		k := shardKey{w.key, w.shard.field}
+		b := s.byShard[k]
+		b.remove(w)
+		if b.watchers == 0 {
+			delete(s.byShard, k)
+			if s.shardFields[k.field]--; s.shardFields[k.field] == 0 {
+				delete(s.shardFields, k.field)
+			}
+		}
+		return
 	}
 	m, k := s.index(w)
 	list := m[k]
@@ -112,9 +144,19 @@ func (s *watcherSet) remove(w *watcher) {
 
 // candidates appends the watchers an event may concern: those filed under
 // the trigger value of the object before or after the change, under its
-// key, or under a prefix of its key. Each watcher is filed once, so none
-// comes twice.
+// key, under a prefix of its key, or, sharded, under a prefix with a range
+// holding its shard key's hash. Each watcher is filed once, so none comes
+// twice.
 func (s *watcherSet) candidates(dst []*watcher, e *event) []*watcher {
+	dst, _ = s.candidatesAndShardFiltered(dst, e)
+	return dst
+}
+
+// candidatesAndShardFiltered is candidates, and how many sharded watchers
+// of the event's prefixes its shard key left out (upstream's
+// apiserver_watch_filtered_events_total counts those, after label and
+// field selection, which the index does not look at).
+func (s *watcherSet) candidatesAndShardFiltered(dst []*watcher, e *event) ([]*watcher, int) {
 	dst = append(dst, s.byValue[e.curTrigger]...)
 	if e.prevTrigger != e.curTrigger {
 		dst = append(dst, s.byValue[e.prevTrigger]...)
@@ -125,16 +167,49 @@ func (s *watcherSet) candidates(dst []*watcher, e *event) []*watcher {
 	}
 	key := o.key
 	dst = append(dst, s.byKey[key]...)
-	if len(s.byPrefix) == 0 {
-		return dst
-	}
-	for i := 0; i < len(key); i++ {
-		if key[i] != '/' {
-			continue
+	if len(s.byPrefix) > 0 {
+		for i := 0; i < len(key); i++ {
+			if key[i] != '/' {
+				continue
+			}
+			dst = append(dst, s.byPrefix[key[:i+1]]...)
 		}
-		dst = append(dst, s.byPrefix[key[:i+1]]...)
 	}
-	return dst
+	if len(s.byShard) == 0 {
+		return dst, 0
+	}
+	return s.shardCandidates(dst, o)
+}
+
+// shardCandidates appends the sharded watchers of o's prefixes whose
+// ranges hold o's shard key hash, and counts those whose do not. cur and
+// prev hash alike: the shard key is immutable.
+func (s *watcherSet) shardCandidates(dst []*watcher, o *object) ([]*watcher, int) {
+	key := o.key
+	filtered := 0
+	for field := range s.shardFields {
+		h, ok := shardHash(o.obj, field)
+		for i := 0; i < len(key); i++ {
+			if key[i] != '/' {
+				continue
+			}
+			sb := s.byShard[shardKey{key[:i+1], field}]
+			if sb == nil {
+				continue
+			}
+			in := 0
+			if ok {
+				for _, w := range sb.buckets[bucketOf(h)] {
+					if w.shard.contains(h) {
+						dst = append(dst, w)
+						in++
+					}
+				}
+			}
+			filtered += sb.watchers - in
+		}
+	}
+	return dst, filtered
 }
 
 // trigger is the one field whose value files watchers. Like upstream, one

@@ -88,6 +88,9 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		result:    make(chan watch.Event, resultBuffer),
 	}
 	w.deadline, _ = ctx.Deadline()
+	if w.shard, err = newShardFilter(opts.Predicate); err != nil {
+		return nil, errors.NewBadRequest(err.Error())
+	}
 	w.triggerValue, w.triggered = c.trigger.valueFor(opts.Predicate)
 	sig := matchSignature(w)
 
@@ -165,7 +168,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		initial = append(initial, watch.Event{Type: watch.Bookmark, Object: end})
 	}
 	c.watchers.add(w, sig)
-	c.metrics.watcherArrived(w.tracker.State())
+	c.metrics.watcherArrived(w.tracker.State(), w.shard != nil)
 	c.metrics.initEvents.Add(float64(len(initial)))
 	c.fileLocked(w, c.clock.Now())
 	// Queued before the dispatcher can see the watcher (it needs the lock),

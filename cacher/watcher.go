@@ -46,7 +46,9 @@ type watcher struct {
 	pred      storage.SelectionPredicate
 	key       string // exact key, or prefix when recursive
 	recursive bool
-	deadline  time.Time
+	// shard is the watch's shard selector compiled, nil when not sharded.
+	shard    *shardFilter
+	deadline time.Time
 	// triggerValue is the trigger field's value the watcher's selector pins,
 	// when triggered; see watcherSet.
 	triggerValue string
@@ -139,15 +141,23 @@ func (w *watcher) selects(e *event) selection {
 	} else if o.key != w.key {
 		return 0
 	}
+	if w.shard != nil && !w.shard.selects(o) {
+		// cur and prev are in one shard: the shard key is immutable.
+		return 0
+	}
 	var sel selection
-	if matches(w.pred, e.cur) {
+	if matchesAttrs(w.pred, e.cur) {
 		sel |= selectsCur
 	}
-	if matches(w.pred, e.prev) {
+	if matchesAttrs(w.pred, e.prev) {
 		sel |= selectsPrev
 	}
 	return sel
 }
+
+// byShard is whether the watcherSet files w by its shard's ranges: a
+// sharded watch of a prefix not already filed by a trigger value.
+func (w *watcher) byShard() bool { return w.shard != nil && w.recursive && !w.triggered }
 
 // floorReached reports whether the WatchList bookmark floor has been met,
 // for the bookmark policy.

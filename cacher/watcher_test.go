@@ -197,8 +197,10 @@ func TestDispatcherBatch(t *testing.T) {
 		&event{typ: watch.Bookmark, rv: 153},
 		&event{typ: watch.Deleted, rv: 154, prev: obj("b", 151), cur: obj("b", 154)},
 	)
-	if dispatched != 5 || d.rv != 154 {
-		t.Errorf("counted %d events dispatched, dispatcher RV %d; want 5 and 154", dispatched, d.rv)
+	// The progress at 153 moves the RV and is not counted (1.38's
+	// apiserver_watch_cache_events_dispatched_total).
+	if dispatched != 4 || d.rv != 154 {
+		t.Errorf("counted %d events dispatched, dispatcher RV %d; want 4 and 154", dispatched, d.rv)
 	}
 	if len(slow) != 1 || slow[0] != full {
 		t.Errorf("too slow: %d watchers, want the full one once", len(slow))

@@ -231,7 +231,7 @@ func decorate(ctx context.Context, t *testing.T, d *decorator.Decorator, endpoin
 	prefix := "/" + resource + "/"
 	s, destroy, err := d.Decorate(cfg.ForResource(schema.GroupResource{Resource: resource}), prefix,
 		func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(prefix, obj) },
-		fixtures.NewPod, fixtures.NewPodList, fixtures.PodAttrs, nil, nil)
+		fixtures.PodReverseKeyFunc(prefix), fixtures.NewPod, fixtures.NewPodList, fixtures.PodAttrs, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
@@ -28,8 +29,8 @@ func (r readiness) ReadinessCheck() error { return r.err }
 
 // stub is a decorator handing out the storage the test chose per resource.
 func stub(stores map[string]storage.Interface, destroyed map[string]int) *Decorator {
-	return Track(func(config *storagebackend.ConfigForResource, _ string, _ func(runtime.Object) (string, error),
-		_, _ func() runtime.Object, _ storage.AttrFunc, _ storage.IndexerFuncs, _ *cache.Indexers,
+	return Track(func(config *storagebackend.ConfigForResource, _ string, _ generic.CacheKeyFunc,
+		_ storage.ReverseKeyFunc, _, _ func() runtime.Object, _ storage.AttrFunc, _ storage.IndexerFuncs, _ *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
 		name := config.GroupResource.String()
 		return stores[name], func() { destroyed[name]++ }, nil
@@ -38,7 +39,7 @@ func stub(stores map[string]storage.Interface, destroyed map[string]int) *Decora
 
 func decorate(t *testing.T, d *Decorator, gr schema.GroupResource) factory.DestroyFunc {
 	t.Helper()
-	_, destroy, err := d.Decorate(&storagebackend.ConfigForResource{GroupResource: gr}, "/"+gr.Resource, nil, nil, nil, nil, nil, nil)
+	_, destroy, err := d.Decorate(&storagebackend.ConfigForResource{GroupResource: gr}, "/"+gr.Resource, nil, nil, nil, nil, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

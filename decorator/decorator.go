@@ -24,10 +24,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/watchkeeper/watchkeeper/cacher"
@@ -80,14 +82,15 @@ func Track(d generic.StorageDecorator) *Decorator {
 func (d *Decorator) Decorate(
 	config *storagebackend.ConfigForResource,
 	resourcePrefix string,
-	keyFunc func(obj runtime.Object) (string, error),
+	keyFunc generic.CacheKeyFunc,
+	reverseKeyFunc storage.ReverseKeyFunc,
 	newFunc func() runtime.Object,
 	newListFunc func() runtime.Object,
 	getAttrsFunc storage.AttrFunc,
 	triggerFuncs storage.IndexerFuncs,
 	indexers *cache.Indexers,
 ) (storage.Interface, factory.DestroyFunc, error) {
-	s, destroy, err := d.decorate(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrsFunc, triggerFuncs, indexers)
+	s, destroy, err := d.decorate(config, resourcePrefix, keyFunc, reverseKeyFunc, newFunc, newListFunc, getAttrsFunc, triggerFuncs, indexers)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -164,14 +167,15 @@ func watchkeeper(o *options.WatchCacheOptions) generic.StorageDecorator {
 	return func(
 		config *storagebackend.ConfigForResource,
 		resourcePrefix string,
-		keyFunc func(obj runtime.Object) (string, error),
+		keyFunc generic.CacheKeyFunc,
+		reverseKeyFunc storage.ReverseKeyFunc,
 		newFunc func() runtime.Object,
 		newListFunc func() runtime.Object,
 		getAttrsFunc storage.AttrFunc,
 		triggerFuncs storage.IndexerFuncs,
 		indexers *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
-		raw, destroyRaw, err := generic.NewRawStorage(config, newFunc, newListFunc, resourcePrefix)
+		raw, destroyRaw, err := generic.NewRawStorage(config, newFunc, newListFunc, reverseKeyFunc, resourcePrefix)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -181,6 +185,8 @@ func watchkeeper(o *options.WatchCacheOptions) generic.StorageDecorator {
 		cfg.ResourcePrefix = resourcePrefix
 		cfg.KeyFunc, cfg.NewFunc, cfg.NewListFunc, cfg.GetAttrsFunc = keyFunc, newFunc, newListFunc, getAttrsFunc
 		cfg.IndexerFuncs, cfg.Indexers = triggerFuncs, indexers
+		cfg.StorageWatchWithoutPrevKV = reverseKeyFunc != nil &&
+			utilfeature.DefaultFeatureGate.Enabled(features.WatchFromStorageWithoutPrevKV)
 		c, err := cacher.New(cfg)
 		if err != nil {
 			destroyRaw()

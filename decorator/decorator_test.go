@@ -50,8 +50,8 @@ func (f *fakeGetter) GetRESTOptions(resource schema.GroupResource, _ runtime.Obj
 func TestRESTOptionsGetterSetsTheDecorator(t *testing.T) {
 	delegate := &fakeGetter{}
 	called := false
-	marker := generic.StorageDecorator(func(*storagebackend.ConfigForResource, string, func(runtime.Object) (string, error),
-		func() runtime.Object, func() runtime.Object, storage.AttrFunc, storage.IndexerFuncs, *cache.Indexers,
+	marker := generic.StorageDecorator(func(*storagebackend.ConfigForResource, string, generic.CacheKeyFunc,
+		storage.ReverseKeyFunc, func() runtime.Object, func() runtime.Object, storage.AttrFunc, storage.IndexerFuncs, *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
 		called = true
 		return nil, nil, nil
@@ -63,7 +63,7 @@ func TestRESTOptionsGetterSetsTheDecorator(t *testing.T) {
 	if delegate.calls != 1 || got.ResourcePrefix != "/widgets" {
 		t.Fatalf("delegate's options not passed through: calls=%d prefix=%q", delegate.calls, got.ResourcePrefix)
 	}
-	_, _, _ = got.Decorator(nil, "", nil, nil, nil, nil, nil, nil)
+	_, _, _ = got.Decorator(nil, "", nil, nil, nil, nil, nil, nil, nil)
 	if !called {
 		t.Fatal("GetRESTOptions did not install the decorator")
 	}
@@ -83,8 +83,8 @@ func TestRESTOptionsGetterKeepsUncachedResourcesUncached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	upstreamCached := generic.StorageDecorator(func(*storagebackend.ConfigForResource, string, func(runtime.Object) (string, error),
-		func() runtime.Object, func() runtime.Object, storage.AttrFunc, storage.IndexerFuncs, *cache.Indexers,
+	upstreamCached := generic.StorageDecorator(func(*storagebackend.ConfigForResource, string, generic.CacheKeyFunc,
+		storage.ReverseKeyFunc, func() runtime.Object, func() runtime.Object, storage.AttrFunc, storage.IndexerFuncs, *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
 		return nil, nil, nil
 	})

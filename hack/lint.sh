@@ -21,6 +21,8 @@
 # them (client-gen's deprecated ListFunc, conversion-gen's unused scopes) is
 # for the generators to fix.
 set -euo pipefail
+# Kubernetes 1.38 needs Go 1.27; the go command fetches it (see the Makefile).
+export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$ROOT"
 

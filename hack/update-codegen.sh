@@ -15,6 +15,8 @@
 # UPDATE_API_KNOWN_VIOLATIONS=true, which rewrites
 # sample-apiserver/pkg/generated/openapi/violation_exceptions.list.
 set -euo pipefail
+# Kubernetes 1.38 needs Go 1.27; the go command fetches it (see the Makefile).
+export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$ROOT"
@@ -22,7 +24,7 @@ cd "$ROOT"
 # The generators' version. openapi-gen comes from the kube-openapi version
 # that code-generator requires, which must be the one go.mod builds against:
 # the generated definitions call into k8s.io/kube-openapi at run time.
-CODEGEN_VERSION=v0.37.2
+CODEGEN_VERSION=v0.38.0-beta.0
 MODULE=github.com/watchkeeper/watchkeeper
 APIS_DIR=sample-apiserver/pkg/apis
 GEN_DIR=sample-apiserver/pkg/generated

@@ -4,6 +4,8 @@
 # temporary directory twice, runs hack/update-codegen.sh in one copy and
 # diffs the two. The working tree itself is never written to.
 set -euo pipefail
+# Kubernetes 1.38 needs Go 1.27; the go command fetches it (see the Makefile).
+export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "$ROOT"

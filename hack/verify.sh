@@ -2,6 +2,8 @@
 # Checks that must stay green: formatting, go vet, the linters (hack/lint.sh),
 # a tidy go.mod, fresh generated code.
 set -euo pipefail
+# Kubernetes 1.38 needs Go 1.27; the go command fetches it (see the Makefile).
+export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.27.3}"
 cd "$(dirname "$0")/.."
 
 fail=0

@@ -41,7 +41,8 @@ func TestCreateWithKeyExist(t *testing.T) {
 func TestGet(t *testing.T) {
 	// Not parallel: it gives an object a 1s TTL and expects it still there
 	// after its checks, which a loaded machine running tests beside may miss.
-	storagetesting.RunTestGet(context.Background(), t, setup(t).cacher)
+	e := setup(t)
+	storagetesting.RunTestGet(context.Background(), t, e.cacher, increaseRV(e.client.Client))
 }
 
 func TestUnconditionalDelete(t *testing.T) {
@@ -240,7 +241,7 @@ func TestWatcherTimeout(t *testing.T) {
 
 func TestWatchDeleteEventObjectHaveLatestRV(t *testing.T) {
 	t.Parallel() // its own etcd and cache; no gate, no process-wide metric
-	storagetesting.RunTestWatchDeleteEventObjectHaveLatestRV(context.Background(), t, setup(t).cacher)
+	storagetesting.RunTestWatchDeleteEventObjectHaveLatestRV(context.Background(), t, setup(t).cacher, true, false, nil)
 }
 
 func TestWatchInitializationSignal(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/watchkeeper/watchkeeper/decorator"
 	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
+	"github.com/watchkeeper/watchkeeper/internal/fixtures"
 	"github.com/watchkeeper/watchkeeper/options"
 )
 
@@ -35,7 +36,7 @@ func TestDecoratorEndToEnd(t *testing.T) {
 	cfg.Transport.ServerList = etcd.Endpoints()
 	s, destroy, err := d(cfg.ForResource(schema.GroupResource{Resource: "pods"}), "/pods/",
 		func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) },
-		newPod, newPodList, podAttrs, nil, nil)
+		fixtures.PodReverseKeyFunc("/pods"), newPod, newPodList, podAttrs, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

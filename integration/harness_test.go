@@ -87,6 +87,8 @@ func podCacheConfigFor(raw storage.Interface, resource string) cacher.Config {
 	cfg.ResourcePrefix = prefix
 	cfg.KeyFunc = func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(prefix, obj) }
 	cfg.NewFunc, cfg.NewListFunc, cfg.GetAttrsFunc = newPod, newPodList, podAttrs
+	// As the decorator sets it: newPodStore gives the store a ReverseKeyFunc.
+	cfg.StorageWatchWithoutPrevKV = utilfeature.DefaultFeatureGate.Enabled(features.WatchFromStorageWithoutPrevKV)
 	return cfg
 }
 
@@ -130,7 +132,7 @@ func newPodStore(t *testing.T, client *kubernetes.Client, codec runtime.Codec, t
 	versioner := storage.APIObjectVersioner{}
 	compactor := etcd3.NewCompactor(client.Client, 0, clock.RealClock{}, nil)
 	t.Cleanup(compactor.Stop)
-	raw, err := etcd3.New(client, compactor, codec, newPod, newPodList, "/registry", "/"+resource+"/",
+	raw, err := etcd3.New(client, compactor, codec, newPod, newPodList, fixtures.PodReverseKeyFunc("/"+resource), "/registry", "/"+resource+"/",
 		schema.GroupResource{Resource: resource}, tr, etcd3.NewDefaultLeaseManagerConfig(),
 		etcd3.NewDefaultDecoder(codec, versioner), versioner)
 	if err != nil {

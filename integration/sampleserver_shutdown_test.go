@@ -15,7 +15,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/signals"
 	"k8s.io/component-base/cli"
 
 	"github.com/watchkeeper/watchkeeper/internal/childserver"
@@ -90,7 +90,7 @@ const sampleMainEnv = "WATCHKEEPER_TEST_SAMPLE_APISERVER_MAIN"
 // (shown from -v=1). A clean shutdown says one line.
 func TestSampleServerCtrlCSaysOneLine(t *testing.T) {
 	if os.Getenv(sampleMainEnv) == "1" {
-		cmd := server.NewCommand(genericapiserver.SetupSignalContext(), os.Stdout)
+		cmd := server.NewCommand(signals.SetupSignalContext(), os.Stdout)
 		cmd.SetArgs(flag.Args())
 		os.Exit(cli.Run(cmd))
 	}

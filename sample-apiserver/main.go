@@ -6,13 +6,13 @@ package main
 import (
 	"os"
 
-	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/signals"
 	"k8s.io/component-base/cli"
 
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/server"
 )
 
 func main() {
-	ctx := genericapiserver.SetupSignalContext()
+	ctx := signals.SetupSignalContext()
 	os.Exit(cli.Run(server.NewCommand(ctx, os.Stdout)))
 }

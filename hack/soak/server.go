@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/signals"
 	"k8s.io/component-base/cli"
 
 	"github.com/watchkeeper/watchkeeper/internal/childserver"
@@ -22,7 +22,7 @@ const serveCommand = "serve"
 
 // serve runs the sample apiserver exactly as its own main does.
 func serve(args []string) int {
-	ctx := genericapiserver.SetupSignalContext()
+	ctx := signals.SetupSignalContext()
 	cmd := server.NewCommand(ctx, os.Stdout)
 	cmd.SetArgs(args)
 	return cli.Run(cmd)

@@ -84,7 +84,7 @@ func TestProfilesLeaveWritesPassingThroughOutOfTheCachesCode(t *testing.T) {
 	wk, up := filepath.Join(dir, "wk.pprof"), filepath.Join(dir, "up.pprof")
 	writeCPUProfile(t, wk,
 		cpuSample{4e9, []string{"k8s.io/apiserver/pkg/storage/etcd3.(*store).GuaranteedUpdate", "github.com/watchkeeper/watchkeeper/cacher.(*Cacher).GuaranteedUpdate", "net/http.HandlerFunc.ServeHTTP"}},
-		cpuSample{1e9, []string{"github.com/watchkeeper/watchkeeper/cacher.(*Cacher).cachedCopy", "github.com/watchkeeper/watchkeeper/cacher.(*Cacher).GuaranteedUpdate"}},
+		cpuSample{1e9, []string{"github.com/watchkeeper/watchkeeper/cacher.(*Cacher).suggestion", "github.com/watchkeeper/watchkeeper/cacher.(*Cacher).GuaranteedUpdate"}},
 		cpuSample{2e9, []string{"github.com/watchkeeper/watchkeeper/cacher.(*Cacher).dispatch"}},
 		cpuSample{3e9, []string{"runtime.gcBgMarkWorker"}},
 	)

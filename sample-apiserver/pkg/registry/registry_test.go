@@ -62,9 +62,9 @@ func newHarness(t *testing.T) *harness {
 	getter := optionsGetter(func(gr schema.GroupResource) generic.RESTOptions {
 		return generic.RESTOptions{
 			StorageConfig: cfg.ForResource(gr),
-			Decorator: func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(obj runtime.Object) (string, error), newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
+			Decorator: func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc generic.CacheKeyFunc, reverseKeyFunc storage.ReverseKeyFunc, newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
 				h.wired[gr] = wiring{triggers: triggers, indexers: indexers}
-				return d(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrs, triggers, indexers)
+				return d(config, resourcePrefix, keyFunc, reverseKeyFunc, newFunc, newListFunc, getAttrs, triggers, indexers)
 			},
 			DeleteCollectionWorkers: 1,
 			ResourcePrefix:          "/" + gr.Group + "/" + gr.Resource,

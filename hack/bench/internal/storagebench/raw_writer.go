@@ -14,6 +14,8 @@ import (
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/watchkeeper/watchkeeper/internal/fixtures"
 )
 
 // setupWriters create a scenario's objects concurrently: the load is not
@@ -28,7 +30,7 @@ func openRawStorage(env Env) (storage.Interface, func(), error) { return openRaw
 
 // openRawStorageOf is res's etcd3 storage with no cache.
 func openRawStorageOf(env Env, res resource) (storage.Interface, func(), error) {
-	s, destroy, err := generic.UndecoratedStorage(res.config(env), resourcePrefix, podKey,
+	s, destroy, err := generic.UndecoratedStorage(res.config(env), resourcePrefix, podKey, fixtures.PodReverseKeyFunc(resourcePrefix),
 		res.newFunc, res.newListFunc, res.attrs, res.triggers(), res.indexers())
 	if err != nil {
 		return nil, nil, fmt.Errorf("raw etcd3 storage: %w", err)

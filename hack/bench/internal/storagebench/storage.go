@@ -132,7 +132,7 @@ func buildCache(env Env, name string, res resource) (storage.Interface, func(), 
 		return nil, nil, fmt.Errorf("unknown decorator %q", name)
 	}
 	s, destroy, err := d(res.config(env), resourcePrefix,
-		podKey, res.newFunc, res.newListFunc, res.attrs, res.triggers(), res.indexers())
+		podKey, fixtures.PodReverseKeyFunc(resourcePrefix), res.newFunc, res.newListFunc, res.attrs, res.triggers(), res.indexers())
 	if err != nil {
 		return nil, nil, fmt.Errorf("building %s storage: %w", name, err)
 	}

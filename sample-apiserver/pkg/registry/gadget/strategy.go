@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v7/fieldpath"
 
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/validation"

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v7/fieldpath"
 
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/install"

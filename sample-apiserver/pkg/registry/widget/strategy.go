@@ -14,7 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v7/fieldpath"
 
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/validation"

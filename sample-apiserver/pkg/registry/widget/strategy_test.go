@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/storage"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v7/fieldpath"
 
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/install"

@@ -10,9 +10,9 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
-	// Gadgets returns a GadgetInformer.
+	// Gadgets returns a TypedGadgetInformer.
 	Gadgets() TypedGadgetInformer
-	// Widgets returns a WidgetInformer.
+	// Widgets returns a TypedWidgetInformer.
 	Widgets() TypedWidgetInformer
 }
 

@@ -29,6 +29,7 @@ type GadgetInterface interface {
 	// Add a +genclient:noStatus comment above the type to avoid generating UpdateStatus().
 	UpdateStatus(ctx context.Context, gadget *demov1alpha1.Gadget, opts v1.UpdateOptions) (*demov1alpha1.Gadget, error)
 	Delete(ctx context.Context, name string, opts v1.DeleteOptions) error
+	DeleteWithResult(ctx context.Context, name string, opts v1.DeleteOptions) (v1.APIResult, error)
 	DeleteCollection(ctx context.Context, opts v1.DeleteOptions, listOpts v1.ListOptions) error
 	Get(ctx context.Context, name string, opts v1.GetOptions) (*demov1alpha1.Gadget, error)
 	List(ctx context.Context, opts v1.ListOptions) (*demov1alpha1.GadgetList, error)
