@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/storage/cacher/consistency"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 )
@@ -24,6 +25,10 @@ const (
 )
 
 var errInconsistent = errors.New("watch cache inconsistent with etcd")
+
+// panicOnInconsistency is upstream's switch, read once from the environment
+// by its package: KUBE_WATCHCACHE_CONSISTENCY_CHECKER=true.
+var panicOnInconsistency = func() bool { return consistency.PanicOnCacheInconsistency }
 
 // maybeCheckConsistency runs on every tick: when a check is due (and the
 // DetectCacheInconsistency gate is on) it starts one, owned by the cache's
@@ -96,6 +101,14 @@ func (c *Cacher) checkConsistency(ctx context.Context) error {
 	count("failure")
 	slices.Sort(differ)
 	shown := differ[:min(len(differ), shownDifferences)]
+	if panicOnInconsistency() {
+		// Upstream's CI runs its servers with
+		// KUBE_WATCHCACHE_CONSISTENCY_CHECKER=true so that a divergence fails
+		// the job instead of healing unseen; the same setting does the same
+		// here.
+		panic(fmt.Sprintf("watch cache of %v inconsistent with etcd at resourceVersion %d: %d keys differ: %v",
+			c.groupResource, rv, len(differ), shown))
+	}
 	c.logger.Error(errInconsistent, "Cache consistency check failed: relisting", "resourceVersion", rv,
 		"differing", len(differ), "keys", shown)
 	c.state.mu.Lock()

@@ -3,6 +3,7 @@ package cacher
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,5 +125,32 @@ func TestConsistencyCheckFindsEachDivergence(t *testing.T) {
 				t.Errorf("check: %v, want it inconsistent", err)
 			}
 		})
+	}
+}
+
+// With KUBE_WATCHCACHE_CONSISTENCY_CHECKER=true (upstream's switch for its
+// CI), a divergence panics, naming the resource and the keys, instead of
+// relisting unseen; a consistent cache does not.
+func TestConsistencyCheckPanicsWhenAsked(t *testing.T) {
+	gr := schema.GroupResource{Group: "consistency-panic.test", Resource: "pods"}
+	fs := newFakeStorage(100, newTestPod("a", 90, nil, ""), newTestPod("b", 100, nil, ""))
+	c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = gr })
+	c.waitReady(t)
+	old := panicOnInconsistency
+	panicOnInconsistency = func() bool { return true }
+	t.Cleanup(func() { panicOnInconsistency = old })
+	check := func() (panicked any) {
+		defer func() { panicked = recover() }()
+		_ = c.checkConsistency(context.Background())
+		return nil
+	}
+	if p := check(); p != nil {
+		t.Fatalf("a consistent cache panicked: %v", p)
+	}
+	fs.setList(100, newTestPod("a", 90, nil, ""), newTestPod("c", 100, nil, ""))
+	p := check()
+	msg, _ := p.(string)
+	if !strings.Contains(msg, "consistency-panic.test") || !strings.Contains(msg, "/c") {
+		t.Fatalf("a diverged cache: panic %v, want one naming the resource and the keys", p)
 	}
 }
