@@ -26,6 +26,9 @@ import (
 type sharedObject struct {
 	obj  runtime.Object
 	meta metav1.Object
+	// decodedNanos is when etcd3 decoded the event this object is sent
+	// for, 0 when not a live event (dispatch_latency.go).
+	decodedNanos int64
 
 	// encodings is copied on write: a thousand watches encoding one event
 	// read it at once, and only the first for each encoder writes.

@@ -59,6 +59,8 @@ type dispatchEnv struct {
 	tooSlow func(w *watcher)
 	// dispatched counts an event dispatched, once whatever the watchers.
 	dispatched func()
+	// latency observes each event's stages before fan-out (nil: not).
+	latency *dispatchLatency
 }
 
 func (c *Cacher) newDispatcher() *dispatcher {
@@ -76,6 +78,7 @@ func (c *Cacher) newDispatcher() *dispatcher {
 		objects:    c.objectsOf,
 		tooSlow:    c.terminateSlow,
 		dispatched: c.metrics.eventsDispatched.Inc,
+		latency:    c.watcherEnv.latency,
 	}}
 }
 
@@ -122,6 +125,7 @@ func (c *Cacher) dispatchLoop() {
 // It never waits for a client: a busy one has the events queued, a stalled
 // one is closed.
 func (d *dispatcher) dispatch(events ...*event) {
+	start := d.env.clock.Now().UnixNano()
 	for j, e := range events {
 		if e.rv > d.rv {
 			d.rv = e.rv
@@ -133,6 +137,7 @@ func (d *dispatcher) dispatch(events ...*event) {
 		// progress notification: what upstream's
 		// apiserver_watch_cache_events_dispatched_total counts since 1.38.
 		d.env.dispatched()
+		d.env.latency.dispatched(e, start)
 		d.candidates = d.env.candidates(d.candidates[:0], e)
 		d.objs[j] = d.env.objects(e)
 		// The event's number, for the match classes' memo.

@@ -48,6 +48,8 @@ type event struct {
 	curTrigger, prevTrigger string
 	// recorded is when the cache applied the event, for the history window.
 	recordedNanos int64
+	// decodedNanos is when the etcd3 store decoded it, 0 if not stamped.
+	decodedNanos int64
 }
 
 // progress marks that the cache has seen everything up to rv without an

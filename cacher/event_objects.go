@@ -52,6 +52,7 @@ func (x *eventObjects) forSelection(sel selection) (watch.Event, bool) {
 			x.dropped(dropEvent, e.rv, err, "key", e.cur.key)
 			return watch.Event{}, false
 		}
+		s.decodedNanos = e.decodedNanos
 		x.cur = s
 	}
 	if x.curFailed {
@@ -72,6 +73,7 @@ func (x *eventObjects) movedOutEvent() (watch.Event, bool) {
 			x.dropped(dropMovedOut, x.e.rv, err, "key", x.e.prev.key)
 			return watch.Event{}, false
 		}
+		s.decodedNanos = x.e.decodedNanos
 		x.movedOut = s
 	}
 	if x.movedOutFailed {

@@ -233,6 +233,8 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 	// 131862). The backfill's watch keeps them: it reads history the cache
 	// never held.
 	opts.WatchWithoutPrevKV = c.cfg.StorageWatchWithoutPrevKV
+	// Each event stamped with its decode time, for the dispatch latency.
+	opts.RecordTimestamps = true
 	lost := c.newWatchLost()
 	w, err := c.storage.Watch(ctx, c.resourcePrefix, opts)
 	if err != nil {
@@ -362,8 +364,9 @@ func (c *Cacher) deletedObject(prev, stub *object, rv uint64) (*object, error) {
 // changed from (linkPrev).
 func (c *Cacher) newEvent(ev watch.Event, now time.Time) (*event, error) {
 	obj := ev.Object
+	var decoded int64
 	if wrapped, ok := obj.(storage.WatchEventWithRecordTime); ok {
-		obj = wrapped.Unwrap()
+		obj, decoded = wrapped.Unwrap(), wrapped.RecordTime().UnixNano()
 	}
 	rv, err := c.versioner.ObjectResourceVersion(obj)
 	if err != nil {
@@ -373,7 +376,7 @@ func (c *Cacher) newEvent(ev watch.Event, now time.Time) (*event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &event{typ: ev.Type, rv: rv, cur: cur, recordedNanos: now.UnixNano()}, nil
+	return &event{typ: ev.Type, rv: rv, cur: cur, recordedNanos: now.UnixNano(), decodedNanos: decoded}, nil
 }
 
 // linkPrev records the object e changed (nil for an addition) and the

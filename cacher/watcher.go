@@ -117,6 +117,8 @@ type watcherEnv struct {
 	// be built.
 	bookmark func(rv uint64) (runtime.Object, error)
 	dropped  func(what string, rv uint64, err error, keysAndValues ...any)
+	// latency observes each live event a client's channel takes (nil: not).
+	latency *dispatchLatency
 }
 
 // ResultChan implements watch.Interface.
@@ -228,6 +230,7 @@ func (w *watcher) deliverLocked(ev watch.Event, now int64) bool {
 		select {
 		case w.result <- ev:
 			w.deliveredLocked(ev)
+			w.env.latency.sent(ev, now)
 			return true
 		default:
 		}
@@ -302,6 +305,7 @@ func (w *watcher) pump() {
 
 		select {
 		case w.result <- ev:
+			w.env.latency.sent(ev, w.env.clock.Now().UnixNano())
 		case <-done:
 			continue
 		case <-w.env.stop:

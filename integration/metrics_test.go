@@ -119,3 +119,62 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("watchers gauge still %v 5s after Stop: %v", v, err)
 	}
 }
+
+// Each live event a client receives is timed by stage in upstream's
+// apiserver_watch_events_dispatch_duration_seconds: etcd3 stamps its decode
+// time (the cache asks for it), so storage_to_cache, cacher_queue_latency
+// and total are observed; the initial events of a watch are not.
+func TestDispatchDurationByStage(t *testing.T) {
+	gr := schema.GroupResource{Group: "dispatch-duration.test", Resource: "pods"}
+	e := setup(t, func(c *cacher.Config) { c.GroupResource = gr })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stage := func(s string) float64 {
+		v, _ := metricValue(t, "apiserver_watch_events_dispatch_duration_seconds",
+			map[string]string{"group": gr.Group, "resource": gr.Resource, "stage": s})
+		return v
+	}
+	if err := e.cacher.Create(ctx, "/pods/ns/before", &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "before", Namespace: "ns"}}, &example.Pod{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the cache has dispatched it, so only the watch below counts.
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return stage("cacher_queue_latency") == 1, nil
+	}); err != nil {
+		t.Fatalf("the first event was not timed before fan-out: cacher_queue_latency %v", stage("cacher_queue_latency"))
+	}
+	w, err := e.cacher.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if ev := <-w.ResultChan(); ev.Type != watch.Added {
+		t.Fatalf("initial event %v, want ADDED", ev.Type)
+	}
+	if got := stage("total"); got != 0 {
+		t.Fatalf("an initial event was timed: total %v, want 0", got)
+	}
+	for _, name := range []string{"a", "b"} {
+		if err := e.cacher.Create(ctx, "/pods/ns/"+name, &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}}, &example.Pod{}, 0); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type != watch.Added {
+				t.Fatalf("got %v, want ADDED", ev.Type)
+			}
+		case <-ctx.Done():
+			t.Fatal("no event within 30s")
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return stage("total") == 2, nil
+	}); err != nil {
+		t.Errorf("total observed %v times, want once per delivered event (2)", stage("total"))
+	}
+	for s, want := range map[string]float64{"storage_to_cache": 3, "cacher_queue_latency": 3} {
+		if got := stage(s); got != want {
+			t.Errorf("%s observed %v times, want once per event (%v)", s, got, want)
+		}
+	}
+}
