@@ -72,10 +72,10 @@ soak:
 # The sample apiserver aggregated behind a real kube-apiserver, on loopback,
 # checked through kube-apiserver with kubectl and client-go
 # (docs/aggregated.md). kube-apiserver and kubectl
-# v1.37.2 are built from k8s.io/kubernetes in the e2e/ module (its own
+# v1.38.0-beta.0 are built from k8s.io/kubernetes in the e2e/ module (its own
 # go.mod): the first build takes long, later ones reuse the Go build cache.
 # make e2e E2E_FLAGS=-hold sets up and waits for Ctrl-C, to use kubectl by hand.
-KUBE_VERSION_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.37.2 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
+KUBE_VERSION_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v1.38.0-beta.0 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=38
 e2e:
 	$(GO) -C e2e build -ldflags '$(KUBE_VERSION_LDFLAGS)' -o ../bin/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 	$(GO) -C e2e build -ldflags '$(KUBE_VERSION_LDFLAGS)' -o ../bin/kubectl k8s.io/kubernetes/cmd/kubectl
@@ -83,7 +83,7 @@ e2e:
 	$(GO) -C e2e build -o ../bin/e2e ./cmd/e2e
 	bin/e2e $(E2E_FLAGS)
 
-# kube-apiserver v1.37.2 with watchkeeper as the watch cache of every
+# kube-apiserver v1.38.0-beta.0 with watchkeeper as the watch cache of every
 # resource it caches (e2e/kubeapiserver; docs/kube-apiserver.md):
 # bin/kube-apiserver-watchkeeper. --watch-cache-decorator=upstream runs the
 # stock cache from the same binary.
@@ -95,7 +95,7 @@ kube-apiserver:
 # [sig-api-machinery] on a cluster of etcd, it, kube-controller-manager,
 # kube-scheduler and kwok's simulated nodes, once with the stock cache and
 # once with watchkeeper, printed side by side (docs/kube-apiserver.md).
-# Everything is built from k8s.io/kubernetes v1.37.2 in e2e/ and kwok
+# Everything is built from k8s.io/kubernetes v1.38.0-beta.0 in e2e/ and kwok
 # v0.8.0 in e2e/kwok/: long the first time, then from the Go build cache.
 # The e2e module's own unit tests (the cluster driver, kube-load's
 # arithmetic) run first.

@@ -1,4 +1,4 @@
-// Package kubeapiserver is kube-apiserver v1.37.2 on watchkeeper: upstream's
+// Package kubeapiserver is kube-apiserver v1.38.0-beta.0 on watchkeeper: upstream's
 // command (k8s.io/kubernetes/cmd/kube-apiserver/app), unchanged but for the
 // storage decorator of every resource it caches, the built-in ones, the
 // custom resources of CRDs and the APIServices, which watchkeeper's
@@ -21,9 +21,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
-	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/flagz"
 	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/apiserver/pkg/server/signals"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	cliflag "k8s.io/component-base/cli/flag"
@@ -32,6 +32,7 @@ import (
 	"k8s.io/component-base/featuregate"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	featuremetrics "k8s.io/component-base/metrics/prometheus/feature"
 	"k8s.io/component-base/term"
 	utilversion "k8s.io/component-base/version"
 	"k8s.io/component-base/version/verflag"
@@ -84,7 +85,7 @@ func (o *Options) Validate() []error {
 func NewCommand() *cobra.Command {
 	s := options.NewServerRunOptions()
 	wk := NewOptions()
-	ctx := genericapiserver.SetupSignalContext()
+	ctx := signals.SetupSignalContext()
 	featureGate := s.GenericServerRunOptions.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
 
 	cmd := &cobra.Command{
@@ -121,7 +122,7 @@ cache (see the "` + FlagSection + `" flags).`,
 			if len(errs) != 0 {
 				return utilerrors.NewAggregate(errs)
 			}
-			featureGate.(featuregate.MutableFeatureGate).AddMetrics()
+			featureGate.(featuregate.MutableFeatureGate).AddMetrics(featuremetrics.RecordFeatureInfo)
 			s.GenericServerRunOptions.ComponentGlobalsRegistry.AddMetrics()
 			return Run(ctx, completedOptions, wk)
 		},

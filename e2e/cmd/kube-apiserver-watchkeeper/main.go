@@ -1,4 +1,4 @@
-// Command kube-apiserver is kube-apiserver v1.37.2 with watchkeeper as the
+// Command kube-apiserver is kube-apiserver v1.38.0-beta.0 with watchkeeper as the
 // watch cache of every resource it caches (package kubeapiserver); `make`
 // builds it into bin/kube-apiserver-watchkeeper.
 package main

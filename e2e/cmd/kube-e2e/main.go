@@ -1,4 +1,4 @@
-// Command kube-e2e runs kube-apiserver v1.37.2 on watchkeeper (make
+// Command kube-e2e runs kube-apiserver v1.38.0-beta.0 on watchkeeper (make
 // kube-apiserver's bin/kube-apiserver-watchkeeper) on loopback, with
 // nothing but Go: `make kube-e2e`.
 //

@@ -1,4 +1,4 @@
-// Command kube-load puts a cluster's load on kube-apiserver v1.37.2 on
+// Command kube-load puts a cluster's load on kube-apiserver v1.38.0-beta.0 on
 // watchkeeper and on the stock cache of the same binary, one after the
 // other, and prints them side by side: `make kube-load`.
 //
