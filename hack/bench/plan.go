@@ -4,14 +4,17 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"k8s.io/apiserver/pkg/features"
 
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/storagebench"
 )
 
 // Scenario and level names, as in result.Result.
 var (
-	allScenarios = []string{"idle", "bookmarks", "fanout", "list", "watchlist", "exactkey", "storm", "memory"}
+	allScenarios = []string{"idle", "bookmarks", "fanout", "list", "watchlist", "exactkey", "storm", "memory", "sharded", "prevkv"}
 	allLevels    = []string{"storage", "http"}
 	// withBaseline are the storage-level scenarios that also run the
 	// baseline none, no cache.
@@ -35,8 +38,12 @@ type runSpec struct {
 	// Rate is writes per second (storm).
 	Rate int
 	// Kind is the kind of object (memory: storagebench.MemoryKinds).
-	Kind   string
-	Period time.Duration
+	Kind string
+	// FeatureGates are set in the child's process-wide feature gate before
+	// the scenario starts, as --feature-gates takes them
+	// ("WatchFromStorageWithoutPrevKV=false"); "" keeps the defaults.
+	FeatureGates string
+	Period       time.Duration
 	// Timeout is the child's own deadline; the parent allows a margin more.
 	Timeout time.Duration
 	// Pairs is how many times this size runs with both caches, Pair which
@@ -57,6 +64,9 @@ func (r runSpec) String() string {
 	}
 	if r.Kind != "" {
 		s += "-" + r.Kind
+	}
+	if r.FeatureGates != "" {
+		s += "-" + strings.NewReplacer("=", "-", ",", "-").Replace(r.FeatureGates)
 	}
 	if r.Pairs > 1 {
 		s += "-p" + strconv.Itoa(r.Pair+1)
@@ -92,7 +102,15 @@ type sizes struct {
 	stormPods, stormNodes, stormRate int
 	// memory (issue 29.2): objects of each kind, cached; the heap profile
 	// is taken at the largest.
-	memoryObjects     []int
+	memoryObjects []int
+	// sharded: shardedWatchers watches of the whole resource, each of its
+	// own equal range of the UID hash space, shardedEvents creates.
+	shardedWatchers []int
+	shardedEvents   int
+	// prevkv: prevKVObjects realistic pods created, updated and deleted
+	// with the cache watching, with WatchFromStorageWithoutPrevKV on and
+	// off.
+	prevKVObjects     int
 	httpIdleWatchers  []int
 	httpBookmarkWatch []int
 	// httpBookmarkPeriod is the HTTP level's own: each run there also
@@ -124,6 +142,9 @@ var (
 		stormNodes:       500,
 		stormRate:        200,
 		memoryObjects:    []int{10_000, 100_000},
+		shardedWatchers:  []int{64},
+		shardedEvents:    5_000,
+		prevKVObjects:    2_000,
 		// HTTP watches each hold a stream in the server and in the client
 		// process, so the HTTP level stops an order of magnitude lower.
 		httpIdleWatchers:   []int{1_000, 10_000},
@@ -149,6 +170,9 @@ var (
 		stormNodes:       50,
 		stormRate:        50,
 		memoryObjects:    []int{2_000},
+		shardedWatchers:  []int{8},
+		shardedEvents:    500,
+		prevKVObjects:    300,
 		httpIdleWatchers: []int{1_000},
 		// Each watch's deadline makes it due one bookmark a period after it
 		// opened, as at the storage level (see httpbench.Bookmarks); the
@@ -246,6 +270,19 @@ func scenarioRuns(sz sizes, sc, level string) []runSpec {
 				runs = append(runs, runSpec{Scenario: sc, Level: level, Objects: n, Kind: kind,
 					Timeout: 2*time.Minute + time.Minute*time.Duration(n/10_000)})
 			}
+		}
+	case "sharded":
+		for _, n := range sz.shardedWatchers {
+			runs = append(runs, runSpec{Scenario: sc, Level: level, Watchers: n, Events: sz.shardedEvents,
+				Timeout: scaled(2*time.Minute, n)})
+		}
+	case "prevkv":
+		// The gate is process-wide: each value is a run of its own, both
+		// caches with each.
+		for _, without := range []bool{true, false} {
+			runs = append(runs, runSpec{Scenario: sc, Level: level, Objects: sz.prevKVObjects,
+				FeatureGates: fmt.Sprintf("%s=%t", features.WatchFromStorageWithoutPrevKV, without),
+				Timeout:      3 * time.Minute})
 		}
 	}
 	return runs

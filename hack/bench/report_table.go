@@ -93,7 +93,7 @@ const methodNote = `Each (scenario, decorator, size) ran in a fresh process agai
 process of its own (progress notifications every 1s, no fsync), each under its own
 etcd key prefix; CPU is the child's getrusage, memory is HeapAlloc+StackInuse after
 two GCs. Resource: example.Pod, protobuf, with the pods registry's nodeName trigger and
-indexer. Both caches at their defaults (k8s.io/apiserver v0.37.2 feature gates,
+indexer. Both caches at their defaults (k8s.io/apiserver v0.38.0-beta.0 feature gates,
 watchkeeper options.NewWatchCacheOptions()). Bookmarks: every watch's deadline is one
 period plus 2s after the start, so both caches owe each watch one pre-deadline
 bookmark at the end of the period (upstream's periodic bookmark is a fixed 1m), while a
@@ -125,6 +125,21 @@ index (the B-tree's bytes after the fill: an update keeps its shape), snapshot n
 B-tree's bytes beyond those, which clones keep, and the snapshots' records), history
 entries, other. decoded_versions_held is the decoded objects' bytes after the updates over
 those after the fill: 2 when each object's version before its update is held as well.
+sharded (gate ShardedListAndWatch) opens N watches of the whole resource, watch i with the
+shard selector shardRange(object.metadata.uid, START, END) of the i-th of N equal ranges of
+the 64-bit hash space (as N kube-state-metrics shards ask), then a writer process creates E
+objects with random UUID UIDs; each object is owed to the one watch whose range holds FNV-1a
+64 of its UID, computed by the benchmark on its own. events_wrong_shard counts events a watch
+got from outside its range (a failure), watchers_exact the watches that got exactly their
+shard; cpu_seconds is the child's CPU from the first write until the last owed event came.
+prevkv runs each cache with the gate WatchFromStorageWithoutPrevKV on and off (the
+gate_without_prevkv param, each in a process of its own): with the cache watching, N core/v1
+pods of 2-4 KB are created, updated once and deleted straight in etcd, each phase until a watch
+of the cache has its last event. etcd_mvcc_ranges is the delta of etcd's etcd_mvcc_range_total
+(with PrevKV, etcd ranges its store for each update and delete it sends the watch),
+etcd_range_rpcs its Range requests, etcd_grpc_sent_bytes the gRPC message bytes it sent every
+client (the writes' answers too); cache_received_bytes are the bytes the cache's etcd clients
+received on the wire, counted by a TCP proxy only the cache's storage goes through.
 `
 
 // tableRows groups results into rows in the order the runs produced them;

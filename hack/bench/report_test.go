@@ -47,6 +47,7 @@ func TestQuickPlanRunsBothDecoratorsAndTheBaseline(t *testing.T) {
 	for key, want := range map[string]int{
 		"idle/none": 2, "idle/upstream": 2, "idle/watchkeeper": 2,
 		"bookmarks/upstream": 2, "fanout/watchkeeper": 1, "list/upstream": 1, "watchlist/watchkeeper": 1,
+		"sharded/upstream": 1, "sharded/watchkeeper": 1, "sharded/none": 0, "prevkv/upstream": 2, "prevkv/watchkeeper": 2,
 	} {
 		if count[key] != want {
 			t.Errorf("%s runs = %d, want %d", key, count[key], want)
@@ -247,5 +248,61 @@ func TestPlanMemory(t *testing.T) {
 	slices.Sort(profiled)
 	if !slices.Equal(profiled, want) {
 		t.Errorf("heap profiles from %v, want %v", profiled, want)
+	}
+}
+
+// sharded runs each size with both caches; prevkv runs both caches with the
+// gate WatchFromStorageWithoutPrevKV on and with it off, each gate value a
+// child of its own (the gate is process-wide) whose name and flags say it.
+func TestPlanShardedAndPrevKV(t *testing.T) {
+	for _, sz := range []sizes{quickSizes, fullSizes} {
+		runs, skipped := plan(sz, []string{"sharded", "prevkv"}, []string{"storage", "http"})
+		if len(skipped) != 0 {
+			t.Errorf("skipped %v", skipped)
+		}
+		got := map[string]int{}
+		for _, r := range runs {
+			if r.Level != "storage" {
+				t.Errorf("%s runs at level %s", r, r.Level)
+			}
+			key := r.Scenario + "/" + r.Decorator
+			switch r.Scenario {
+			case "sharded":
+				if r.Watchers <= 1 || r.Events <= r.Watchers || r.FeatureGates != "" {
+					t.Errorf("%s: %d shards, %d events, gates %q", r, r.Watchers, r.Events, r.FeatureGates)
+				}
+			case "prevkv":
+				if r.Objects != sz.prevKVObjects {
+					t.Errorf("%s: %d objects, want %d", r, r.Objects, sz.prevKVObjects)
+				}
+				key += "/" + r.FeatureGates
+				args := strings.Join(childFlags{spec: r}.args(), " ")
+				if !strings.Contains(args, "--feature-gates "+r.FeatureGates) {
+					t.Errorf("%s: child args %q do not set its gates", r, args)
+				}
+				if !strings.Contains(r.String(), strings.ReplaceAll(r.FeatureGates, "=", "-")) {
+					t.Errorf("run %s: the name does not say its gates %s", r, r.FeatureGates)
+				}
+			}
+			got[key]++
+		}
+		want := map[string]int{
+			"sharded/upstream": len(sz.shardedWatchers), "sharded/watchkeeper": len(sz.shardedWatchers),
+			"prevkv/upstream/WatchFromStorageWithoutPrevKV=true": 1, "prevkv/upstream/WatchFromStorageWithoutPrevKV=false": 1,
+			"prevkv/watchkeeper/WatchFromStorageWithoutPrevKV=true": 1, "prevkv/watchkeeper/WatchFromStorageWithoutPrevKV=false": 1,
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("runs %v, want %v", got, want)
+		}
+		names := map[string]bool{}
+		for _, r := range runs {
+			if names[r.String()] {
+				t.Errorf("two runs are named %s", r)
+			}
+			names[r.String()] = true
+		}
+	}
+	if _, err := pickList("sharded,prevkv", allScenarios, "scenario"); err != nil {
+		t.Errorf("-scenarios sharded,prevkv: %v", err)
 	}
 }

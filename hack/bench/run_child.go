@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
@@ -60,6 +61,9 @@ func (c childFlags) args() []string {
 	if r.Kind != "" {
 		a = append(a, "--kind", r.Kind)
 	}
+	if r.FeatureGates != "" {
+		a = append(a, "--feature-gates", r.FeatureGates)
+	}
 	if c.heapProfile != "" {
 		a = append(a, "--heapprofile", c.heapProfile)
 	}
@@ -72,12 +76,13 @@ func runMain(args []string) error {
 	var c childFlags
 	var watchParent bool
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	fs.StringVar(&c.spec.Scenario, "scenario", "", "idle, bookmarks, fanout, list, watchlist, exactkey, storm or memory")
+	fs.StringVar(&c.spec.Scenario, "scenario", "", "idle, bookmarks, fanout, list, watchlist, exactkey, storm, memory, sharded or prevkv")
 	fs.StringVar(&c.spec.Level, "level", "storage", "storage or http")
 	fs.StringVar(&c.spec.Decorator, "decorator", "", "upstream, watchkeeper, or none (idle baseline)")
-	fs.IntVar(&c.spec.Watchers, "watchers", 0, "watches to open (storm: nodes, one WatchList each)")
-	fs.IntVar(&c.spec.Events, "events", 0, "events to write (fanout, exactkey)")
-	fs.IntVar(&c.spec.Objects, "objects", 0, "objects in the resource (list, watchlist, exactkey, storm, memory)")
+	fs.IntVar(&c.spec.Watchers, "watchers", 0, "watches to open (storm: nodes, one WatchList each; sharded: shards)")
+	fs.IntVar(&c.spec.Events, "events", 0, "events to write (fanout, exactkey, sharded)")
+	fs.IntVar(&c.spec.Objects, "objects", 0, "objects in the resource (list, watchlist, exactkey, storm, memory, prevkv)")
+	fs.StringVar(&c.spec.FeatureGates, "feature-gates", "", "feature gates to set in this process before the run, key=value,... (k8s.io/apiserver's, e.g. WatchFromStorageWithoutPrevKV=false)")
 	fs.StringVar(&c.spec.Kind, "kind", "", "kind of object (memory): "+strings.Join(storagebench.MemoryKinds, ", "))
 	fs.IntVar(&c.spec.Repeats, "repeats", 0, "timed repetitions (list, watchlist)")
 	fs.IntVar(&c.spec.Rate, "rate", 0, "writes per second (storm)")
@@ -109,6 +114,14 @@ func runMain(args []string) error {
 				klog.ErrorS(err, "CPU profile not saved", "path", c.cpuProfile)
 			}
 		}()
+	}
+	if c.spec.FeatureGates != "" {
+		// The gates are process-wide, read by both caches as they are
+		// built (and by upstream's at each watch of etcd): set before
+		// any storage exists.
+		if err := utilfeature.DefaultMutableFeatureGate.Set(c.spec.FeatureGates); err != nil {
+			return fmt.Errorf("--feature-gates: %w", err)
+		}
 	}
 	if watchParent {
 		exitWhenParentGone()
@@ -144,6 +157,8 @@ var storageScenarios = scenarioFuncs[storagebench.Env]{
 	exactkey:  storagebench.ExactKey,
 	storm:     storagebench.Storm,
 	memory:    storagebench.Memory,
+	sharded:   storagebench.Sharded,
+	prevkv:    storagebench.PrevKV,
 }
 
 func runScenario(ctx context.Context, c childFlags) ([]result.Result, error) {

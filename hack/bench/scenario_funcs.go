@@ -20,6 +20,10 @@ type scenarioFuncs[E any] struct {
 	storm func(ctx context.Context, env E, decorator string, objects, nodes, rate int) ([]result.Result, error)
 	// memory's kind is the kind of object (storagebench.MemoryKinds).
 	memory func(ctx context.Context, env E, decorator string, objects int, kind string) ([]result.Result, error)
+	// sharded's watchers each watch their own shard of the resource.
+	sharded func(ctx context.Context, env E, decorator string, watchers, events int) ([]result.Result, error)
+	// prevkv runs under the feature gates the run set (runSpec.FeatureGates).
+	prevkv func(ctx context.Context, env E, decorator string, objects int) ([]result.Result, error)
 }
 
 // run runs r's scenario with env, at r's sizes; ok is false when the level
@@ -42,6 +46,10 @@ func (l scenarioFuncs[E]) run(ctx context.Context, env E, r runSpec) (rs []resul
 		rs, err = l.storm(ctx, env, r.Decorator, r.Objects, r.Watchers, r.Rate)
 	case r.Scenario == "memory" && l.memory != nil:
 		rs, err = l.memory(ctx, env, r.Decorator, r.Objects, r.Kind)
+	case r.Scenario == "sharded" && l.sharded != nil:
+		rs, err = l.sharded(ctx, env, r.Decorator, r.Watchers, r.Events)
+	case r.Scenario == "prevkv" && l.prevkv != nil:
+		rs, err = l.prevkv(ctx, env, r.Decorator, r.Objects)
 	default:
 		return nil, false, nil
 	}

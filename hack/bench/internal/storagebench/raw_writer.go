@@ -76,15 +76,39 @@ func (w *podWriter) putObject(ctx context.Context, c runtime.Codec, obj runtime.
 	if err != nil {
 		return 0, 0, err
 	}
-	key, err := podKey(obj)
+	key, err := w.etcdKey(obj)
 	if err != nil {
 		return 0, 0, err
 	}
-	resp, err := w.client.Put(ctx, w.keyPrefix+strings.TrimPrefix(key, "/"), string(data))
+	resp, err := w.client.Put(ctx, key, string(data))
 	if err != nil {
 		return 0, 0, fmt.Errorf("writing %s: %w", key, err)
 	}
 	return uint64(resp.Header.Revision), len(data), nil
+}
+
+// deleteObject deletes the object of obj's name, one Delete without the
+// previous value, and returns the revision etcd gave the delete.
+func (w *podWriter) deleteObject(ctx context.Context, obj runtime.Object) (uint64, error) {
+	key, err := w.etcdKey(obj)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := w.client.Delete(ctx, key)
+	if err != nil {
+		return 0, fmt.Errorf("deleting %s: %w", key, err)
+	}
+	return uint64(resp.Header.Revision), nil
+}
+
+// etcdKey is obj's key in etcd, as the etcd3 storage of the resource
+// stores it.
+func (w *podWriter) etcdKey(obj runtime.Object) (string, error) {
+	key, err := podKey(obj)
+	if err != nil {
+		return "", err
+	}
+	return w.keyPrefix + strings.TrimPrefix(key, "/"), nil
 }
 
 func (w *podWriter) close() { _ = w.client.Close() }

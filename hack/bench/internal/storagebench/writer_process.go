@@ -31,8 +31,11 @@ const (
 	// writeRequest asks for one batch of exactkey writes:
 	// "exactkey FIRST COUNT WRITES SENTINEL" (exactKeyBatch).
 	writeRequest = "exactkey"
+	// shardedRequest asks for the sharded scenario's creates:
+	// "sharded FIRST COUNT SEED" (shardedBatch).
+	shardedRequest = "sharded"
 	// writeDone answers a request that wrote everything: "done SECONDS",
-	// how long the writes took before the sentinel.
+	// how long the writes took (exactkey: before the sentinel).
 	writeDone = "done"
 	// writeFailed answers a request that failed: "error MESSAGE".
 	writeFailed = "error"
@@ -66,24 +69,36 @@ func ServeWrites(ctx context.Context, env Env, in io.Reader, out io.Writer) erro
 		return err
 	}
 	defer pw.close()
-	return serveWrites(in, out, func(b exactKeyBatch) (time.Duration, error) {
-		return exactKeyWrites(ctx, pw, b)
+	return serveWrites(in, out, func(j writeJob) (time.Duration, error) {
+		switch j := j.(type) {
+		case exactKeyBatch:
+			return exactKeyWrites(ctx, pw, j)
+		case shardedBatch:
+			return shardedWrites(ctx, pw, j)
+		}
+		return 0, fmt.Errorf("writer: no writes for %T", j)
 	})
+}
+
+// writeJob is one request's writes: exactKeyBatch or shardedBatch.
+type writeJob interface {
+	// request is the job as a line of the protocol.
+	request() string
 }
 
 // serveWrites is ServeWrites with the writing given, so the protocol can be
 // tested without an etcd.
-func serveWrites(in io.Reader, out io.Writer, write func(exactKeyBatch) (time.Duration, error)) error {
+func serveWrites(in io.Reader, out io.Writer, write func(writeJob) (time.Duration, error)) error {
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
-		b, err := parseWriteRequest(sc.Text())
+		j, err := parseWriteRequest(sc.Text())
 		if err != nil {
 			return err
 		}
-		took, err := write(b)
+		took, err := write(j)
 		answer := fmt.Sprintf("%s %.6f", writeDone, took.Seconds())
 		if err != nil {
-			klog.ErrorS(err, "Writes failed", "first", b.first, "count", b.count, "writes", b.writes, "sentinel", b.sentinel)
+			klog.ErrorS(err, "Writes failed", "request", j.request())
 			answer = writeFailed + " " + strings.ReplaceAll(err.Error(), "\n", " ")
 		}
 		if _, err := fmt.Fprintln(out, answer); err != nil {
@@ -104,24 +119,54 @@ func (b exactKeyBatch) request() string {
 	return fmt.Sprintf("%s %d %d %d %d", writeRequest, b.first, b.count, b.writes, b.sentinel)
 }
 
-func parseWriteRequest(line string) (exactKeyBatch, error) {
+// shardedBatch is the sharded scenario's writes: creates of objects first to
+// first+count-1, object i named shardedName(i) with UID shardedUID(seed, i).
+type shardedBatch struct {
+	first, count int
+	seed         uint64
+}
+
+func (b shardedBatch) request() string {
+	return fmt.Sprintf("%s %d %d %d", shardedRequest, b.first, b.count, b.seed)
+}
+
+func parseWriteRequest(line string) (writeJob, error) {
 	f := strings.Fields(line)
+	if len(f) > 0 && f[0] == shardedRequest {
+		return parseShardedRequest(line, f)
+	}
 	if len(f) != 5 || f[0] != writeRequest {
-		return exactKeyBatch{}, fmt.Errorf("writer: request %q is not %q FIRST COUNT WRITES SENTINEL", line, writeRequest)
+		return nil, fmt.Errorf("writer: request %q is not %q FIRST COUNT WRITES SENTINEL, nor %q FIRST COUNT SEED", line, writeRequest, shardedRequest)
 	}
 	var n [4]int
 	for i := range n {
 		v, err := strconv.Atoi(f[i+1])
 		if err != nil {
-			return exactKeyBatch{}, fmt.Errorf("writer: request %q: %w", line, err)
+			return nil, fmt.Errorf("writer: request %q: %w", line, err)
 		}
 		n[i] = v
 	}
 	b := exactKeyBatch{first: n[0], count: n[1], writes: n[2], sentinel: n[3]}
 	if b.first < 0 || b.count <= 0 || b.writes < 0 || b.sentinel < 0 || (b.sentinel >= b.first && b.sentinel < b.first+b.count) {
-		return exactKeyBatch{}, fmt.Errorf("writer: request %q: want first >= 0, count > 0, writes >= 0 and the sentinel outside the written objects", line)
+		return nil, fmt.Errorf("writer: request %q: want first >= 0, count > 0, writes >= 0 and the sentinel outside the written objects", line)
 	}
 	return b, nil
+}
+
+func parseShardedRequest(line string, f []string) (writeJob, error) {
+	if len(f) != 4 {
+		return nil, fmt.Errorf("writer: request %q is not %q FIRST COUNT SEED", line, shardedRequest)
+	}
+	first, err1 := strconv.Atoi(f[1])
+	count, err2 := strconv.Atoi(f[2])
+	seed, err3 := strconv.ParseUint(f[3], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, fmt.Errorf("writer: request %q: %w", line, err)
+	}
+	if first < 0 || count <= 0 {
+		return nil, fmt.Errorf("writer: request %q: want first >= 0 and count > 0", line)
+	}
+	return shardedBatch{first: first, count: count, seed: seed}, nil
 }
 
 // exactKeyWrites makes b's writes from fanOutWriters concurrent writers, and
@@ -148,6 +193,26 @@ func exactKeyWrites(ctx context.Context, pw *podWriter, b exactKeyBatch) (time.D
 	}
 	_, err = pw.put(ctx, benchPod(exactKeyName(b.sentinel), time.Time{}))
 	return took, err
+}
+
+// shardedWrites creates b's objects from fanOutWriters concurrent writers,
+// each stamped with its write time (podWriter.put), and returns how long
+// they took.
+func shardedWrites(ctx context.Context, pw *podWriter, b shardedBatch) (time.Duration, error) {
+	start := time.Now()
+	var k atomic.Int64
+	err := runWriters(fanOutWriters, func() error {
+		for {
+			n := int(k.Add(1)) - 1
+			if n >= b.count {
+				return nil
+			}
+			if _, err := pw.put(ctx, shardedPod(b.seed, b.first+n)); err != nil {
+				return err
+			}
+		}
+	})
+	return time.Since(start), err
 }
 
 // writerProcess is the writer as the measured process holds it: a child it
@@ -184,8 +249,12 @@ func startWriter(env Env) (*writerProcess, error) {
 // took. It waits for the answer however long the writes take: the writer's
 // own etcd client fails them if etcd is gone, and the run's hard timeout ends
 // a hung one.
-func (w *writerProcess) exactKey(b exactKeyBatch) (time.Duration, error) {
-	if _, err := fmt.Fprintln(w.stdin, b.request()); err != nil {
+func (w *writerProcess) exactKey(b exactKeyBatch) (time.Duration, error) { return w.do(b) }
+
+// do has the writer make job j and returns how long its writes took, as
+// exactKey.
+func (w *writerProcess) do(j writeJob) (time.Duration, error) {
+	if _, err := fmt.Fprintln(w.stdin, j.request()); err != nil {
 		return 0, fmt.Errorf("asking the writer: %w", err)
 	}
 	if !w.answers.Scan() {

@@ -13,18 +13,19 @@ import (
 // error (and goes on), and stops at a request it cannot read; the measured
 // process reads the answers back.
 func TestWriterProtocol(t *testing.T) {
-	var asked []exactKeyBatch
-	write := func(b exactKeyBatch) (time.Duration, error) {
-		asked = append(asked, b)
-		if b.writes == 2 {
+	var asked []writeJob
+	write := func(j writeJob) (time.Duration, error) {
+		asked = append(asked, j)
+		if b, ok := j.(exactKeyBatch); ok && b.writes == 2 {
 			return 0, errors.New("etcd said no\nat all")
 		}
 		return 1500 * time.Millisecond, nil
 	}
-	batches := []exactKeyBatch{
-		{first: 0, count: 10, writes: 1, sentinel: 10},
-		{first: 11, count: 5, writes: 2, sentinel: 10},
-		{first: 0, count: 10, writes: 3, sentinel: 10},
+	batches := []writeJob{
+		exactKeyBatch{first: 0, count: 10, writes: 1, sentinel: 10},
+		exactKeyBatch{first: 11, count: 5, writes: 2, sentinel: 10},
+		exactKeyBatch{first: 0, count: 10, writes: 3, sentinel: 10},
+		shardedBatch{first: 0, count: 500, seed: 1<<63 + 5},
 	}
 	var in strings.Builder
 	for _, b := range batches {
@@ -38,8 +39,8 @@ func TestWriterProtocol(t *testing.T) {
 		t.Errorf("batches asked %+v, want %+v", asked, batches)
 	}
 	answers := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	if len(answers) != 3 {
-		t.Fatalf("answers %q, want 3 lines", out.String())
+	if len(answers) != 4 {
+		t.Fatalf("answers %q, want 4 lines", out.String())
 	}
 	if took, err := parseWriteAnswer(answers[0]); err != nil || took != 1500*time.Millisecond {
 		t.Errorf("first answer %q read as %v, %v; want 1.5s", answers[0], took, err)
@@ -52,6 +53,7 @@ func TestWriterProtocol(t *testing.T) {
 		"exactkey 0 10 1 -1", "fanout 0 10 1 10",
 		// The sentinel among the objects written.
 		"exactkey 0 10 1 9", "exactkey 11 5 1 11",
+		"sharded 0 10", "sharded 0 10 1 2", "sharded -1 10 1", "sharded 0 0 1", "sharded 0 10 -1", "sharded 0 x 1",
 	} {
 		asked = nil
 		if err := serveWrites(strings.NewReader(bad+"\n"), &out, write); err == nil || len(asked) != 0 {
