@@ -85,6 +85,11 @@ type Config struct {
 	// must then name a deleted object from its key: the etcd3 store needs
 	// the registry's storage.ReverseKeyFunc.
 	StorageWatchWithoutPrevKV bool
+	// Codec is the resource's storage codec (the registry's
+	// storagebackend.ConfigForResource.Codec). Writes start from the cache
+	// under ConsistentGetFromCache only with it: their no-op check compares
+	// the encoded object with the new one. Nil keeps writes on etcd's reads.
+	Codec runtime.Codec
 }
 
 func (c *Config) complete() error {

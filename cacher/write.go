@@ -9,7 +9,9 @@ import (
 
 // Writes go straight through to the wrapped storage: the cache learns of
 // them from its own watch, never by a side channel, so what a watcher sees
-// is always etcd's order.
+// is always etcd's order. Under ConsistentGetFromCache a write's reads (its
+// starting state, and the state after a conflict) come from the cache
+// (write_from_cache.go); the transactions are still etcd's.
 
 // Create implements storage.Interface by writing through.
 func (c *Cacher) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
@@ -20,6 +22,12 @@ func (c *Cacher) Create(ctx context.Context, key string, obj, out runtime.Object
 // object as the hint the interface allows when it passes the preconditions.
 func (c *Cacher) Delete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
 	validateDeletion storage.ValidateObjectFunc, _ runtime.Object, opts storage.DeleteOptions) error {
+	// A delete of an object that cannot be decoded reads etcd's bytes.
+	if c.writesFromCache() && !opts.ExpectTransformOrDecodeError {
+		if err, fellBack := c.deleteFromCache(ctx, key, out, preconditions, validateDeletion); !fellBack {
+			return err
+		}
+	}
 	return c.storage.Delete(ctx, key, out, preconditions, validateDeletion, c.suggestion(key, preconditions), opts)
 }
 
@@ -34,6 +42,11 @@ func (c *Cacher) DeleteOnce(ctx context.Context, key string, origState *storage.
 // cached object as the hint when it passes the preconditions.
 func (c *Cacher) GuaranteedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
 	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc, _ runtime.Object) error {
+	if c.writesFromCache() {
+		if err, fellBack := c.updateFromCache(ctx, key, destination, ignoreNotFound, preconditions, tryUpdate); !fellBack {
+			return err
+		}
+	}
 	return c.storage.GuaranteedUpdate(ctx, key, destination, ignoreNotFound, preconditions, tryUpdate, c.suggestion(key, preconditions))
 }
 

@@ -185,6 +185,7 @@ func watchkeeper(o *options.WatchCacheOptions) generic.StorageDecorator {
 		cfg.ResourcePrefix = resourcePrefix
 		cfg.KeyFunc, cfg.NewFunc, cfg.NewListFunc, cfg.GetAttrsFunc = keyFunc, newFunc, newListFunc, getAttrsFunc
 		cfg.IndexerFuncs, cfg.Indexers = triggerFuncs, indexers
+		cfg.Codec = config.Codec
 		cfg.StorageWatchWithoutPrevKV = reverseKeyFunc != nil &&
 			utilfeature.DefaultFeatureGate.Enabled(features.WatchFromStorageWithoutPrevKV)
 		c, err := cacher.New(cfg)
