@@ -72,6 +72,17 @@ func matches(pred storage.SelectionPredicate, o *object) bool {
 	return err == nil && ok
 }
 
+// matcherFor is matches for a walk over many objects: the shard selector
+// compiled once (shardFilter) rather than formatted and compared as text
+// per object. A selector that does not compile is left to upstream's.
+func matcherFor(pred storage.SelectionPredicate) func(*object) bool {
+	f, err := newShardFilter(pred)
+	if err != nil || f == nil {
+		return func(o *object) bool { return matches(pred, o) }
+	}
+	return func(o *object) bool { return matchesAttrs(pred, o) && f.selects(o) }
+}
+
 // matchesAttrs is matches without the shard: a watcher checks its own,
 // compiled (shardFilter).
 func matchesAttrs(pred storage.SelectionPredicate, o *object) bool {

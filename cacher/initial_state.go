@@ -41,8 +41,9 @@ func (c *Cacher) initialState(ctx context.Context, key string, opts storage.List
 func (c *Cacher) initialAdded(objs []*object, pred storage.SelectionPredicate, rv uint64) ([]watch.Event, []*object) {
 	out := make([]watch.Event, 0, len(objs))
 	sent := objs[:0]
+	selected := matcherFor(pred)
 	for _, o := range objs {
-		if !matches(pred, o) {
+		if !selected(o) {
 			continue
 		}
 		if ev, ok := c.addedEvent(o, rv); ok {

@@ -81,6 +81,9 @@ func TestShardFilterAgreesWithUpstreamsSelector(t *testing.T) {
 			if got := matches(pred, o); got != want {
 				t.Fatalf("%s: matches(%s) = %v, upstream's selector %v", expr, o.key, got, want)
 			}
+			if got := matcherFor(pred)(o); got != want {
+				t.Fatalf("%s: matcherFor(%s) = %v, upstream's selector %v", expr, o.key, got, want)
+			}
 		}
 	}
 	for _, s := range []string{"", "a", "0a4c1d7e-4f2b-4c5e-9b1a-2f7e3d6c8b90", "kube-system"} {
