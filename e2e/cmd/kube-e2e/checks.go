@@ -90,6 +90,9 @@ func runChecks(ctx context.Context, run *runDir, cfg config, r *kubecluster.Repo
 	r.Step("metrics: upstream's apiserver_watch_cache_* series, for every cache", func() (string, error) {
 		return checkMetrics(ctx, wk, up)
 	})
+	r.Step("sharded: a list and a watch with a shard selector get exactly their shard, on both caches", func() (string, error) {
+		return checkSharded(ctx, wk, up)
+	})
 	r.Step("crd: a custom resource is cached by watchkeeper, and watched", func() (string, error) {
 		return checkCRD(ctx, wk)
 	})
