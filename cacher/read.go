@@ -29,7 +29,7 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 	if err != nil {
 		return err
 	}
-	rv, err := parseRV(c.versioner, opts.ResourceVersion)
+	rv, err := parseRequestRV(c.versioner, opts.ResourceVersion)
 	if err != nil {
 		return err
 	}
@@ -272,6 +272,7 @@ func selectPage(listVal reflect.Value, objs iter.Seq[*object], sizeHint int, pre
 	selected := make([]*object, 0, sizeHint)
 	var p listPage
 	countAll := pred.Empty()
+	match := matcherFor(pred)
 	for o := range objs {
 		p.total++
 		if limit > 0 && int64(len(selected)) >= limit {
@@ -282,7 +283,7 @@ func selectPage(listVal reflect.Value, objs iter.Seq[*object], sizeHint int, pre
 			continue
 		}
 		p.fetched++
-		if matches(pred, o) {
+		if match(o) {
 			selected = append(selected, o)
 		}
 	}
@@ -301,17 +302,36 @@ func delegateWhileNotReady(opts storage.ListOptions) bool {
 	return (pred.Label == nil || pred.Label.Empty()) && (pred.Field == nil || pred.Field.Empty()) && pred.Limit > 0
 }
 
+// maxQuotedRV is the most of a malformed resourceVersion an error of the
+// cache's own quotes.
+const maxQuotedRV = 64
+
+// parseRequestRV parses the resourceVersion of a Get or a watch. A
+// malformed one gets the storage's own error (a storage.InvalidError on the
+// field), as the etcd3 store and upstream's cache answer: the conformance
+// suite pins it, and the registry answers a Get's 422 Invalid (a watch's,
+// 500). Past maxQuotedRV bytes it is garbage rather than a mistyped or
+// overflowing number, and gets parseRV's 400 instead: the storage's message
+// quotes the whole value, twice, into the response and the logs.
+func parseRequestRV(v storage.Versioner, rv string) (uint64, error) {
+	parsed, err := v.ParseResourceVersion(rv)
+	if err != nil && len(rv) > maxQuotedRV {
+		return parseRV(v, rv)
+	}
+	return parsed, err
+}
+
 // parseRV parses a client's resourceVersion. A malformed one is the
-// client's mistake: 400, as a list already answers, rather than the storage
-// package's InvalidError, which the registry would pass on as a 500.
+// client's mistake: 400, as a list already answers, quoting at most
+// maxQuotedRV bytes of it.
 func parseRV(v storage.Versioner, rv string) (uint64, error) {
 	parsed, err := v.ParseResourceVersion(rv)
 	if err != nil {
 		// Quote at most a prefix: a client's megabyte of garbage does not
 		// belong in the response, nor in the logs.
 		shown := rv
-		if len(shown) > 64 {
-			shown = shown[:64] + "..."
+		if len(shown) > maxQuotedRV {
+			shown = shown[:maxQuotedRV] + "..."
 		}
 		return 0, errors.NewBadRequest(fmt.Sprintf("invalid resource version %q: must be a decimal number", shown))
 	}

@@ -11,8 +11,9 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 )
 
-// FuzzParseRV feeds arbitrary strings to parseRV, which reads the
-// resourceVersion of every watch and get. It must never panic; what
+// FuzzParseRV feeds arbitrary strings to parseRV, which reads a malformed
+// resourceVersion of a watch or get past 64 bytes (parseRequestRV; shorter
+// ones get the storage's own error). It must never panic; what
 // storage.APIObjectVersioner refuses is a 400 Bad Request (never a 500) that
 // quotes the bad value, or, past 64 bytes, only its first 64 bytes and
 // "...", so a client's megabyte of garbage reaches neither the response nor

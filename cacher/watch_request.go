@@ -32,9 +32,16 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	if err != nil {
 		return nil, err
 	}
-	requestedRV, err := parseRV(c.versioner, opts.ResourceVersion)
+	requestedRV, err := parseRequestRV(c.versioner, opts.ResourceVersion)
 	if err != nil {
 		return nil, err
+	}
+	if opts.WatchWithoutPrevKV && !opts.Predicate.Empty() {
+		// The etcd3 watcher's answer, so a caller learns of the mistake
+		// whichever storage it watches: without previous values a
+		// deletion's event has no object a predicate could match. With an
+		// empty predicate the option means nothing to the cache.
+		return nil, errors.NewInternalError(goerrors.New("watchWithoutPrevKV requires an empty predicate"))
 	}
 	if state, since, _ := c.state.readiness(); state != stateReady {
 		return nil, notReadyError(c.clock.Now(), since)
@@ -140,7 +147,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		}
 		events, ok := c.state.sinceLocked(from)
 		if !ok {
-			oldest := c.state.historyStartLocked()
+			oldest := c.resumableFromLocked()
 			c.state.mu.Unlock()
 			c.metrics.expiredWatches.Inc()
 			return newErrWatcher(errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", requestedRV, oldest))), nil
@@ -232,3 +239,22 @@ func newErrWatcher(err error) watch.Interface {
 
 func (w *errWatcher) ResultChan() <-chan watch.Event { return w.result }
 func (w *errWatcher) Stop()                          {}
+
+// resumableFromLocked is the RV a watch's 410 names as the oldest it could
+// have resumed from, as upstream's cache names it (the conformance suite
+// pins the message): the list's RV while nothing has been evicted since,
+// else the RV just before the oldest event the history holds, or the
+// cache's RV when it holds none. The history may reach further back (to the
+// last evicted event, there being no event in between), so a watch from
+// the RV named always resumes.
+func (c *Cacher) resumableFromLocked() uint64 {
+	h := c.state.history
+	switch {
+	case h.fromList:
+		return h.startRV
+	case h.len() > 0:
+		return h.oldest().rv - 1
+	default:
+		return c.state.rvLocked()
+	}
+}

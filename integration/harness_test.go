@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,6 +48,10 @@ type env struct {
 	raw      storage.Interface
 	client   *kubernetes.Client
 	recorder *storagetesting.KubernetesRecorder
+	// storeSeesCompactions: the etcd3 store watches etcd's compaction key
+	// (it started with ListFromCacheSnapshot on), so its CompactRevision
+	// follows compactions made by others, as this package's are.
+	storeSeesCompactions bool
 }
 
 type setupOption func(*cacher.Config)
@@ -104,8 +109,17 @@ func setup(t *testing.T, opts ...setupOption) *env {
 func setupStore(t *testing.T, codec runtime.Codec, tr value.Transformer, opts ...setupOption) *env {
 	t.Helper()
 	client := etcdtest.Start(t).KubernetesClient()
-	raw := newPodStore(t, client, codec, tr, "pods")
+	// The etcd3 store reads the gate once, as it starts.
+	seesCompactions := utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot)
+	e := startCache(t, client, newPodStore(t, client, codec, tr, "pods"), opts...)
+	e.storeSeesCompactions = seesCompactions
+	return e
+}
 
+// startCache starts our cache over raw, a store over client, and waits for
+// it to be ready.
+func startCache(t *testing.T, client *kubernetes.Client, raw storage.Interface, opts ...setupOption) *env {
+	t.Helper()
 	cfg := podCacheConfig(raw)
 	for _, o := range opts {
 		o(&cfg)
@@ -124,6 +138,11 @@ func setupStore(t *testing.T, codec runtime.Codec, tr value.Transformer, opts ..
 	return &env{cacher: c, raw: raw, client: client, recorder: rec}
 }
 
+// etcdPathPrefix is the etcd3 store's path prefix: the keys in the store's
+// conflict errors carry it, so the conformance tests that check them are
+// given it, as upstream's cacher tests pass etcd3testing.PathPrefix().
+const etcdPathPrefix = "/registry"
+
 // newPodStore is the etcd3 store of pods under /registry/<resource>/, as
 // the resource <resource>, over client. Several stores may share one client,
 // as the caches of one server may.
@@ -132,7 +151,7 @@ func newPodStore(t *testing.T, client *kubernetes.Client, codec runtime.Codec, t
 	versioner := storage.APIObjectVersioner{}
 	compactor := etcd3.NewCompactor(client.Client, 0, clock.RealClock{}, nil)
 	t.Cleanup(compactor.Stop)
-	raw, err := etcd3.New(client, compactor, codec, newPod, newPodList, fixtures.PodReverseKeyFunc("/"+resource), "/registry", "/"+resource+"/",
+	raw, err := etcd3.New(client, compactor, codec, newPod, newPodList, fixtures.PodReverseKeyFunc("/"+resource), etcdPathPrefix, "/"+resource+"/",
 		schema.GroupResource{Resource: resource}, tr, etcd3.NewDefaultLeaseManagerConfig(),
 		etcd3.NewDefaultDecoder(codec, versioner), versioner)
 	if err != nil {
@@ -155,20 +174,31 @@ func increaseRV(client *clientv3.Client) storagetesting.IncreaseRVFunc {
 // compaction compacts etcd at rv and waits until the store has seen it, as
 // the cache learns of compactions through the store.
 func compaction(e *env) storagetesting.Compaction {
+	// The version of etcd's compaction key this helper last wrote: etcd3.Compact
+	// writes the key only if its version is still the one expected.
+	var version int64
 	return func(ctx context.Context, t *testing.T, resourceVersion string) {
 		rv, err := storage.APIObjectVersioner{}.ParseResourceVersion(resourceVersion)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var current int64
-		current, _, _, err = etcd3.Compact(ctx, e.client.Client, current, int64(rv))
-		if err != nil {
-			_, _, _, err = etcd3.Compact(ctx, e.client.Client, current, int64(rv))
+		// A lost compare-and-swap (an earlier compaction by this helper or
+		// another) is no error: it returns the key's version, and the second
+		// try with it compacts. Both tries also write the key, which moves
+		// etcd's revision past every pod's, as the suite expects of a
+		// compaction.
+		var compacted int64
+		version, _, compacted, err = etcd3.Compact(ctx, e.client.Client, version, int64(rv))
+		if err == nil && compacted != int64(rv) {
+			version, _, compacted, err = etcd3.Compact(ctx, e.client.Client, version, int64(rv))
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot) {
+		if compacted != int64(rv) {
+			t.Fatalf("compacted etcd at %d, want %d", compacted, rv)
+		}
+		if !e.storeSeesCompactions {
 			// The etcd3 store tracks compactions only for list snapshots.
 			return
 		}
@@ -236,4 +266,73 @@ func plainEvent(ev watch.Event) watch.Event {
 		ev.Object = co.GetObject()
 	}
 	return ev
+}
+
+// withClock runs the cache on clk (the bookmark tick, freshness timeouts),
+// for tests that step time by hand as upstream's WatchResync does.
+func withClock(clk clock.WithTicker) setupOption {
+	return func(c *cacher.Config) { c.Clock = clk }
+}
+
+// swappablePrefixTransformer is the etcd3 store's value transformer, which
+// a test may swap while the store runs: the suite's prefix-transformer tests
+// write data under one prefix and read or rewrite it under another.
+type swappablePrefixTransformer struct {
+	mu    sync.RWMutex
+	inner value.Transformer
+}
+
+// basePrefix is the prefix the transformer starts from, upstream's in its
+// cacher and etcd3 tests.
+const basePrefix = "test!"
+
+func newSwappablePrefixTransformer() *swappablePrefixTransformer {
+	return &swappablePrefixTransformer{inner: storagetesting.NewPrefixTransformer([]byte(basePrefix), false)}
+}
+
+// current is the transformer in place. It is called outside the lock: the
+// suite's reproducingTransformer writes from inside a read, and a swap
+// waiting between the two would otherwise deadlock them.
+func (s *swappablePrefixTransformer) current() value.Transformer {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.inner
+}
+
+func (s *swappablePrefixTransformer) TransformFromStorage(ctx context.Context, data []byte, dataCtx value.Context) ([]byte, bool, error) {
+	return s.current().TransformFromStorage(ctx, data, dataCtx)
+}
+
+func (s *swappablePrefixTransformer) TransformToStorage(ctx context.Context, data []byte, dataCtx value.Context) ([]byte, error) {
+	return s.current().TransformToStorage(ctx, data, dataCtx)
+}
+
+// cacherWithPrefixTransformer is our cache as the suite's
+// InterfaceWithPrefixTransformer: reads and writes go through the cache,
+// and UpdatePrefixTransformer swaps the transformer of the etcd3 store under
+// it (the cache writes through to that store and learns of the writes from
+// its watch, which the same transformer decodes).
+type cacherWithPrefixTransformer struct {
+	*cacher.Cacher
+	transformer *swappablePrefixTransformer
+}
+
+var _ storagetesting.InterfaceWithPrefixTransformer = cacherWithPrefixTransformer{}
+
+// UpdatePrefixTransformer gives modify a transformer of its own like the
+// base one, which the suite's tests always change from (each reverts its
+// change before the next), so modify may change it. Upstream's hands over
+// a copy of the one in place; a copy would read the read counter that the
+// store's watch updates meanwhile.
+func (c cacherWithPrefixTransformer) UpdatePrefixTransformer(modify storagetesting.PrefixTransformerModifier) func() {
+	next := modify(storagetesting.NewPrefixTransformer([]byte(basePrefix), false))
+	c.transformer.mu.Lock()
+	defer c.transformer.mu.Unlock()
+	orig := c.transformer.inner
+	c.transformer.inner = next
+	return func() {
+		c.transformer.mu.Lock()
+		defer c.transformer.mu.Unlock()
+		c.transformer.inner = orig
+	}
 }

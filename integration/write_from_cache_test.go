@@ -57,18 +57,10 @@ func TestWritesFromTheCache(t *testing.T) {
 			client := etcdtest.Start(t).KubernetesClient()
 			raw := newPodStore(t, client, protoCodec, transformer, "pods")
 			rec := &txnRecorder{Interface: raw}
-			cfg := podCacheConfig(rec)
-			cfg.Codec = protoCodec
-			c, err := cacher.New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(c.Stop)
+			e := startCache(t, client, rec, func(cfg *cacher.Config) { cfg.Codec = protoCodec })
+			c := e.cacher
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := c.WaitReady(ctx); err != nil {
-				t.Fatal(err)
-			}
 			created := &example.Pod{}
 			if err := c.Create(ctx, "/pods/ns/a", &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}}, created, 0); err != nil {
 				t.Fatal(err)
@@ -82,7 +74,7 @@ func TestWritesFromTheCache(t *testing.T) {
 			recorderKey := t.Name()
 			opCtx := context.WithValue(ctx, storagetesting.RecorderContextKey, recorderKey)
 			out := &example.Pod{}
-			err = c.GuaranteedUpdate(opCtx, "/pods/ns/a", out, false, nil, storage.SimpleUpdate(func(in runtime.Object) (runtime.Object, error) {
+			err := c.GuaranteedUpdate(opCtx, "/pods/ns/a", out, false, nil, storage.SimpleUpdate(func(in runtime.Object) (runtime.Object, error) {
 				if other == nil {
 					other = &example.Pod{}
 					if err := raw.GuaranteedUpdate(ctx, "/pods/ns/a", other, false, nil, storage.SimpleUpdate(func(in runtime.Object) (runtime.Object, error) {
@@ -106,7 +98,7 @@ func TestWritesFromTheCache(t *testing.T) {
 			if out.Labels["by"] != "other" || out.Annotations["by"] != "us" {
 				t.Errorf("the update kept labels %v, annotations %v; want both writes", out.Labels, out.Annotations)
 			}
-			stats := client.Kubernetes.(*storagetesting.KubernetesRecorder).StatsForKey(recorderKey)
+			stats := e.recorder.StatsForKey(recorderKey)
 			if stats.Gets != 0 || stats.Writes != 2 || stats.Conflicts != 1 {
 				t.Errorf("etcd requests %+v, want 2 writes, 1 conflict and no read", stats)
 			}
