@@ -268,6 +268,7 @@ func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, each func(*
 		case <-ctx.Done():
 			return nil, fmt.Errorf("backfilling %v from %d to %d: %d events read in %v: %w", c.groupResource, from, to, len(events), c.clock.Since(now), ctx.Err())
 		case <-progress.C():
+			//lint:ignore SA1019 upstream's cacher asks for progress through it too; storage.Interface has no other way yet
 			if err := c.storage.RequestWatchProgress(ctx); err != nil {
 				c.logger.V(4).Info("Backfill progress request failed", "err", err)
 			}

@@ -318,6 +318,7 @@ func (c *Cacher) ReadinessCheck() error {
 
 // RequestWatchProgress implements storage.Interface.
 func (c *Cacher) RequestWatchProgress(ctx context.Context) error {
+	//lint:ignore SA1019 it is part of storage.Interface, which the cache implements
 	return c.storage.RequestWatchProgress(ctx)
 }
 

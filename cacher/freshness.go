@@ -239,6 +239,7 @@ func (c *Cacher) awaitRV(ctx context.Context, rv uint64, bound time.Duration, ob
 // stream (hence the cache's gRPC metadata on the context).
 func (c *Cacher) requestProgress(ctx context.Context) {
 	ctx = metadata.NewOutgoingContext(ctx, c.watchMetadata)
+	//lint:ignore SA1019 upstream's cacher asks for progress through it too; storage.Interface has no other way yet
 	if err := c.storage.RequestWatchProgress(ctx); err != nil {
 		c.logger.V(4).Info("Requesting watch progress failed", "err", err)
 	}

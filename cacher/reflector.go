@@ -322,7 +322,6 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 		if e.cur, err = c.deletedObject(prev, cur, rv); err != nil {
 			return 0, err
 		}
-		cur = e.cur
 	} else if prev != nil {
 		cur.shareUnchanged(prev)
 	}

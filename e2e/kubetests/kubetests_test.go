@@ -29,10 +29,10 @@ import (
 	_ "k8s.io/kubernetes/test/e2e/apimachinery"
 
 	// Reconfigure the framework, as test/e2e does.
+	_ "k8s.io/ktesting/format"
 	_ "k8s.io/kubernetes/test/e2e/framework/debug/init"
 	_ "k8s.io/kubernetes/test/e2e/framework/metrics/init"
 	_ "k8s.io/kubernetes/test/e2e/framework/node/init"
-	_ "k8s.io/ktesting/format"
 )
 
 // TestMain registers and parses test/e2e's flags, as its TestMain does.
