@@ -22,8 +22,13 @@ all: build
 build:
 	$(GO) build $(PKGS)
 
+# With the default PKGS, the tools' module (hack/: bench, soak, the docs
+# link check) is tested too.
 test:
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+ifeq ($(PKGS),./...)
+	$(GO) -C hack test $(TEST_FLAGS) ./...
+endif
 
 fuzz:
 	$(GO) test $(FUZZ_FLAGS) -fuzz '^FuzzCalendar$$' ./bookmarks/
@@ -54,12 +59,16 @@ bench-bookmarks:
 # watchkeeper against upstream's cacher, both in one run: results.jsonl,
 # results.md and charts in docs/bench/. Narrow it with BENCH_FLAGS, e.g.
 # make bench BENCH_FLAGS="-scenarios idle,fanout -levels storage".
+# hack/ is a module of its own; the tools run from the repository's root,
+# where they build the sample apiserver and write docs/bench.
 bench:
-	$(GO) run ./hack/bench $(BENCH_FLAGS)
+	$(GO) -C hack build -o ../bin/bench ./bench
+	bin/bench $(BENCH_FLAGS)
 
 # The same at small sizes and a 20s bookmark period: about 4 minutes.
 bench-quick:
-	$(GO) run ./hack/bench -quick $(BENCH_FLAGS)
+	$(GO) -C hack build -o ../bin/bench ./bench
+	bin/bench -quick $(BENCH_FLAGS)
 
 # The bounded soak (not part of make test): writers, thousands of watchers
 # and WatchList informers, etcd restarts and compactions, then a check of
@@ -67,7 +76,8 @@ bench-quick:
 # make soak SOAK_DURATION=30m; more knobs: SOAK_FLAGS="-watchers 5000".
 SOAK_DURATION ?= 10m
 soak:
-	$(GO) run ./hack/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)
+	$(GO) -C hack build -o ../bin/soak ./soak
+	bin/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)
 
 # The sample apiserver aggregated behind a real kube-apiserver, on loopback,
 # checked through kube-apiserver with kubectl and client-go

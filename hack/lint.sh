@@ -60,9 +60,12 @@ lint() {
   fi
 }
 
-lint "staticcheck ./..." "$BIN/staticcheck" ./...
-lint "unparam -tests ./..." "$BIN/unparam" -tests ./...
-lint "go-errorlint ./..." "$BIN/go-errorlint" ./...
+# The library's module, then the tools' (hack/, a module of its own).
+for dir in . hack; do
+  lint "staticcheck ./... in $dir" sh -c "cd $dir && '$BIN/staticcheck' ./..."
+  lint "unparam -tests ./... in $dir" sh -c "cd $dir && '$BIN/unparam' -tests ./..."
+  lint "go-errorlint ./... in $dir" sh -c "cd $dir && '$BIN/go-errorlint' ./..."
+done
 
 if [ "$fail" -ne 0 ]; then
   echo "lint: FAILED"

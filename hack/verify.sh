@@ -16,6 +16,8 @@ fi
 
 echo "go vet ./..."
 go vet ./... || fail=1
+echo "go -C hack vet ./..."
+go -C hack vet ./... || fail=1
 
 # staticcheck, unparam and go-errorlint at the versions of hack/tools/go.mod.
 hack/lint.sh || fail=1
@@ -32,6 +34,10 @@ if ! diff -q "$tmp/go.mod" go.mod >/dev/null || ! diff -q "$tmp/go.sum" go.sum >
   fail=1
 fi
 # So must the linters' module.
+if ! go -C hack mod tidy -diff; then
+  echo "hack/go.mod/go.sum are not tidy (run go -C hack mod tidy)"
+  fail=1
+fi
 if ! go -C hack/tools mod tidy -diff; then
   echo "hack/tools/go.mod/go.sum are not tidy (run go -C hack/tools mod tidy)"
   fail=1
