@@ -147,6 +147,11 @@ func (t *cacheTxn) DeleteOnce(ctx context.Context, orig *storage.ObjState, out r
 // through instead (or answer 429, ConsistentListFromCacheSkipTimeoutFallback).
 func (c *Cacher) updateFromCache(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
 	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc) (err error, fellBack bool) {
+	// A key the storage would refuse gets its error, not the cache's
+	// NotFound.
+	if key, err = storage.PrepareKey(c.resourcePrefix, key, false); err != nil {
+		return err, false
+	}
 	t := &cacheTxn{c: c, key: key}
 	orig, err := t.initialState(ctx, ignoreNotFound)
 	if err == nil {
@@ -158,6 +163,9 @@ func (c *Cacher) updateFromCache(ctx context.Context, key string, destination ru
 // deleteFromCache is Delete starting from the cache, as updateFromCache.
 func (c *Cacher) deleteFromCache(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
 	validateDeletion storage.ValidateObjectFunc) (err error, fellBack bool) {
+	if key, err = storage.PrepareKey(c.resourcePrefix, key, false); err != nil {
+		return err, false
+	}
 	t := &cacheTxn{c: c, key: key}
 	orig, err := t.initialState(ctx, false)
 	if err == nil {

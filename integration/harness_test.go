@@ -94,6 +94,10 @@ func podCacheConfigFor(raw storage.Interface, resource string) cacher.Config {
 	cfg.NewFunc, cfg.NewListFunc, cfg.GetAttrsFunc = newPod, newPodList, podAttrs
 	// As the decorator sets it: newPodStore gives the store a ReverseKeyFunc.
 	cfg.StorageWatchWithoutPrevKV = utilfeature.DefaultFeatureGate.Enabled(features.WatchFromStorageWithoutPrevKV)
+	// The store's codec, as the decorator passes the registry's: writes
+	// start from the cache under ConsistentGetFromCache only with it.
+	// setupStore sets the codec its store was built with.
+	cfg.Codec = protoCodec
 	return cfg
 }
 
@@ -111,7 +115,8 @@ func setupStore(t *testing.T, codec runtime.Codec, tr value.Transformer, opts ..
 	client := etcdtest.Start(t).KubernetesClient()
 	// The etcd3 store reads the gate once, as it starts.
 	seesCompactions := utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot)
-	e := startCache(t, client, newPodStore(t, client, codec, tr, "pods"), opts...)
+	withCodec := func(cfg *cacher.Config) { cfg.Codec = codec }
+	e := startCache(t, client, newPodStore(t, client, codec, tr, "pods"), append([]setupOption{withCodec}, opts...)...)
 	e.storeSeesCompactions = seesCompactions
 	return e
 }

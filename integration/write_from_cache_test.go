@@ -15,7 +15,6 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 
-	"github.com/watchkeeper/watchkeeper/cacher"
 	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 )
 
@@ -57,7 +56,7 @@ func TestWritesFromTheCache(t *testing.T) {
 			client := etcdtest.Start(t).KubernetesClient()
 			raw := newPodStore(t, client, protoCodec, transformer, "pods")
 			rec := &txnRecorder{Interface: raw}
-			e := startCache(t, client, rec, func(cfg *cacher.Config) { cfg.Codec = protoCodec })
+			e := startCache(t, client, rec)
 			c := e.cacher
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
