@@ -57,10 +57,11 @@ bench-bookmarks:
 	$(GO) test -run XXX -bench . -benchmem ./bookmarks/
 
 # watchkeeper against upstream's cacher, both in one run: results.jsonl,
-# results.md and charts in docs/bench/. Narrow it with BENCH_FLAGS, e.g.
+# results.md and charts in _output/bench/ (git-ignored: a run's output;
+# docs/performance.md keeps the figures). Narrow it with BENCH_FLAGS, e.g.
 # make bench BENCH_FLAGS="-scenarios idle,fanout -levels storage".
 # hack/ is a module of its own; the tools run from the repository's root,
-# where they build the sample apiserver and write docs/bench.
+# where they build the sample apiserver.
 bench:
 	$(GO) -C hack build -o ../bin/bench ./bench
 	bin/bench $(BENCH_FLAGS)

@@ -1,6 +1,7 @@
 // Command bench compares watchkeeper's watch cache with upstream's cacher
 // (k8s.io/apiserver's registry.StorageWithCacher) on the same scenarios, in
-// one run, and writes the results, a markdown table and charts to docs/bench.
+// one run, and writes the results, a markdown table and charts to
+// _output/bench (a run's output; docs/performance.md keeps its figures).
 //
 //	go run ./hack/bench            # full sizes
 //	go run ./hack/bench -quick     # small sizes, a few minutes

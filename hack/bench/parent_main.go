@@ -31,7 +31,7 @@ func parentMain(args []string) error {
 	quick := fs.Bool("quick", false, "small sizes and a 20s bookmark period (make bench-quick)")
 	scenarioList := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios: "+strings.Join(allScenarios, ","))
 	levelList := fs.String("levels", strings.Join(allLevels, ","), "comma-separated levels: "+strings.Join(allLevels, ","))
-	outDir := fs.String("out", "docs/bench", "where results.jsonl, results.md and the charts go")
+	outDir := fs.String("out", "_output/bench", "where results.jsonl, results.md and the charts go (a run's output, kept out of docs/)")
 	workDir := fs.String("workdir", "_output/bench", "scratch: etcd data, run logs, the sample apiserver binary")
 	profDir := fs.String("cpuprofiles", "", "if set, each run writes a CPU profile of its process here (<run>.pprof), for go tool pprof with the bench binary")
 	memoryObjects := fs.String("memory-objects", "", "comma-separated object counts of the memory scenario, instead of the mode's (full: 10000,100000; quick: 2000)")
