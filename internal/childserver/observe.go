@@ -82,20 +82,9 @@ func ParseMetricSums(body []byte, names ...string) ([]float64, error) {
 }
 
 // eachSample calls f for every sample line of a text exposition whose
-// series, or only its name when byName (ParseMetricSums), is names[i]: the
-// one scanner both read with.
+// series, or only its name when byName (ParseMetricSums), is names[i].
 func eachSample(body []byte, names []string, byName bool, f func(i int, v float64)) error {
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		series, value, ok := cutSeries(line)
-		if !ok {
-			continue
-		}
+	return ScanSamples(body, func(series, value string) error {
 		if byName {
 			series, _, _ = strings.Cut(series, "{")
 		}
@@ -103,16 +92,44 @@ func eachSample(body []byte, names []string, byName bool, f func(i int, v float6
 			if n != series {
 				continue
 			}
-			// A timestamp may follow the value.
-			value, _, _ = strings.Cut(strings.TrimSpace(value), " ")
-			v, err := strconv.ParseFloat(value, 64)
+			v, err := SampleValue(value)
 			if err != nil {
 				return fmt.Errorf("metric %s: %w", n, err)
 			}
 			f(i, v)
 		}
+		return nil
+	})
+}
+
+// ScanSamples calls f with the series (name and labels) and the rest of
+// every sample line of a Prometheus text exposition, comments and blank
+// lines left out: the one scanner every reader of /metrics here uses. An
+// error of f stops the scan.
+func ScanSamples(body []byte, f func(series, rest string) error) error {
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		series, rest, ok := cutSeries(line)
+		if !ok {
+			continue
+		}
+		if err := f(series, rest); err != nil {
+			return err
+		}
 	}
 	return sc.Err()
+}
+
+// SampleValue is the value of a sample line's rest, which a timestamp may
+// follow.
+func SampleValue(rest string) (float64, error) {
+	value, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
+	return strconv.ParseFloat(value, 64)
 }
 
 // cutSeries splits a sample line into its series (name and labels, whose

@@ -1,15 +1,14 @@
 package storagebench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/watchkeeper/watchkeeper/internal/childserver"
 )
 
 // etcdCounters are the etcd server's own counters that tell what serving the
@@ -70,16 +69,10 @@ func scrapeEtcd(ctx context.Context, endpoint string) (etcdCounters, error) {
 func parseEtcdCounters(body []byte) (etcdCounters, error) {
 	var c etcdCounters
 	var found [3]bool
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, labels, value, ok := parseSample(line)
+	err := childserver.ScanSamples(body, func(series, rest string) error {
+		name, labels, value, ok := sampleOf(series, rest)
 		if !ok {
-			continue
+			return nil
 		}
 		switch {
 		case name == "etcd_mvcc_range_total":
@@ -93,8 +86,9 @@ func parseEtcdCounters(body []byte) (etcdCounters, error) {
 			c.sentBytes += value
 			found[2] = true
 		}
-	}
-	if err := sc.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return c, err
 	}
 	for i, name := range []string{"etcd_mvcc_range_total", "grpc_server_handled_total of KV Range", "etcd_network_client_grpc_sent_bytes_total"} {
@@ -106,35 +100,35 @@ func parseEtcdCounters(body []byte) (etcdCounters, error) {
 }
 
 // parseSample splits a sample line, `name{k="v",...} value [timestamp]`,
-// into its parts. Label values with escaped quotes or commas are not
-// needed for etcd's counters and are read as far as the text allows.
+// into its parts, with the scanner every /metrics reader here uses.
 func parseSample(line string) (name string, labels map[string]string, value float64, ok bool) {
-	rest := line
-	if i := strings.IndexAny(rest, "{ "); i < 0 {
-		return "", nil, 0, false
-	} else {
-		name, rest = rest[:i], rest[i:]
-	}
-	if strings.HasPrefix(rest, "{") {
-		end := strings.LastIndexByte(rest, '}')
+	_ = childserver.ScanSamples([]byte(line), func(series, rest string) error {
+		name, labels, value, ok = sampleOf(series, rest)
+		return nil
+	})
+	return name, labels, value, ok
+}
+
+// sampleOf is a sample's name, labels and value from its series and the
+// rest of its line. Label values with escaped quotes or commas are not
+// needed for etcd's counters and are read as far as the text allows.
+func sampleOf(series, rest string) (name string, labels map[string]string, value float64, ok bool) {
+	name, labelText, hasLabels := strings.Cut(series, "{")
+	if hasLabels {
+		end := strings.LastIndexByte(labelText, '}')
 		if end < 0 {
 			return "", nil, 0, false
 		}
 		labels = map[string]string{}
-		for _, kv := range strings.Split(rest[1:end], ",") {
+		for _, kv := range strings.Split(labelText[:end], ",") {
 			k, v, found := strings.Cut(kv, "=")
 			if !found {
 				continue
 			}
 			labels[strings.TrimSpace(k)] = strings.Trim(strings.TrimSpace(v), `"`)
 		}
-		rest = rest[end+1:]
 	}
-	fields := strings.Fields(rest)
-	if len(fields) == 0 {
-		return "", nil, 0, false
-	}
-	v, err := strconv.ParseFloat(fields[0], 64)
+	v, err := childserver.SampleValue(rest)
 	if err != nil {
 		return "", nil, 0, false
 	}
