@@ -26,9 +26,13 @@ import (
 type sharedObject struct {
 	obj  runtime.Object
 	meta metav1.Object
-	// decodedNanos is when etcd3 decoded the event this object is sent
-	// for, 0 when not a live event (dispatch_latency.go).
-	decodedNanos int64
+	// times are the points the live event this object is sent for passed
+	// before fan-out; zero for initial events and bookmarks
+	// (dispatch_latency.go).
+	times eventTimes
+	// sentAtOnce counts the deliveries the dispatcher handed straight to a
+	// client's channel, not yet observed (dispatch_latency.go).
+	sentAtOnce atomic.Uint32
 
 	// encodings is copied on write: a thousand watches encoding one event
 	// read it at once, and only the first for each encoder writes.

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
-	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -148,7 +147,7 @@ func New(cfg Config) (*Cacher, error) {
 	c.watcherEnv = &watcherEnv{
 		clock: c.clock, buffer: cfg.WatcherBuffer, stop: c.stopCh, wg: &c.wg,
 		forget: c.forgetWatcher, moved: c.metrics.watcherMoved, bookmark: c.bookmarkObject, dropped: c.dropped,
-		latency: &dispatchLatency{obs: upstream.NewWatcherMetricsObservers(c.groupResource)},
+		latency: &dispatchLatency{stages: dispatchStages.forResource(c.groupResource)},
 	}
 	if utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {
 		// The store estimates object sizes for list cost from the keys it is

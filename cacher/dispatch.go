@@ -53,13 +53,14 @@ type dispatchEnv struct {
 	// candidates appends to dst the watchers that may want e (by trigger);
 	// it takes the cache's read lock.
 	candidates func(dst []*watcher, e *event) []*watcher
-	// objects builds what each watcher is sent of e, once per event.
-	objects func(e *event) eventObjects
+	// objects builds what each watcher is sent of e, once per event, which
+	// the dispatcher took at dispatchedNanos.
+	objects func(e *event, dispatchedNanos int64) eventObjects
 	// tooSlow closes a watcher that cannot keep up.
 	tooSlow func(w *watcher)
 	// dispatched counts an event dispatched, once whatever the watchers.
 	dispatched func()
-	// latency observes each event's stages before fan-out (nil: not).
+	// latency observes the deliveries clients took at once (nil: not).
 	latency *dispatchLatency
 }
 
@@ -137,9 +138,8 @@ func (d *dispatcher) dispatch(events ...*event) {
 		// progress notification: what upstream's
 		// apiserver_watch_cache_events_dispatched_total counts since 1.38.
 		d.env.dispatched()
-		d.env.latency.dispatched(e, start)
 		d.candidates = d.env.candidates(d.candidates[:0], e)
-		d.objs[j] = d.env.objects(e)
+		d.objs[j] = d.env.objects(e, start)
 		// The event's number, for the match classes' memo.
 		seq := dispatchSeq.Add(1)
 		for _, w := range d.candidates {
@@ -168,6 +168,10 @@ func (d *dispatcher) dispatch(events ...*event) {
 		if !w.deliverBatch(&d.sels[i], &d.objs, now) {
 			d.env.tooSlow(w)
 		}
+	}
+	for j := range events {
+		d.env.latency.observeSentAtOnce(d.objs[j].cur, now)
+		d.env.latency.observeSentAtOnce(d.objs[j].movedOut, now)
 	}
 	clear(d.touched)
 	clear(d.objs[:len(events)])

@@ -1,55 +1,81 @@
 package cacher
 
 import (
-	"time"
-
 	"k8s.io/apimachinery/pkg/watch"
-	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 )
 
-// Upstream's apiserver_watch_events_dispatch_duration_seconds, by stage, from
-// the times an event passes: decoded by the etcd3 store (it stamps each
-// event when the cache asks it to, ListOptions.RecordTimestamps), applied
-// by the cache (event.recordedNanos), taken by the dispatcher, and sent to
-// a client's channel. The stages of one event (storage_to_cache,
-// cacher_queue_latency) are observed once per event; total once per
-// delivery, as upstream does. watchkeeper has no per-watcher input queue:
-// an event waits only behind a busy client, and that wait is part of total
-// (watcher_queue_latency and watcher_to_client_handler are not observed).
+// dispatchLatency feeds apiserver_watch_events_dispatch_duration_seconds
+// (dispatch_stages.go): all five stages once per delivery of a live event,
+// as v0.38's cache watcher observes them; initial events and bookmarks are
+// not timed.
+//
+// The points, in UnixNano: decoded by the etcd3 store (it stamps each
+// event when the cache asks it to, ListOptions.RecordTimestamps; 0 when it
+// did not), applied by the cache, taken by the dispatcher (eventTimes,
+// shared by every delivery of the event), then per delivery: queued for
+// the watcher, taken off that queue, sent to the client's channel.
+// watchkeeper queues an event for a watcher only while its client is busy
+// (the pump); an event the client's channel takes at once is queued,
+// dequeued and sent at the dispatcher's one clock reading for the batch,
+// so its watcher_queue_latency and watcher_to_client_handler are 0, as
+// upstream's are for a client that keeps up. Nothing is built per watcher
+// after the queue (the object is shared and encoded once), so the event is
+// built when it is dequeued.
 type dispatchLatency struct {
-	obs *upstream.WatcherMetricsObservers
+	stages *resourceStages
 }
 
-func nanosTime(n int64) time.Time { return time.Unix(0, n) }
-
-// dispatched observes the stages before fan-out of e, which the dispatcher
-// took at startNanos.
-func (l *dispatchLatency) dispatched(e *event, startNanos int64) {
-	if l == nil || l.obs == nil || e.recordedNanos == 0 {
-		return
-	}
-	var tl upstream.DispatchTimeline
-	if e.decodedNanos != 0 {
-		tl.MarkAt(upstream.PointStorageDecoded, nanosTime(e.decodedNanos))
-	}
-	tl.MarkAt(upstream.PointCacheReceived, nanosTime(e.recordedNanos))
-	tl.MarkAt(upstream.PointDispatchStarted, nanosTime(startNanos))
-	l.obs.ObserveTimeline(&tl)
+// eventTimes are the points one event passed before fan-out; dispatched
+// is 0 for an event sent from the history as an initial event.
+type eventTimes struct {
+	decoded, received, dispatched int64
 }
 
-// sent observes total for an event a client's channel took at nowNanos:
-// only live events carry their decode time (initial events and bookmarks
-// are not timed, as upstream's are not).
-func (l *dispatchLatency) sent(ev watch.Event, nowNanos int64) {
-	if l == nil || l.obs == nil {
-		return
+func (t eventTimes) live() bool { return t.dispatched != 0 }
+
+// timedObject is ev's shared object if ev is a live event.
+func timedObject(ev watch.Event) *sharedObject {
+	if ev.Type == watch.Bookmark {
+		return nil
 	}
 	o, ok := ev.Object.(*cacheableObject)
-	if !ok || o.shared.decodedNanos == 0 {
+	if !ok || !o.shared.times.live() {
+		return nil
+	}
+	return o.shared
+}
+
+// sent observes one delivery of ev, queued for the watcher at queuedNanos,
+// taken off its queue at dequeuedNanos, taken by the client's channel at
+// sentNanos.
+func (l *dispatchLatency) sent(ev watch.Event, queuedNanos, dequeuedNanos, sentNanos int64) {
+	if l == nil {
 		return
 	}
-	var tl upstream.DispatchTimeline
-	tl.MarkAt(upstream.PointStorageDecoded, nanosTime(o.shared.decodedNanos))
-	tl.MarkAt(upstream.PointSentToClient, nanosTime(nowNanos))
-	l.obs.ObserveTimeline(&tl)
+	if s := timedObject(ev); s != nil {
+		l.stages.observe(s.times, queuedNanos, dequeuedNanos, sentNanos, 1)
+	}
+}
+
+// sentAtOnce counts a delivery of ev the client's channel took from the
+// dispatcher; the dispatcher observes them all once the batch is handed
+// out (observeSentAtOnce), as they share every point.
+func (l *dispatchLatency) sentAtOnce(ev watch.Event) {
+	if l == nil {
+		return
+	}
+	if s := timedObject(ev); s != nil {
+		s.sentAtOnce.Add(1)
+	}
+}
+
+// observeSentAtOnce observes the deliveries of s counted by sentAtOnce,
+// sent at nowNanos.
+func (l *dispatchLatency) observeSentAtOnce(s *sharedObject, nowNanos int64) {
+	if l == nil || s == nil {
+		return
+	}
+	if n := s.sentAtOnce.Swap(0); n > 0 {
+		l.stages.observe(s.times, nowNanos, nowNanos, nowNanos, uint64(n))
+	}
 }

@@ -14,15 +14,21 @@ type eventObjects struct {
 	e         *event
 	versioner storage.Versioner
 	dropped   func(what string, rv uint64, err error, keysAndValues ...any)
-	cur       *sharedObject
-	movedOut  *sharedObject
+	// dispatchedNanos is when the dispatcher took the event.
+	dispatchedNanos int64
+	cur             *sharedObject
+	movedOut        *sharedObject
 	// curFailed and movedOutFailed: building it failed, was reported once,
 	// and is not tried again for the next watcher.
 	curFailed, movedOutFailed bool
 }
 
-func (c *Cacher) objectsOf(e *event) eventObjects {
-	return eventObjects{e: e, versioner: c.versioner, dropped: c.dropped}
+func (c *Cacher) objectsOf(e *event, dispatchedNanos int64) eventObjects {
+	return eventObjects{e: e, versioner: c.versioner, dropped: c.dropped, dispatchedNanos: dispatchedNanos}
+}
+
+func (x *eventObjects) times() eventTimes {
+	return eventTimes{decoded: x.e.decodedNanos, received: x.e.recordedNanos, dispatched: x.dispatchedNanos}
 }
 
 // forSelection is the event as a client whose watcher selects sel of it
@@ -52,7 +58,7 @@ func (x *eventObjects) forSelection(sel selection) (watch.Event, bool) {
 			x.dropped(dropEvent, e.rv, err, "key", e.cur.key)
 			return watch.Event{}, false
 		}
-		s.decodedNanos = e.decodedNanos
+		s.times = x.times()
 		x.cur = s
 	}
 	if x.curFailed {
@@ -73,7 +79,7 @@ func (x *eventObjects) movedOutEvent() (watch.Event, bool) {
 			x.dropped(dropMovedOut, x.e.rv, err, "key", x.e.prev.key)
 			return watch.Event{}, false
 		}
-		s.decodedNanos = x.e.decodedNanos
+		s.times = x.times()
 		x.movedOut = s
 	}
 	if x.movedOutFailed {

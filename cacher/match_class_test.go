@@ -35,7 +35,7 @@ func newClassTest() *classTest {
 	ct.d = &dispatcher{env: dispatchEnv{
 		clock:      testingclock.NewFakeClock(testEpoch),
 		candidates: func(dst []*watcher, e *event) []*watcher { return ct.set.candidates(dst, e) },
-		objects: func(e *event) eventObjects {
+		objects: func(e *event, _ int64) eventObjects {
 			return eventObjects{e: e, versioner: storage.APIObjectVersioner{}, dropped: func(string, uint64, error, ...any) {}}
 		},
 		tooSlow:    func(*watcher) {},

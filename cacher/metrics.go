@@ -120,6 +120,9 @@ var (
 func registerMetrics() {
 	registerOnce.Do(func() {
 		upstream.Register()
+		if c := dispatchStages.register(); c != nil {
+			legacyregistry.Registerer().MustRegister(c)
+		}
 		for _, m := range []compbasemetrics.Registerable{
 			bookmarksSent, storageBookmarks, tickDuration, watchersDue, watchersByState,
 			historyEvents, historyForcedEvictions, expiredWatches, backfills, freshnessTimeouts, freshnessProbes,

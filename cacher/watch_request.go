@@ -201,7 +201,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 func (c *Cacher) appendInterested(out []watch.Event, w *watcher, events []*event) []watch.Event {
 	for _, e := range events {
 		if sel := w.selects(e); sel != 0 {
-			objs := c.objectsOf(e)
+			objs := c.objectsOf(e, 0) // not dispatched: initial events are not timed
 			if ev, ok := objs.forSelection(sel); ok {
 				out = append(out, ev)
 			}

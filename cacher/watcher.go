@@ -79,6 +79,11 @@ type watcher struct {
 	state watcherState
 	queue []watch.Event
 	head  int
+	// queuedAt is when each live event was queued, queue[timedFrom+i] at
+	// queuedAt[i]: the initial events ahead of them (the first timedFrom)
+	// are not timed.
+	queuedAt  []int64
+	timedFrom int
 	// pumping is whether a pump goroutine owns the delivery of the queue.
 	pumping bool
 	// done wakes a pump blocked on the client when the watcher is closed;
@@ -178,6 +183,7 @@ func (w *watcher) start(ctx context.Context, initial []watch.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.queue = initial
+	w.timedFrom = len(initial)
 	w.initialLeft = len(initial)
 	if w.initialLeft == 0 {
 		signalInitialized(ctx)
@@ -230,7 +236,7 @@ func (w *watcher) deliverLocked(ev watch.Event, now int64) bool {
 		select {
 		case w.result <- ev:
 			w.deliveredLocked(ev)
-			w.env.latency.sent(ev, now)
+			w.env.latency.sentAtOnce(ev)
 			return true
 		default:
 		}
@@ -242,6 +248,7 @@ func (w *watcher) deliverLocked(ev watch.Event, now int64) bool {
 		w.blockedSinceNanos = now
 	}
 	w.queue = append(w.queue, ev)
+	w.queuedAt = append(w.queuedAt, now)
 	if !w.pumping {
 		w.startPumpLocked()
 	}
@@ -294,6 +301,7 @@ func (w *watcher) pump() {
 		if w.queuedLocked() == 0 {
 			w.pumping = false
 			w.queue, w.head = releaseQueue(w.queue), 0
+			w.queuedAt, w.timedFrom = releaseQueue(w.queuedAt), 0
 			if w.state == watcherDraining {
 				w.closeLocked()
 			}
@@ -301,11 +309,18 @@ func (w *watcher) pump() {
 			return
 		}
 		ev, done := w.queue[w.head], w.done
+		var queuedAt int64
+		if i := w.head - w.timedFrom; i >= 0 {
+			queuedAt = w.queuedAt[i]
+		}
 		w.mu.Unlock()
 
+		dequeuedAt := w.env.clock.Now().UnixNano()
 		select {
 		case w.result <- ev:
-			w.env.latency.sent(ev, w.env.clock.Now().UnixNano())
+			if queuedAt != 0 {
+				w.env.latency.sent(ev, queuedAt, dequeuedAt, w.env.clock.Now().UnixNano())
+			}
 		case <-done:
 			continue
 		case <-w.env.stop:
@@ -338,7 +353,7 @@ func (w *watcher) pump() {
 
 // releaseQueue keeps a drained queue's array for the next burst unless a
 // burst made it large.
-func releaseQueue(q []watch.Event) []watch.Event {
+func releaseQueue[T any](q []T) []T {
 	if cap(q) > 64 {
 		return nil
 	}
@@ -354,6 +369,7 @@ func (w *watcher) terminate() {
 	}
 	w.state = watcherClosed
 	w.queue, w.head = nil, 0
+	w.queuedAt, w.timedFrom = nil, 0
 	w.releaseLocked()
 	if w.done != nil {
 		close(w.done)

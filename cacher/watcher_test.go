@@ -128,7 +128,7 @@ func TestDispatcherAlone(t *testing.T) {
 	d := &dispatcher{env: dispatchEnv{
 		clock:      testingclock.NewFakeClock(testEpoch),
 		candidates: func(dst []*watcher, _ *event) []*watcher { return append(dst, all, other, late, full) },
-		objects: func(e *event) eventObjects {
+		objects: func(e *event, _ int64) eventObjects {
 			return eventObjects{e: e, versioner: storage.APIObjectVersioner{}, dropped: func(string, uint64, error, ...any) {}}
 		},
 		tooSlow:    func(w *watcher) { slow = append(slow, w) },
@@ -179,7 +179,7 @@ func TestDispatcherBatch(t *testing.T) {
 	d := &dispatcher{env: dispatchEnv{
 		clock:      testingclock.NewFakeClock(testEpoch),
 		candidates: func(dst []*watcher, _ *event) []*watcher { return append(dst, watchers...) },
-		objects: func(e *event) eventObjects {
+		objects: func(e *event, _ int64) eventObjects {
 			return eventObjects{e: e, versioner: storage.APIObjectVersioner{}, dropped: func(string, uint64, error, ...any) {}}
 		},
 		tooSlow:    func(w *watcher) { slow = append(slow, w) },

@@ -1,0 +1,127 @@
+package cacher
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// liveEvent is event i as the dispatcher sends it: a shared object with
+// the times the event passed before fan-out.
+func liveEvent(t *testing.T, i int, times eventTimes) watch.Event {
+	t.Helper()
+	s, err := share(newTestPod(podName(i), uint64(100+i), nil, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.times = times
+	return watch.Event{Type: watch.Modified, Object: s.forWatcher()}
+}
+
+// stageCounts is what a stage has observed: how many, and their sum.
+func stageCounts(r *resourceStages, stage int) (uint64, time.Duration) {
+	var n uint64
+	for i := range r.stages[stage].counts {
+		n += r.stages[stage].counts[i].Load()
+	}
+	return n, time.Duration(r.stages[stage].sumNanos.Load())
+}
+
+// Every delivery of a live event is observed in all five stages: the ones
+// a client's channel takes at once from the dispatcher (observed together,
+// once it handed out its batch) wait neither in the watcher's queue nor on
+// the client; one queued behind a busy client has its wait split between
+// the queue (watcher_queue_latency) and the send the pump is blocked in
+// (watcher_to_client_handler). Initial events and bookmarks are not timed.
+func TestEachDeliveryTimedByStage(t *testing.T) {
+	w, wg, stop := newLoneWatcher(10)
+	defer func() { close(stop); wg.Wait() }()
+	clk := w.env.clock.(*testingclock.FakeClock)
+	w.env.latency = &dispatchLatency{stages: newResourceStages(schema.GroupResource{Resource: "pods"}, []int64{int64(time.Millisecond), int64(time.Second)})}
+	stages := w.env.latency.stages
+	t0 := testEpoch.UnixNano()
+	times := eventTimes{decoded: t0 - int64(3*time.Millisecond), received: t0 - int64(2*time.Millisecond), dispatched: t0 - int64(time.Millisecond)}
+
+	// An initial event first: it is not timed.
+	w.start(t.Context(), []watch.Event{liveEvent(t, 0, eventTimes{})})
+	<-w.ResultChan()
+	poll(t, "the initial event to be taken", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return !w.pumping
+	})
+
+	// resultBuffer deliveries of one event straight into the channel, then
+	// two events behind it, and a bookmark.
+	atOnce := liveEvent(t, 1, times)
+	for i := range resultBuffer {
+		if !w.deliver(atOnce, t0) {
+			t.Fatalf("delivery %d refused", i)
+		}
+	}
+	w.env.latency.observeSentAtOnce(atOnce.Object.(*cacheableObject).shared, t0)
+	for i := range 2 {
+		if !w.deliver(liveEvent(t, 2+i, times), t0) {
+			t.Fatalf("queued event %d refused", i)
+		}
+	}
+	w.deliver(watch.Event{Type: watch.Bookmark, Object: liveEvent(t, 99, times).Object}, t0)
+	const busy = 2 * time.Second
+	clk.Step(busy)
+	for range resultBuffer + 3 {
+		<-w.ResultChan()
+	}
+	const deliveries = resultBuffer + 2
+	poll(t, "the pump to send the queued events", func() bool {
+		n, _ := stageCounts(stages, stageTotal)
+		return n == deliveries
+	})
+
+	for stage, wantSum := range map[int]time.Duration{
+		stageStorageToCache: deliveries * time.Millisecond,
+		stageCacherQueue:    deliveries * time.Millisecond,
+		// Queued twice for busy: the first waited in the pump's send or the
+		// queue (the pump took it before or after the clock moved), the
+		// second in the queue.
+		stageTotal: deliveries*3*time.Millisecond + 2*busy,
+	} {
+		if n, sum := stageCounts(stages, stage); n != deliveries || sum != wantSum {
+			t.Errorf("%s: %d observed, sum %v, want %d and %v", stageLabels[stage], n, sum, deliveries, wantSum)
+		}
+	}
+	queueN, queueSum := stageCounts(stages, stageWatcherQueue)
+	sendN, sendSum := stageCounts(stages, stageWatcherToClient)
+	if queueN != deliveries || sendN != deliveries {
+		t.Errorf("watcher stages observed %d and %d times, want %d each", queueN, sendN, deliveries)
+	}
+	if queueSum+sendSum != 2*busy || queueSum < busy {
+		t.Errorf("watcher_queue_latency sum %v, watcher_to_client_handler sum %v: want them %v in all, the queue at least %v", queueSum, sendSum, 2*busy, busy)
+	}
+	// The deliveries taken at once are in the first bucket of both.
+	if n := stages.stages[stageWatcherQueue].counts[0].Load(); n < resultBuffer {
+		t.Errorf("watcher_queue_latency has %d in its first bucket, want the %d deliveries taken at once", n, resultBuffer)
+	}
+}
+
+// A duration lands in the first bucket whose upper bound it does not
+// pass (Prometheus' le), and past the last in +Inf; the sum is exact.
+func TestStageHistogramBuckets(t *testing.T) {
+	r := newResourceStages(schema.GroupResource{Resource: "pods"}, []int64{10, 100})
+	for _, c := range []struct {
+		d      time.Duration
+		n      uint64
+		bucket int
+	}{{0, 1, 0}, {10, 2, 0}, {11, 1, 1}, {100, 1, 1}, {101, 3, 2}, {-5, 1, 0}} {
+		before := r.stages[stageTotal].counts[c.bucket].Load()
+		r.add(stageTotal, c.d, c.n)
+		if got := r.stages[stageTotal].counts[c.bucket].Load() - before; got != c.n {
+			t.Errorf("%v x%d: bucket %d got %d, want %d", c.d, c.n, c.bucket, got, c.n)
+		}
+	}
+	if n, sum := stageCounts(r, stageTotal); n != 9 || sum != 20+11+100+303 {
+		t.Errorf("count %d sum %v, want 9 and %v", n, sum, time.Duration(20+11+100+303))
+	}
+}
