@@ -1,7 +1,15 @@
-// Package cacher is watchkeeper's watch cache: a storage.Interface that wraps
+// Package cacher is watchkeeper's watch cache: a [storage.Interface] that wraps
 // one resource's storage (normally etcd3), keeps the resource's current
 // objects and past events in memory, and serves watches and cache-friendly
-// reads from them.
+// reads from them. Servers get their caches from
+// [github.com/watchkeeper/watchkeeper/decorator.New], one per resource;
+// [github.com/watchkeeper/watchkeeper/decorator.Schedule] is the one place a
+// [Config] is built from
+// [github.com/watchkeeper/watchkeeper/options.WatchCacheOptions], since a
+// Config's zero values are never defaults, and
+// [github.com/watchkeeper/watchkeeper/debugview] shows the caches. The
+// bookmark schedule is [bookmarks.Calendar] and [bookmarks.Policy]; the
+// WatchList rules are [watchlist.Tracker].
 //
 // Data flows one way. The reflector (reflector.go) lists and watches the
 // wrapped storage, re-opening its watch on transient errors

@@ -5,6 +5,15 @@
 // people, an HTML page read at a glance, the calendar drawn as a labelled
 // chart (inline SVG, no scripts), optionally refreshing itself.
 //
+// It is for the operator asking why a watch got no bookmark or a resume got
+// 410, in a cache's terms. [Handler] reads each [cacher.Cacher] through
+// [cacher.Cacher.Inspect], which holds the cache's read lock only while it
+// copies, not while it asks etcd for its revision: a page changes nothing
+// and holds no cache's writes up for an etcd round trip. The
+// caches come from a [Source], normally the
+// [*github.com/watchkeeper/watchkeeper/decorator.Decorator] that made them;
+// the watcher states are those of [watchlist.State].
+//
 // Mount it behind the server's authentication and authorization, e.g. on
 // the generic apiserver's NonGoRestfulMux:
 //
@@ -33,7 +42,8 @@ type Page struct {
 	Resources []Snapshot `json:"resources"`
 }
 
-// Source is what has caches to show: a *decorator.Decorator lists those it
+// Source is what has caches to show: a
+// [*github.com/watchkeeper/watchkeeper/decorator.Decorator] lists those it
 // made.
 type Source interface {
 	Caches() []*cacher.Cacher

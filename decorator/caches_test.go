@@ -29,7 +29,7 @@ func (r readiness) ReadinessCheck() error { return r.err }
 
 // stub is a decorator handing out the storage the test chose per resource.
 func stub(stores map[string]storage.Interface, destroyed map[string]int) *Decorator {
-	return Track(func(config *storagebackend.ConfigForResource, _ string, _ generic.CacheKeyFunc,
+	return track(func(config *storagebackend.ConfigForResource, _ string, _ generic.CacheKeyFunc,
 		_ storage.ReverseKeyFunc, _, _ func() runtime.Object, _ storage.AttrFunc, _ storage.IndexerFuncs, _ *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
 		name := config.GroupResource.String()

@@ -1,15 +1,29 @@
 // Package decorator plugs watchkeeper's watch cache into apiservers built
-// with k8s.io/apiserver: New returns a generic.StorageDecorator, the type
-// registry.StorageWithCacher() returns, and RESTOptionsGetter makes every
-// resource of a server use it.
+// with k8s.io/apiserver: [New] returns a [generic.StorageDecorator], the type
+// registry.StorageWithCacher() returns, and [RESTOptionsGetter] makes every
+// resource of a server use it. It is the package a server imports; the
+// others are what it is made of.
 //
 //	d, err := decorator.New(watchCacheOptions)
 //	// ...
 //	config.RESTOptionsGetter = decorator.RESTOptionsGetter(config.RESTOptionsGetter, d)
 //
+// The settings are an [options.WatchCacheOptions], which [Schedule] turns
+// into each resource's [cacher.Config]; each resource's cache is a
+// [cacher.Cacher], which schedules bookmarks with package
+// [github.com/watchkeeper/watchkeeper/bookmarks] and follows the WatchList
+// rules of package [github.com/watchkeeper/watchkeeper/watchlist].
+//
 // A server that also wants to see its caches (readiness, the debug view)
-// keeps the *Decorator that NewDecorator returns: d.Decorate is the
-// generic.StorageDecorator, d.Caches lists the caches it made.
+// keeps the [*Decorator] that [NewDecorator] returns: [Decorator.Decorate]
+// is the generic.StorageDecorator, [Decorator.Caches] lists the caches it
+// made, [Decorator.ReadinessCheck] is for /readyz, and
+// [github.com/watchkeeper/watchkeeper/debugview.Handler] shows them. The
+// decorator owns the caches it made, not the process, so two servers in
+// one process each see their own. [Choose] and [Install] wire the
+// --watch-cache-decorator flag ([options.AddDecoratorFlag]), so one binary
+// runs watchkeeper or upstream's cache, and [Decorator.WatchesOnShutdown]
+// lets watch clients resume at once when the server stops.
 package decorator
 
 import (
@@ -68,13 +82,13 @@ func NewDecorator(opts *options.WatchCacheOptions) (*Decorator, error) {
 	}
 	o := *opts
 	o.ResourceOverrides = maps.Clone(opts.ResourceOverrides)
-	return Track(watchkeeper(&o)), nil
+	return track(watchkeeper(&o)), nil
 }
 
-// Track wraps any storage decorator (upstream's registry.StorageWithCacher(),
+// track wraps any storage decorator (upstream's registry.StorageWithCacher(),
 // generic.UndecoratedStorage) so the server can check its storage's
 // readiness the same way whichever cache it runs.
-func Track(d generic.StorageDecorator) *Decorator {
+func track(d generic.StorageDecorator) *Decorator {
 	return &Decorator{decorate: d, stores: map[schema.GroupResource]storage.Interface{}}
 }
 
@@ -129,11 +143,11 @@ func (d *Decorator) Caches() []*cacher.Cacher {
 	return out
 }
 
-// EndWatches ends every client watch of the watchkeeper caches this
+// endWatches ends every client watch of the watchkeeper caches this
 // decorator made, letting each client read what is queued first (see
-// cacher.EndWatches); the caches keep running. A server calls it when it
-// shuts down. It returns how many watches it ended.
-func (d *Decorator) EndWatches() int {
+// cacher.EndWatches); the caches keep running. A server's shutdown calls
+// it (WatchesOnShutdown). It returns how many watches it ended.
+func (d *Decorator) endWatches() int {
 	n := 0
 	for _, c := range d.Caches() {
 		n += c.EndWatches()

@@ -27,7 +27,7 @@ func Choose(name string, opts *options.WatchCacheOptions) (*Decorator, error) {
 	}
 	switch name {
 	case options.DecoratorUpstream:
-		return Track(genericregistry.StorageWithCacher()), nil
+		return track(genericregistry.StorageWithCacher()), nil
 	case options.DecoratorNone:
 		return nil, nil
 	}
@@ -44,23 +44,19 @@ func Install(delegate generic.RESTOptionsGetter, d *Decorator) generic.RESTOptio
 	return RESTOptionsGetter(delegate, d.Decorate)
 }
 
-// EndWatchesOnShutdown makes a server's stop quick with open watches. Once
-// ctx ends (the server is told to stop) and after another `after`, it ends
-// every watch of d's watchkeeper caches, each after its client read what is
-// queued (EndWatches), so clients resume from their last event or bookmark
-// on another replica at once instead of when the HTTP server's shutdown
-// timeout (60s) cuts them off; then, once a second, it ends the watches
-// opened since (a client that re-watched before the server stopped
-// listening). The caller calls the returned stop when the server has
-// stopped; it waits for the goroutine to end.
-func (d *Decorator) EndWatchesOnShutdown(ctx context.Context, after time.Duration) (stop func()) {
-	return d.endWatchesOnShutdown(ctx, after, clock.RealClock{})
-}
-
-// endWatchesRepeat is how often watches opened after the first EndWatches
+// endWatchesRepeat is how often watches opened after the first endWatches
 // of a shutdown are ended.
 const endWatchesRepeat = time.Second
 
+// endWatchesOnShutdown makes a server's stop quick with open watches. Once
+// ctx ends (the server is told to stop) and after another `after` on clk,
+// it ends every watch of d's watchkeeper caches, each after its client read
+// what is queued (endWatches), so clients resume from their last event or
+// bookmark on another replica at once instead of when the HTTP server's
+// shutdown timeout (60s) cuts them off; then, once a second, it ends the
+// watches opened since (a client that re-watched before the server stopped
+// listening). The caller calls the returned stop when the server has
+// stopped; it waits for the goroutine to end.
 func (d *Decorator) endWatchesOnShutdown(ctx context.Context, after time.Duration, clk clock.WithTicker) (stop func()) {
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -77,14 +73,14 @@ func (d *Decorator) endWatchesOnShutdown(ctx context.Context, after time.Duratio
 		case <-done:
 			return
 		}
-		n := d.EndWatches()
+		n := d.endWatches()
 		klog.InfoS("Shutting down: ended the watch caches' watches", "watches", n, "after", after)
 		tick := clk.NewTicker(endWatchesRepeat)
 		defer tick.Stop()
 		for {
 			select {
 			case <-tick.C():
-				if n := d.EndWatches(); n > 0 {
+				if n := d.endWatches(); n > 0 {
 					klog.V(2).InfoS("Shutting down: ended watches opened since", "watches", n)
 				}
 			case <-done:
@@ -99,11 +95,11 @@ func (d *Decorator) endWatchesOnShutdown(ctx context.Context, after time.Duratio
 	}
 }
 
-// BookmarkAll has each of d's watchkeeper caches queue every watcher that
+// bookmarkAll has each of d's watchkeeper caches queue every watcher that
 // takes bookmarks one at its current RV (cacher.BookmarkAll), all at once,
 // and waits until the clients took them or ctx ends. It returns how many
 // were queued and taken.
-func (d *Decorator) BookmarkAll(ctx context.Context) (queued, taken int) {
+func (d *Decorator) bookmarkAll(ctx context.Context) (queued, taken int) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, c := range d.Caches() {
@@ -119,27 +115,34 @@ func (d *Decorator) BookmarkAll(ctx context.Context) (queued, taken int) {
 }
 
 // shutdownBookmarkWait bounds how long a stopping server waits for its
-// watch clients to read their last bookmark (BookmarkBeforeShutdown): a
+// watch clients to read their last bookmark (bookmarkBeforeShutdown): a
 // client that keeps up reads it within milliseconds, and one that does
 // not must not hold the stop.
 const shutdownBookmarkWait = 2 * time.Second
 
 // WatchesOnShutdown is what a server that embeds watchkeeper wires around
-// its run, the two steps in their order: it returns the context to run the
-// server with, which ends once ctx has and every watch was sent its last
-// bookmark (BookmarkBeforeShutdown), and it ends the watches `after` that
-// context ends (EndWatchesOnShutdown). The caller calls stop when the
-// server has stopped.
+// its run, so that its watch clients resume from where it stopped, and at
+// once. It returns the context to run the server with: once ctx ends (the
+// server is told to stop), that context ends when every watch of d's
+// watchkeeper caches that takes bookmarks was sent one at its cache's
+// current resourceVersion and its client read it, or a short wait passed,
+// so that clients resume from the moment the server stopped instead of
+// from their last event or bookmark, up to a bookmark period back. Then,
+// `after` that context ends, it ends every watch, each after its client
+// read what is queued, and once a second those opened since, so that
+// clients re-watch another replica at once instead of when the HTTP
+// server's shutdown timeout cuts them off. The caller calls stop when the
+// server has stopped; it waits for both steps to end.
 func (d *Decorator) WatchesOnShutdown(ctx context.Context, after time.Duration) (run context.Context, stop func()) {
-	run, stopBookmarks := d.BookmarkBeforeShutdown(ctx, shutdownBookmarkWait)
-	stopEnding := d.EndWatchesOnShutdown(run, after)
+	run, stopBookmarks := d.bookmarkBeforeShutdown(ctx, shutdownBookmarkWait)
+	stopEnding := d.endWatchesOnShutdown(run, after, clock.RealClock{})
 	return run, func() {
 		stopEnding()
 		stopBookmarks()
 	}
 }
 
-// BookmarkBeforeShutdown returns the context to run the server with: it
+// bookmarkBeforeShutdown returns the context to run the server with: it
 // ends once ctx ends (the server is told to stop) and d's caches have sent
 // every watch a bookmark at their current RV that its client read, or
 // `wait` passed. The server's watch handlers return as soon as it stops
@@ -147,7 +150,7 @@ func (d *Decorator) WatchesOnShutdown(ctx context.Context, after time.Duration) 
 // from the moment the server stopped instead of from their last event or
 // bookmark, up to a minute back (cacher.BookmarkAll says why that matters).
 // The caller calls stop when the server has stopped.
-func (d *Decorator) BookmarkBeforeShutdown(ctx context.Context, wait time.Duration) (run context.Context, stop func()) {
+func (d *Decorator) bookmarkBeforeShutdown(ctx context.Context, wait time.Duration) (run context.Context, stop func()) {
 	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	// stop ends the wait for the clients at once.
 	stopping, stopNow := context.WithCancel(context.Background())
@@ -162,7 +165,7 @@ func (d *Decorator) BookmarkBeforeShutdown(ctx context.Context, wait time.Durati
 		}
 		start := time.Now()
 		bctx, bcancel := context.WithTimeout(stopping, wait)
-		queued, taken := d.BookmarkAll(bctx)
+		queued, taken := d.bookmarkAll(bctx)
 		bcancel()
 		// A server with no watch open says nothing of it (a Ctrl-C says one
 		// line).

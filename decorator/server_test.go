@@ -90,7 +90,7 @@ func TestEndWatchesOnShutdown(t *testing.T) {
 		t.Cleanup(w.Stop)
 		return w
 	}
-	// watchers counts the cache's open watches: EndWatches removes them
+	// watchers counts the cache's open watches: endWatches removes them
 	// before it returns, so a count is exact where a closed channel is not.
 	watchers := func() int {
 		n := 0
@@ -199,7 +199,7 @@ func TestBookmarkBeforeShutdown(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	run, stop := d.BookmarkBeforeShutdown(ctx, time.Hour)
+	run, stop := d.bookmarkBeforeShutdown(ctx, time.Hour)
 	defer stop()
 	if ended(run, 100*time.Millisecond) {
 		t.Fatal("the server's context ended before it was told to stop")
@@ -217,7 +217,7 @@ func TestBookmarkBeforeShutdown(t *testing.T) {
 	// A client that reads nothing holds the stop for the wait only.
 	open(widgetsCache, "/widgets/")
 	ctx, cancel = context.WithCancel(context.Background())
-	run, stop = d.BookmarkBeforeShutdown(ctx, 300*time.Millisecond)
+	run, stop = d.bookmarkBeforeShutdown(ctx, 300*time.Millisecond)
 	defer stop()
 	cancel()
 	bookmark(w1)

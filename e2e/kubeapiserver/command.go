@@ -208,7 +208,7 @@ func Run(ctx context.Context, opts options.CompletedOptions, wk *Options) error 
 		// (each client reads what is queued) when the server stops accepting
 		// requests and the grace period has passed.
 		// Before all that, every watch is sent a bookmark at its cache's
-		// RV, so that its client resumes from there (BookmarkBeforeShutdown).
+		// RV, so that its client resumes from there (WatchesOnShutdown).
 		g := opts.GenericServerRunOptions
 		var stop func()
 		ctx, stop = d.WatchesOnShutdown(ctx, g.ShutdownDelayDuration+g.ShutdownWatchTerminationGracePeriod)
