@@ -27,10 +27,10 @@ const incomingBuffer = 1000
 // Cacher is one resource's watch cache. It implements storage.Interface.
 //
 // It keeps the storage feed (the reflector, its retries, the liveness and
-// consistency checks, backfills), the watchers, the bookmark calendar and
-// the dispatcher. What the cache holds of the resource is its state
-// (cacheState, state.go), whose lock, state.mu, also guards the watchers,
-// the calendar and watchLost; the lock order is written there.
+// consistency checks, backfills) and the dispatcher. What the cache holds
+// of the resource is its state (cacheState, state.go); the watchers and the
+// bookmark calendar are the hub's (hub.go). Each guards itself with a lock
+// of its own; the lock order is in doc.go.
 type Cacher struct {
 	cfg            Config
 	storage        storage.Interface
@@ -40,7 +40,6 @@ type Cacher struct {
 	newFunc        func() runtime.Object
 	trigger        *trigger
 	clock          clock.WithTicker
-	policy         bookmarks.Policy
 	metrics        *resourceMetrics
 	// logger carries the resource; every log line of the cache uses it.
 	logger klog.Logger
@@ -90,16 +89,14 @@ type Cacher struct {
 	// dropLog limits the log of what could not be built (dropped.go).
 	dropLog dropLog
 
-	// state is the objects, history and snapshots; its lock, state.mu, also
-	// guards everything below (cacheState says why).
-	state    *cacheState
-	watchers watcherSet
-	calendar *bookmarks.Calendar[*watcher]
-	// watchLost, closed by the liveness or the consistency check, ends the
-	// storage watch; watchLostErr says why: a silence re-opens it, an
-	// inconsistency relists.
-	watchLost    chan struct{}
-	watchLostErr error
+	// state is the objects, history and snapshots (cacheState); hub the
+	// watchers and the bookmark calendar. Each has its own lock; the order
+	// is in doc.go.
+	state *cacheState
+	hub   *hub
+	// watchEnd ends the storage watch when the liveness or the consistency
+	// check says so (storage_liveness.go).
+	watchEnd watchEnd
 	// nextConsistencyCheck is when the tick next compares the cache with
 	// etcd (consistency.go); only the dispatcher goroutine uses it.
 	nextConsistencyCheck time.Time
@@ -128,7 +125,6 @@ func New(cfg Config) (*Cacher, error) {
 		resourcePrefix:   cfg.ResourcePrefix,
 		newFunc:          cfg.NewFunc,
 		clock:            cfg.Clock,
-		policy:           bookmarks.Policy{Frequency: cfg.BookmarkFrequency, PreDeadlineOffset: cfg.BookmarkPreDeadlineOffset},
 		metrics:          newResourceMetrics(cfg.GroupResource),
 		logger:           klog.Background().WithValues("resource", cfg.GroupResource.String()),
 		watchMetadata:    metadata.New(map[string]string{"source": "watchkeeper", "resource": cfg.GroupResource.String()}),
@@ -138,8 +134,8 @@ func New(cfg Config) (*Cacher, error) {
 		bookmarkAll:      make(chan bookmarkAllRequest),
 		state: newCacheState(cfg.ResourcePrefix, cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
 			utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot), metrics, cfg.Clock.Now()),
-		watchers:          newWatcherSet(),
-		calendar:          bookmarks.NewCalendar[*watcher](cfg.Clock, cfg.BookmarkGranularity),
+		hub: newHub(bookmarks.Policy{Frequency: cfg.BookmarkFrequency, PreDeadlineOffset: cfg.BookmarkPreDeadlineOffset},
+			cfg.BookmarkGranularity, cfg.Clock),
 		forcedEvictionLog: everyInterval{interval: 10 * time.Second},
 	}
 	c.ctx, c.cancelCtx = context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.watchMetadata))
@@ -202,32 +198,13 @@ func (c *Cacher) WaitReady(ctx context.Context) error {
 	}
 }
 
-// fileLocked puts a new watcher on the bookmark calendar when it wants one.
-func (c *Cacher) fileLocked(w *watcher, now time.Time) {
-	if !w.bookmarks {
-		return
-	}
-	if next, ok := c.policy.Next(now, w.deadline, w.floorReached()); ok {
-		c.calendar.Add(w, next)
-	}
-}
-
-// refileLocked puts a watcher a tick has just served back on the calendar.
-func (c *Cacher) refileLocked(w *watcher, now time.Time) {
-	if next, ok := c.policy.AfterBookmark(now, w.deadline, w.floorReached(), c.cfg.BookmarkGranularity); ok {
-		c.calendar.Add(w, next)
-	}
-}
-
 // forgetWatcher removes w. graceful lets it deliver what it has queued and
 // then close; otherwise it closes at once. Either way nothing more is queued.
 func (c *Cacher) forgetWatcher(w *watcher, graceful bool) {
-	c.state.mu.Lock()
-	live := c.watchers.has(w)
+	live := c.hub.remove(w)
 	if live {
-		c.removeLocked(w)
+		c.left(w)
 	}
-	c.state.mu.Unlock()
 	if graceful && live {
 		w.drain()
 		return
@@ -254,14 +231,9 @@ func (c *Cacher) terminateSlow(w *watcher) {
 // another replica at once, instead of when the HTTP server's shutdown
 // timeout cuts them off. It returns how many it ended.
 func (c *Cacher) EndWatches() int {
-	c.state.mu.Lock()
-	ending := make([]*watcher, 0, len(c.watchers.all))
-	for w := range c.watchers.all {
-		c.removeLocked(w)
-		ending = append(ending, w)
-	}
-	c.state.mu.Unlock()
+	ending := c.hub.removeAll()
 	for _, w := range ending {
+		c.left(w)
 		w.drain()
 	}
 	if len(ending) > 0 {
@@ -271,16 +243,18 @@ func (c *Cacher) EndWatches() int {
 }
 
 // terminateAllLocked closes every watcher: after a relist the cache cannot
-// tell them what they missed, so they resume or relist on their own.
+// tell them what they missed, so they resume or relist on their own. The
+// caller holds the state's lock exclusively, so no watcher registers
+// against the state being replaced.
 func (c *Cacher) terminateAllLocked() {
-	for w := range c.watchers.all {
-		c.removeLocked(w)
+	for _, w := range c.hub.removeAll() {
+		c.left(w)
 		w.terminate()
 	}
 }
 
-func (c *Cacher) removeLocked(w *watcher) {
-	c.watchers.remove(w)
+// left counts a watcher the hub no longer has.
+func (c *Cacher) left(w *watcher) {
 	w.mu.Lock()
 	c.metrics.watcherLeft(w.tracker.State(), w.shard != nil)
 	w.mu.Unlock()

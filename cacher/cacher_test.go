@@ -806,7 +806,7 @@ func watchListSetup(t *testing.T) (*testCacher, watch.Interface, context.CancelF
 	poll(t, "the dispatcher to close the slow watcher", func() bool {
 		c.state.mu.RLock()
 		defer c.state.mu.RUnlock()
-		return !c.watchers.has(w.(*watcher))
+		return !c.hub.has(w.(*watcher))
 	})
 	return c, w, cancel
 }

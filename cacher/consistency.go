@@ -111,8 +111,6 @@ func (c *Cacher) checkConsistency(ctx context.Context) error {
 	}
 	c.logger.Error(errInconsistent, "Cache consistency check failed: relisting", "resourceVersion", rv,
 		"differing", len(differ), "keys", shown)
-	c.state.mu.Lock()
-	c.endWatchLocked(fmt.Errorf("%w at %d: %d keys differ", errInconsistent, rv, len(differ)))
-	c.state.mu.Unlock()
+	c.watchEnd.end(fmt.Errorf("%w at %d: %d keys differ", errInconsistent, rv, len(differ)))
 	return errInconsistent
 }

@@ -68,9 +68,7 @@ func (c *Cacher) newDispatcher() *dispatcher {
 	return &dispatcher{env: dispatchEnv{
 		clock: c.clock,
 		candidates: func(dst []*watcher, e *event) []*watcher {
-			c.state.mu.RLock()
-			dst, filtered := c.watchers.candidatesAndShardFiltered(dst, e)
-			c.state.mu.RUnlock()
+			dst, filtered := c.hub.candidates(dst, e)
 			if filtered > 0 {
 				c.metrics.shardFiltered.Add(float64(filtered))
 			}
@@ -192,41 +190,23 @@ func (c *Cacher) tick(rv uint64, due [][]*watcher) [][]*watcher {
 	// a label lookup each, about 1 us of a write. Once a tick (a second by
 	// default) is as current as any scrape can tell.
 	c.metrics.setResourceVersion(c.state.rvLocked())
+	c.state.mu.Unlock()
 	// Before the pop: the watchers due now are filed again after this
 	// tick, and those are the ones the next tick serves.
-	c.freshenBookmarksLocked(start)
-	due = c.calendar.PopDue(due[:0])
-	c.state.mu.Unlock()
+	c.freshenBookmarks(start)
+	due = c.hub.popDue(due[:0])
 	if len(due) == 0 {
 		c.observeTick(start)
 		return due
 	}
 
 	sharedBookmark := c.sharedBookmark(rv)
-	sent, count := 0, 0
 	nowNanos := c.clock.Now().UnixNano()
-	// A watcher closed since it was filed is skipped. Offering never waits,
-	// so holding the read lock is cheap.
-	c.state.mu.RLock()
-	for _, slot := range due {
-		for _, w := range slot {
-			count++
-			if c.watchers.has(w) && w.offerBookmark(rv, sharedBookmark, nowNanos, false) {
-				sent++
-			}
-		}
-	}
-	c.state.mu.RUnlock()
-	now := c.clock.Now()
-	c.state.mu.Lock()
-	for _, slot := range due {
-		for _, w := range slot {
-			if c.watchers.has(w) {
-				c.refileLocked(w, now)
-			}
-		}
-	}
-	c.state.mu.Unlock()
+	// A watcher closed since it was filed is skipped.
+	sent, count := c.hub.offer(due, func(w *watcher) bool {
+		return w.offerBookmark(rv, sharedBookmark, nowNanos, false)
+	})
+	c.hub.refile(due, c.clock.Now())
 	clear(due)
 	c.metrics.bookmarksSent.Add(float64(sent))
 	c.metrics.watchersDue.Observe(float64(count))

@@ -29,10 +29,23 @@
 // (history.go), the snapshots (snapshots.go), the RV and readiness. Its
 // changes are in state.go (apply, relist, progress, trims), its reads in
 // state_read.go (get, lists, a watch's starting state, the history's and
-// the snapshots' ranges). The Cacher keeps the feed, the watchers, the
-// calendar and the dispatcher, and calls the state's methods. One lock,
-// the state's, guards the state and the watchers together: a watcher is
-// registered atomically with the state it starts from.
+// the snapshots' ranges). The hub (hub.go) holds the open watchers, filed
+// for the dispatcher (watcher_set.go), and the bookmark calendar, under a
+// lock of its own: a watcher is registered with it while Watch holds the
+// state's read lock, so it starts exactly after the state it was given.
+// The Cacher keeps the feed and the dispatcher, and calls both.
+//
+// # Lock order
+//
+// Every lock lives in the type it guards. Taken together, only in this
+// order: the state's mu (cacheState), then the hub's mu, then a watcher's
+// mu. The progress requester's mu is taken with the state's mu held or
+// alone, never with a watcher's. Leaves, held with nothing taken inside:
+// the state's cloneMu and its store's lock, the backfiller's mu (never
+// with the state's mu), a backfill's pastStateReader.mu, dropLog.mu,
+// watchEnd.mu, a shared object's mu and the dispatch stages' mu.
+// Methods named ...Locked want their type's lock held by the caller, and
+// the Cacher's (terminateAllLocked, goNotReadyLocked, ...) the state's.
 //
 // Files follow a request: a watch is parsed, started and registered in
 // watch_request.go, delivered by dispatch.go, event_objects.go,

@@ -57,8 +57,8 @@ type progressRequester struct {
 	stop  <-chan struct{}
 	wg    *sync.WaitGroup
 
-	// mu is taken after the cache's lock when both are held (the tick asks
-	// for fresh bookmarks under it), never before.
+	// mu is taken after the state's lock when both are held, never before,
+	// and never with a watcher's (doc.go).
 	mu      sync.Mutex
 	waiters int
 	// arrivals counts every wait, so the loop can tell whether a waiter
@@ -249,15 +249,15 @@ func (c *Cacher) requestProgress(ctx context.Context) {
 // tick (at most two granularities away, jitter included) and the cache will
 // by then have heard nothing from etcd for BookmarkMaxStaleness, it asks etcd
 // for progress now, once for the resource, so those bookmarks carry an RV
-// etcd confirmed within the bound. The caller holds c.state.mu.
-func (c *Cacher) freshenBookmarksLocked(now time.Time) {
+// etcd confirmed within the bound.
+func (c *Cacher) freshenBookmarks(now time.Time) {
 	bound := c.cfg.BookmarkMaxStaleness
 	silent, ok := c.silence(now, bound)
 	ahead := 2 * c.cfg.BookmarkGranularity
 	if !ok || silent+ahead < bound {
 		return
 	}
-	if c.calendar.HasDueBy(now.Add(ahead)) {
+	if c.hub.hasDueBy(now.Add(ahead)) {
 		c.metrics.freshnessProbes.Inc()
 		c.progress.request()
 	}

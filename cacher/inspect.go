@@ -72,13 +72,13 @@ func (c *Cacher) Inspect(ctx context.Context) Inspection {
 
 	c.state.mu.RLock()
 	in.Ready, in.CacheRV, in.History = c.state.inspectLocked()
-	for w := range c.watchers.all {
+	c.state.mu.RUnlock()
+	c.hub.each(func(w *watcher) {
 		w.mu.Lock()
 		in.Watchers[w.tracker.State()]++
 		w.mu.Unlock()
-	}
-	in.Calendar = c.calendar.Slots()
-	c.state.mu.RUnlock()
+	})
+	in.Calendar = c.hub.calendarSlots()
 
 	in.EtcdRV, in.EtcdErr = c.storageRV(ctx)
 	return in

@@ -21,7 +21,7 @@ const (
 // of the dispatch.
 type matchClass struct {
 	sig string
-	// refs counts the class's watchers; guarded by the cache's mu, as the
+	// refs counts the class's watchers; guarded by the hub's mu, as the
 	// watcherSet that interns the class is.
 	refs int
 

@@ -247,10 +247,7 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 		case <-ctx.Done():
 			return rv, delivered, ctx.Err()
 		case <-lost:
-			c.state.mu.RLock()
-			why := c.watchLostErr
-			c.state.mu.RUnlock()
-			return rv, delivered, why
+			return rv, delivered, c.watchEnd.reason()
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				return rv, delivered, errWatchClosed

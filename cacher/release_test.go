@@ -32,7 +32,7 @@ func TestClosedWatcherLetsGoOfItsRequest(t *testing.T) {
 	}()
 	w.Stop()
 	c.state.mu.RLock()
-	filed := c.calendar.Len()
+	filed := c.hub.calendarLen()
 	c.state.mu.RUnlock()
 	if filed != 1 {
 		t.Fatalf("%d watchers filed on the calendar, want the closed one still in its slot", filed)

@@ -86,10 +86,7 @@ func (c *Cacher) answerBookmarkAll(waiting []bookmarkAllRequest, rv uint64) []bo
 // cache did not reach it within shutdownCatchUpTimeout, and the bookmarks
 // then go out at the RV the cache has.
 func (c *Cacher) catchUp(ctx context.Context) uint64 {
-	c.state.mu.RLock()
-	watched := len(c.watchers.all) > 0
-	c.state.mu.RUnlock()
-	if !watched {
+	if c.hub.len() == 0 {
 		return 0
 	}
 	rvCtx, cancel := context.WithTimeout(ctx, shutdownCatchUpTimeout)
@@ -122,13 +119,11 @@ func (c *Cacher) bookmarkEvery(rv uint64) []*watcher {
 	shared := c.sharedBookmark(rv)
 	nowNanos := c.clock.Now().UnixNano()
 	var sent []*watcher
-	c.state.mu.RLock()
-	for w := range c.watchers.all {
+	c.hub.each(func(w *watcher) {
 		if w.bookmarks && w.offerBookmark(rv, shared, nowNanos, true) {
 			sent = append(sent, w)
 		}
-	}
-	c.state.mu.RUnlock()
+	})
 	c.metrics.bookmarksSent.Add(float64(len(sent)))
 	return sent
 }

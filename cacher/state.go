@@ -58,29 +58,18 @@ import (
 //
 // mu guards every field but snapshotting, prefix and metrics (set at New)
 // and advanced, which a reader holding the read lock may set (atomically,
-// progress) and the writer holding it exclusively clears.
-// It is also the lock of the Cacher's watchers, calendar and watchLost, on
-// purpose: a watcher must be registered atomically with the state it
-// starts from. Watch reads rv (the watcher's startRV) and the history or
-// the state after it and adds the watcher in one exclusive hold; the
-// reflector's apply changes rv under the lock and only then hands the event
-// to the dispatcher, which finds its watchers under the read lock. So an
-// event applied before the registration is at or below startRV and skipped
-// for that watcher, and one applied after it finds the watcher: none is
-// missed or sent twice. Likewise a relist terminates the watchers in the
-// hold that replaces the state they started from. A second lock would have
-// to be held with this one on each of those paths; one lock is simpler.
+// progress) and the writer holding it exclusively clears. It guards the
+// state only: a watcher is registered with the hub (hub.go) while Watch
+// holds mu's read lock over the state it starts from, and a relist removes
+// the watchers in the exclusive hold that replaces the state.
 //
 // cloneMu guards current among readers: a reader holding mu's read lock
 // takes it to set current (currentTreeLocked); a writer holding mu
 // exclusively sets and clears current without it.
 //
-// Lock order: the Cacher's backfills.mu alone, never with mu; mu before a
-// watcher's mu or the progress requester's mu (those two never held
-// together, neither held when mu is taken). cloneMu, the store's own lock,
-// the Cacher's dropLog.mu and a backfill's pastStateReader.mu are leaves. Methods named ...Locked need mu held by
-// the caller (exclusively where they change something); the others take
-// it themselves.
+// The lock order is in doc.go. Methods of cacheState named ...Locked need
+// mu held by the caller (exclusively where they change something); the
+// others take it themselves.
 //
 // Without mu, store may be read (peek, keys): the indexer's own lock makes
 // each read consistent in itself, one applied event ahead of or behind rv,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -26,11 +27,47 @@ func (c *Cacher) heard(now time.Time) { c.heardNanos.Store(now.UnixNano()) }
 // The silence of the watch it replaces must not count against it, so the
 // clock restarts here, before the watch is opened.
 func (c *Cacher) newWatchLost() <-chan struct{} {
-	c.state.mu.Lock()
-	defer c.state.mu.Unlock()
 	c.heard(c.clock.Now())
-	c.watchLost = make(chan struct{})
-	return c.watchLost
+	return c.watchEnd.arm()
+}
+
+// watchEnd is how the liveness and consistency checks end the storage
+// watch the reflector follows: a silence re-opens it, an inconsistency
+// relists. Its lock is a leaf.
+type watchEnd struct {
+	mu sync.Mutex
+	// lost is closed to end the current watch; nil when none runs or it was
+	// ended already. why says why it was.
+	lost chan struct{}
+	why  error
+}
+
+// arm makes what the next storage watch waits on besides its events.
+func (e *watchEnd) arm() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.lost = make(chan struct{})
+	return e.lost
+}
+
+// end ends the current watch for why; false when none was running.
+func (e *watchEnd) end(why error) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lost == nil {
+		return false
+	}
+	e.why = why
+	close(e.lost)
+	e.lost = nil
+	return true
+}
+
+// reason is why the last watch was ended.
+func (e *watchEnd) reason() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.why
 }
 
 // silence is how long the storage watch has said nothing; false before
@@ -100,11 +137,9 @@ func (c *Cacher) verifySilence(silent time.Duration) {
 		c.logger.V(2).Info("Storage watch answered after a silence", "silentFor", silent, "etcdRV", rv)
 		return
 	}
-	c.state.mu.Lock()
-	defer c.state.mu.Unlock()
-	if c.endWatchLocked(silentError(c.cfg.StorageSilenceTimeout)) {
+	if c.watchEnd.end(silentError(c.cfg.StorageSilenceTimeout)) {
 		c.logger.Info("Storage watch silent; ending it", "silentFor", silent,
-			"etcdRV", rv, "cacheRV", c.state.rvLocked(), "err", err)
+			"etcdRV", rv, "cacheRV", c.state.currentRV(), "err", err)
 	}
 }
 
@@ -146,20 +181,6 @@ func (c *Cacher) probeIdle() (rv uint64, idle bool, err error) {
 		c.answered()
 	}
 	return rv, idle, nil
-}
-
-// endWatchLocked ends the storage watch for why: the reflector re-opens it
-// after a silence and relists after anything else;
-// false when no watch was running.
-func (c *Cacher) endWatchLocked(why error) bool {
-	lost := c.watchLost
-	c.watchLost = nil
-	if lost == nil {
-		return false
-	}
-	c.watchLostErr = why
-	close(lost)
-	return true
 }
 
 func silentError(timeout time.Duration) error {

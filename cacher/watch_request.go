@@ -110,12 +110,12 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 			return nil, err
 		}
 	}
-	// The watcher is registered under the state's lock, atomically with the
-	// state it starts from: the dispatcher, which also takes it, then hands
-	// it exactly the events after w.startRV (cacheState).
-	c.state.mu.Lock()
+	// The watcher is registered under the state's read lock, atomically
+	// with the state it starts from: the dispatcher then hands it exactly
+	// the events after w.startRV (hub.go says why).
+	c.state.mu.RLock()
 	if since, notReady := c.state.notReadyLocked(); notReady {
-		c.state.mu.Unlock()
+		c.state.mu.RUnlock()
 		return nil, notReadyError(c.clock.Now(), since)
 	}
 	rv := c.state.rvLocked()
@@ -148,7 +148,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		events, ok := c.state.sinceLocked(from)
 		if !ok {
 			oldest := c.resumableFromLocked()
-			c.state.mu.Unlock()
+			c.state.mu.RUnlock()
 			c.metrics.expiredWatches.Inc()
 			return newErrWatcher(errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", requestedRV, oldest))), nil
 		}
@@ -168,21 +168,20 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 			err = storage.AnnotateInitialEventsEndBookmark(end)
 		}
 		if err != nil {
-			c.state.mu.Unlock()
+			c.state.mu.RUnlock()
 			return nil, err
 		}
 		w.tracker.Accept(rv)
 		initial = append(initial, watch.Event{Type: watch.Bookmark, Object: end})
 	}
-	c.watchers.add(w, sig)
 	c.metrics.watcherArrived(w.tracker.State(), w.shard != nil)
 	c.metrics.initEvents.Add(float64(len(initial)))
-	c.fileLocked(w, c.clock.Now())
-	// Queued before the dispatcher can see the watcher (it needs the lock),
-	// so they come first; under the lock that saw the cache ready, so Stop
-	// waits for the pump.
+	// Queued before the dispatcher can see the watcher, so they come
+	// first; under the lock that saw the cache ready, so Stop waits for
+	// the pump.
 	w.start(ctx, initial)
-	c.state.mu.Unlock()
+	c.hub.add(w, sig, c.clock.Now())
+	c.state.mu.RUnlock()
 
 	// The request's context ending (client gone, deadline) ends the watch.
 	// Registered after the lock: an ended context runs it at once.

@@ -59,7 +59,7 @@ type watcher struct {
 	// in the batch being dispatched, if it is in it.
 	batchSlot int32
 	// listSlot is the watcher's place in the watcherSet list it is filed
-	// on; the cache's mu guards it.
+	// on; the hub's mu guards it.
 	listSlot int
 	// class is the watchers that select as this one does, set when the
 	// watcherSet files it (nil for a watcher never filed).
@@ -177,8 +177,9 @@ func (w *watcher) floorReached() bool {
 func (w *watcher) queuedLocked() int { return len(w.queue) - w.head }
 
 // start hands the watcher its initial events (nil for none) before it is
-// visible to the dispatcher, so they come first. The caller holds c.state.mu,
-// under which Stop cannot have started waiting for the pump.
+// visible to the dispatcher, so they come first. The caller holds the
+// state's read lock, under which Stop cannot have started waiting for the
+// pump.
 func (w *watcher) start(ctx context.Context, initial []watch.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -1,10 +1,7 @@
 package cacher
 
 import (
-	"fmt"
 	"slices"
-
-	"k8s.io/apiserver/pkg/storage"
 )
 
 // watcherSet is every open watcher, filed so an event costs work only for
@@ -74,7 +71,7 @@ func (s *watcherSet) index(w *watcher) (watcherIndex, string) {
 }
 
 // add files w, with sig its matchSignature (built by the caller, outside
-// the cache's lock).
+// the hub's lock). The hub's lock guards the set (hub.go).
 func (s *watcherSet) add(w *watcher, sig string) {
 	s.all[w] = struct{}{}
 	class := s.classes[sig]
@@ -210,38 +207,4 @@ func (s *watcherSet) shardCandidates(dst []*watcher, o *object) ([]*watcher, int
 		}
 	}
 	return dst, filtered
-}
-
-// trigger is the one field whose value files watchers. Like upstream, one
-// is supported: it is what kubelets' pod watches need.
-type trigger struct {
-	field string
-	value storage.IndexerFunc
-}
-
-func newTrigger(funcs storage.IndexerFuncs) (*trigger, error) {
-	switch len(funcs) {
-	case 0:
-		return nil, nil
-	case 1:
-		for field, f := range funcs {
-			return &trigger{field: field, value: f}, nil
-		}
-	}
-	names := make([]string, 0, len(funcs))
-	for field := range funcs {
-		names = append(names, field)
-	}
-	slices.Sort(names)
-	return nil, fmt.Errorf("cacher: one trigger function is supported, got %d (%v)", len(funcs), names)
-}
-
-// valueFor is the trigger value a watcher pins: its field selector requires
-// an exact value of the trigger field, and the predicate says that field is
-// indexed.
-func (t *trigger) valueFor(pred storage.SelectionPredicate) (string, bool) {
-	if t == nil || pred.Field == nil || !slices.Contains(pred.IndexFields, t.field) {
-		return "", false
-	}
-	return pred.Field.RequiresExactMatch(t.field)
 }
