@@ -43,7 +43,8 @@
 // alone, never with a watcher's. Leaves, held with nothing taken inside:
 // the state's cloneMu and its store's lock, the backfiller's mu (never
 // with the state's mu), a backfill's pastStateReader.mu, dropLog.mu,
-// watchEnd.mu, a shared object's mu and the dispatch stages' mu.
+// watchEnd.mu, a shared object's mu, the dispatch stages' mu and
+// internal/versions' planMu.
 // Methods named ...Locked want their type's lock held by the caller, and
 // the Cacher's (terminateAllLocked, goNotReadyLocked, ...) the state's.
 //

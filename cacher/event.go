@@ -3,6 +3,8 @@ package cacher
 import (
 	"maps"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/versions"
+
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,12 +23,12 @@ type object struct {
 
 // shareUnchanged makes o, a new version of prev, hold prev's key and, where
 // they did not change, its labels and fields, and the parts of its object
-// (shareVersion): the history keeps both versions, and most updates (a
+// (versions.Share): the history keeps both versions, and most updates (a
 // status, a spec field) leave the rest as it was. None is written once
 // made.
 func (o *object) shareUnchanged(prev *object) {
 	o.key = prev.key
-	shareVersion(o.obj, prev.obj)
+	versions.Share(o.obj, prev.obj)
 	if maps.Equal(o.labels, prev.labels) {
 		o.labels = prev.labels
 	}

@@ -1,9 +1,10 @@
 package cacher
 
 import (
-	"reflect"
 	"testing"
 	"unsafe"
+
+	"github.com/watchkeeper/watchkeeper/internal/aliasing"
 
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
@@ -37,22 +38,22 @@ func TestUpdateSharesUnchangedAttributes(t *testing.T) {
 	if unsafe.StringData(v2.key) != unsafe.StringData(v1.key) {
 		t.Error("the new version holds a key of its own, want the old one's")
 	}
-	if !sameMap(v2.labels, v1.labels) || !sameMap(v2.fields, v1.fields) {
-		t.Errorf("unchanged labels shared %v, fields shared %v; want both", sameMap(v2.labels, v1.labels), sameMap(v2.fields, v1.fields))
+	if !aliasing.Map(v2.labels, v1.labels) || !aliasing.Map(v2.fields, v1.fields) {
+		t.Errorf("unchanged labels shared %v, fields shared %v; want both", aliasing.Map(v2.labels, v1.labels), aliasing.Map(v2.fields, v1.fields))
 	}
 	objLabels := func(o *object) map[string]string { return o.obj.(*example.Pod).Labels }
-	if !sameMap(objLabels(v2), objLabels(v1)) {
-		t.Error("the new version's object holds labels of its own, want the old one's (shareVersion)")
+	if !aliasing.Map(objLabels(v2), objLabels(v1)) {
+		t.Error("the new version's object holds labels of its own, want the old one's (versions.Share)")
 	}
 
 	// New labels and a new node: the new version's own, and right.
 	sw.send(t, watch.Modified, newTestPod("a", 102, map[string]string{"app": "db"}, "n2"))
 	c.waitRV(t, 102)
 	v3 := cached()
-	if sameMap(v3.labels, v2.labels) || sameMap(v3.fields, v2.fields) {
-		t.Errorf("changed labels shared %v, fields shared %v; want neither", sameMap(v3.labels, v2.labels), sameMap(v3.fields, v2.fields))
+	if aliasing.Map(v3.labels, v2.labels) || aliasing.Map(v3.fields, v2.fields) {
+		t.Errorf("changed labels shared %v, fields shared %v; want neither", aliasing.Map(v3.labels, v2.labels), aliasing.Map(v3.fields, v2.fields))
 	}
-	if sameMap(objLabels(v3), objLabels(v2)) || objLabels(v3)["app"] != "db" || objLabels(v2)["app"] != "web" {
+	if aliasing.Map(objLabels(v3), objLabels(v2)) || objLabels(v3)["app"] != "db" || objLabels(v2)["app"] != "web" {
 		t.Errorf("the object's labels: new %v, old %v, want app=db and app=web in maps of their own", objLabels(v3), objLabels(v2))
 	}
 	if v3.labels["app"] != "db" || v3.fields["spec.nodeName"] != "n2" {
@@ -61,9 +62,4 @@ func TestUpdateSharesUnchangedAttributes(t *testing.T) {
 	if v2.labels["app"] != "web" || v2.fields["spec.nodeName"] != "n1" {
 		t.Errorf("old version's labels %v fields %v changed", v2.labels, v2.fields)
 	}
-}
-
-// sameMap is whether a and b are one map, not two with the same content.
-func sameMap[M ~map[K]V, K comparable, V any](a, b M) bool {
-	return a != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }

@@ -1,4 +1,4 @@
-package cacher
+package versions
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/randfill"
 
+	"github.com/watchkeeper/watchkeeper/internal/aliasing"
 	"github.com/watchkeeper/watchkeeper/internal/fixtures"
 )
 
@@ -32,10 +33,6 @@ func decodedPod(t testing.TB, pod *corev1.Pod) *corev1.Pod {
 	return out.(*corev1.Pod)
 }
 
-func sameSlice[T any](a, b []T) bool { return len(a) > 0 && unsafe.SliceData(a) == unsafe.SliceData(b) }
-
-func sameString(a, b string) bool { return len(a) > 0 && unsafe.StringData(a) == unsafe.StringData(b) }
-
 func TestShareVersionSharesWhatDidNotChange(t *testing.T) {
 	prev := decodedPod(t, fixtures.RealisticPod("p", "ns", 3, 0))
 	// A kubelet status update: new container IDs, start times, restart
@@ -45,7 +42,7 @@ func TestShareVersionSharesWhatDidNotChange(t *testing.T) {
 	cur := decodedPod(t, next)
 	prevBefore, curBefore := prev.DeepCopy(), cur.DeepCopy()
 
-	shareVersion(cur, prev)
+	Share(cur, prev)
 
 	if !reflect.DeepEqual(cur, curBefore) {
 		t.Fatal("sharing changed the new version's value")
@@ -55,17 +52,17 @@ func TestShareVersionSharesWhatDidNotChange(t *testing.T) {
 	}
 	// Unchanged parts are the old version's memory.
 	for what, shared := range map[string]bool{
-		"spec.containers":          sameSlice(cur.Spec.Containers, prev.Spec.Containers),
-		"spec.initContainers":      sameSlice(cur.Spec.InitContainers, prev.Spec.InitContainers),
-		"spec.volumes":             sameSlice(cur.Spec.Volumes, prev.Spec.Volumes),
-		"spec.tolerations":         sameSlice(cur.Spec.Tolerations, prev.Spec.Tolerations),
+		"spec.containers":          aliasing.Slice(cur.Spec.Containers, prev.Spec.Containers),
+		"spec.initContainers":      aliasing.Slice(cur.Spec.InitContainers, prev.Spec.InitContainers),
+		"spec.volumes":             aliasing.Slice(cur.Spec.Volumes, prev.Spec.Volumes),
+		"spec.tolerations":         aliasing.Slice(cur.Spec.Tolerations, prev.Spec.Tolerations),
 		"spec.securityContext":     cur.Spec.SecurityContext == prev.Spec.SecurityContext,
-		"spec.nodeName":            sameString(cur.Spec.NodeName, prev.Spec.NodeName),
-		"metadata.annotations":     sameMap(cur.Annotations, prev.Annotations),
-		"metadata.ownerReferences": sameSlice(cur.OwnerReferences, prev.OwnerReferences),
-		"metadata.name":            sameString(cur.Name, prev.Name),
-		"status.conditions[0]":     cur.Status.Conditions[0].Type == prev.Status.Conditions[0].Type && sameString(string(cur.Status.Conditions[0].Type), string(prev.Status.Conditions[0].Type)),
-		"status.hostIPs":           sameSlice(cur.Status.HostIPs, prev.Status.HostIPs),
+		"spec.nodeName":            aliasing.String(cur.Spec.NodeName, prev.Spec.NodeName),
+		"metadata.annotations":     aliasing.Map(cur.Annotations, prev.Annotations),
+		"metadata.ownerReferences": aliasing.Slice(cur.OwnerReferences, prev.OwnerReferences),
+		"metadata.name":            aliasing.String(cur.Name, prev.Name),
+		"status.conditions[0]":     cur.Status.Conditions[0].Type == prev.Status.Conditions[0].Type && aliasing.String(string(cur.Status.Conditions[0].Type), string(prev.Status.Conditions[0].Type)),
+		"status.hostIPs":           aliasing.Slice(cur.Status.HostIPs, prev.Status.HostIPs),
 	} {
 		if !shared {
 			t.Errorf("%s: unchanged, but not shared with the old version", what)
@@ -75,9 +72,9 @@ func TestShareVersionSharesWhatDidNotChange(t *testing.T) {
 	// shared whole or not at all), the container statuses (new IDs), and
 	// the conditions (a start time moved).
 	for what, shared := range map[string]bool{
-		"metadata.labels":          sameMap(cur.Labels, prev.Labels),
-		"status.containerStatuses": sameSlice(cur.Status.ContainerStatuses, prev.Status.ContainerStatuses),
-		"status.conditions":        sameSlice(cur.Status.Conditions, prev.Status.Conditions),
+		"metadata.labels":          aliasing.Map(cur.Labels, prev.Labels),
+		"status.containerStatuses": aliasing.Slice(cur.Status.ContainerStatuses, prev.Status.ContainerStatuses),
+		"status.conditions":        aliasing.Slice(cur.Status.Conditions, prev.Status.Conditions),
 	} {
 		if shared {
 			t.Errorf("%s: changed, but shared with the old version", what)
@@ -91,7 +88,7 @@ func TestShareVersionKeepsNilApartFromEmpty(t *testing.T) {
 	// Inside a part that is otherwise equal: it must not be shared.
 	prev.Spec.SecurityContext = &corev1.PodSecurityContext{SupplementalGroups: nil, Sysctls: []corev1.Sysctl{}}
 	cur.Spec.SecurityContext = &corev1.PodSecurityContext{SupplementalGroups: []int64{}, Sysctls: []corev1.Sysctl{}}
-	shareVersion(cur, prev)
+	Share(cur, prev)
 	if cur.Spec.Containers == nil || cur.Spec.NodeSelector == nil || cur.Spec.SecurityContext.SupplementalGroups == nil {
 		t.Error("an empty slice or map became nil")
 	}
@@ -114,29 +111,29 @@ func TestShareVersionSharesQuantityMapsWholeWhenEqual(t *testing.T) {
 		{Name: "a", Resources: corev1.ResourceRequirements{Limits: limits("1")}},
 		{Name: "b", Resources: corev1.ResourceRequirements{Limits: limits("2")}},
 	}}}
-	shareVersion(cur, prev)
-	if !sameMap(cur.Spec.Containers[0].Resources.Limits, prev.Spec.Containers[0].Resources.Limits) {
+	Share(cur, prev)
+	if !aliasing.Map(cur.Spec.Containers[0].Resources.Limits, prev.Spec.Containers[0].Resources.Limits) {
 		t.Error("equal limits not shared")
 	}
-	if sameMap(cur.Spec.Containers[1].Resources.Limits, prev.Spec.Containers[1].Resources.Limits) {
+	if aliasing.Map(cur.Spec.Containers[1].Resources.Limits, prev.Spec.Containers[1].Resources.Limits) {
 		t.Error("different limits shared")
 	}
 	if q := cur.Spec.Containers[1].Resources.Limits[corev1.ResourceCPU]; q.String() != "2" {
 		t.Errorf("cpu limit %s, want 2", q.String())
 	}
-	if sameSlice(cur.Spec.Containers, prev.Spec.Containers) {
+	if aliasing.Slice(cur.Spec.Containers, prev.Spec.Containers) {
 		t.Error("containers shared whole though one differs")
 	}
-	if !sameString(cur.Spec.Containers[1].Name, prev.Spec.Containers[1].Name) {
+	if !aliasing.String(cur.Spec.Containers[1].Name, prev.Spec.Containers[1].Name) {
 		t.Error("the differing container's unchanged name not shared")
 	}
 }
 
 func TestShareVersionLeavesOtherTypesAlone(t *testing.T) {
 	cur := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
-	shareVersion(cur, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}})
-	shareVersion(cur, nil)
-	shareVersion(cur, (*corev1.Pod)(nil))
+	Share(cur, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}})
+	Share(cur, nil)
+	Share(cur, (*corev1.Pod)(nil))
 	if cur.Name != "x" {
 		t.Fatal("changed")
 	}
@@ -153,7 +150,7 @@ func BenchmarkShareVersion(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		shareVersion(curs[i], prev)
+		Share(curs[i], prev)
 	}
 }
 
@@ -172,7 +169,7 @@ func BenchmarkShareVersionWarm(b *testing.B) {
 		}
 		b.StartTimer()
 		for j := range batch {
-			shareVersion(batch[j], prev)
+			Share(batch[j], prev)
 		}
 	}
 }
@@ -214,7 +211,7 @@ func TestShareVersionKeepsRandomVersionsAsTheyWere(t *testing.T) {
 			}
 		}
 		prevBefore, curBefore := prev.DeepCopy(), cur.DeepCopy()
-		shareVersion(cur, prev)
+		Share(cur, prev)
 		if !reflect.DeepEqual(cur, curBefore) {
 			t.Fatalf("pod %d: the new version changed", i)
 		}
@@ -223,7 +220,7 @@ func TestShareVersionKeepsRandomVersionsAsTheyWere(t *testing.T) {
 		}
 		// Writing into the new version's own parts leaves the old one
 		// alone: what is not shared is not aliased.
-		if len(cur.Status.Conditions) > 0 && !sameSlice(cur.Status.Conditions, prev.Status.Conditions) {
+		if len(cur.Status.Conditions) > 0 && !aliasing.Slice(cur.Status.Conditions, prev.Status.Conditions) {
 			cur.Status.Conditions[0].Reason = "written"
 			if !reflect.DeepEqual(prev, prevBefore) {
 				t.Fatalf("pod %d: writing the new version's conditions changed the old one", i)
@@ -246,7 +243,7 @@ func TestShareVersionSharesUnstructuredParts(t *testing.T) {
 	}
 	prev, cur := obj(1, "Pending"), obj(2, "Pending")
 	want := obj(2, "Pending")
-	shareVersion(cur, prev)
+	Share(cur, prev)
 	if !reflect.DeepEqual(cur, want) || !reflect.DeepEqual(prev, obj(1, "Pending")) {
 		t.Fatalf("values changed: new %v, old %v", cur.Object, prev.Object)
 	}
@@ -258,17 +255,17 @@ func TestShareVersionSharesUnstructuredParts(t *testing.T) {
 		return v
 	}
 	for what, shared := range map[string]bool{
-		"status":          sameMap(nested(cur, "status"), nested(prev, "status")),
-		"metadata.labels": sameMap(nested(cur, "metadata", "labels"), nested(prev, "metadata", "labels")),
-		"spec.template":   sameMap(nested(cur, "spec", "template"), nested(prev, "spec", "template")),
+		"status":          aliasing.Map(nested(cur, "status"), nested(prev, "status")),
+		"metadata.labels": aliasing.Map(nested(cur, "metadata", "labels"), nested(prev, "metadata", "labels")),
+		"spec.template":   aliasing.Map(nested(cur, "spec", "template"), nested(prev, "spec", "template")),
 	} {
 		if !shared {
 			t.Errorf("%s: unchanged, not shared", what)
 		}
 	}
 	for what, shared := range map[string]bool{
-		"metadata": sameMap(nested(cur, "metadata"), nested(prev, "metadata")),
-		"spec":     sameMap(nested(cur, "spec"), nested(prev, "spec")),
+		"metadata": aliasing.Map(nested(cur, "metadata"), nested(prev, "metadata")),
+		"spec":     aliasing.Map(nested(cur, "spec"), nested(prev, "spec")),
 	} {
 		if shared {
 			t.Errorf("%s: changed, but shared", what)
@@ -320,7 +317,7 @@ func TestShareVersionIgnoresPadding(t *testing.T) {
 	if cur.Ptr != prev.Ptr {
 		t.Error("an equal pointed-to value with different padding not shared")
 	}
-	if !sameSlice(cur.Slice, prev.Slice) {
+	if !aliasing.Slice(cur.Slice, prev.Slice) {
 		t.Error("an equal slice with different padding not shared")
 	}
 }

@@ -1,4 +1,7 @@
-package cacher
+// Package versions makes two decoded versions of one object share the
+// memory of every part they have equal, so the watch cache's history holds
+// an updated object's unchanged parts once (see Share).
+package versions
 
 import (
 	"maps"
@@ -14,7 +17,7 @@ import (
 // replaced (its prev) and the new one. Each arrives decoded on its own from
 // etcd, so two versions of a pod that differ in a status field hold two
 // full copies of its spec, metadata and managed fields: most of the heap a
-// pod costs the cache after an update (docs/performance.md). shareVersion
+// pod costs the cache after an update (docs/performance.md). Share
 // points every part of the new version that equals the old one's at the
 // old one's memory, and the new version's own copy goes to the collector.
 //
@@ -28,10 +31,10 @@ import (
 // object through a plan per type (offsets and kinds, made once) rather
 // than reflect.Value per field, which cost as much as decoding the object.
 
-// shareVersion makes cur use prev's memory for every part whose value is
+// Share makes cur use prev's memory for every part whose value is
 // the same in both. cur must not be visible to anyone else yet; prev is
 // only read. Objects of different types are left alone.
-func shareVersion(cur, prev runtime.Object) {
+func Share(cur, prev runtime.Object) {
 	if cur == nil || prev == nil {
 		return
 	}
