@@ -97,8 +97,8 @@ type Cacher struct {
 	// watchEnd ends the storage watch when the liveness or the consistency
 	// check says so (storage_liveness.go).
 	watchEnd watchEnd
-	// nextConsistencyCheck is when the tick next compares the cache with
-	// etcd (consistency.go); only the dispatcher goroutine uses it.
+	// nextConsistencyCheck is when the cache next compares itself with
+	// etcd (consistency.go); only the feedChecks goroutine uses it.
 	nextConsistencyCheck time.Time
 }
 
@@ -152,9 +152,10 @@ func New(cfg Config) (*Cacher, error) {
 			return nil, fmt.Errorf("enabling size estimation for %v: %w", c.groupResource, err)
 		}
 	}
-	c.wg.Add(2)
+	c.wg.Add(3)
 	go c.reflectLoop()
 	go c.dispatchLoop()
+	go c.feedChecks()
 	c.logger.Info("Watch cache started",
 		"bookmarkFrequency", cfg.BookmarkFrequency, "preDeadlineOffset", cfg.BookmarkPreDeadlineOffset,
 		"historyWindow", cfg.EventsHistoryWindow, "granularity", cfg.BookmarkGranularity, "jitter", cfg.BookmarkJitter)

@@ -73,7 +73,7 @@ func TestReadiness(t *testing.T) {
 			for attempt := 1; attempt <= tc.listFailures; attempt++ {
 				// The reflector backs off on the fake clock: tick + backoff.
 				poll(t, "the reflector to back off", func() bool {
-					return fs.listCount() == attempt && tc2.clk.Waiters() == 2
+					return fs.listCount() == attempt && tc2.clk.Waiters() == cacheTimers+1
 				})
 				if tc2.Ready() {
 					t.Fatalf("Ready() = true after %d failed lists", attempt)
@@ -118,7 +118,7 @@ func TestWatchBeforeFirstListIs429(t *testing.T) {
 	fs := newFakeStorage(100)
 	fs.failLists(1)
 	tc := newTestCacher(t, fs, nil)
-	poll(t, "the reflector to back off", func() bool { return fs.listCount() == 1 && tc.clk.Waiters() == 2 })
+	poll(t, "the reflector to back off", func() bool { return fs.listCount() == 1 && tc.clk.Waiters() == cacheTimers+1 })
 	_, err := tc.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "100", Recursive: true, Predicate: everything(true)})
 	if !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("Watch = %v, want 429", err)
@@ -499,13 +499,13 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 				Predicate: everything(true), SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
 			// Waiting: the tick, the freshness timeout and the progress timer
 			// are armed, and etcd was asked for progress once.
-			poll(t, "the watch to wait for RV 200", func() bool { return fs.progressCount() == 1 && c.clk.Waiters() == 3 })
+			poll(t, "the watch to wait for RV 200", func() bool { return fs.progressCount() == 1 && c.clk.Waiters() == cacheTimers+2 })
 			// Every progressRequestPeriod it asks again.
 			c.clk.Step(progressRequestPeriod)
-			poll(t, "a second progress request", func() bool { return fs.progressCount() == 2 && c.clk.Waiters() == 3 })
+			poll(t, "a second progress request", func() bool { return fs.progressCount() == 2 && c.clk.Waiters() == cacheTimers+2 })
 			c.clk.Step(freshnessTimeout - 2*progressRequestPeriod)
 			// Still waiting: its freshness timer is armed until it returns.
-			poll(t, "the progress timer to be re-armed", func() bool { return fs.progressCount() == 3 && c.clk.Waiters() == 3 })
+			poll(t, "the progress timer to be re-armed", func() bool { return fs.progressCount() == 3 && c.clk.Waiters() == cacheTimers+2 })
 			select {
 			case r := <-done:
 				t.Fatalf("Watch returned (%v) before the freshness timeout", r.err)
@@ -931,7 +931,7 @@ func TestStorageWatchErrorRelists(t *testing.T) {
 			tc.fail(t, sw)
 			if tc.wantRelist {
 				// The reflector backs off on the config clock before relisting.
-				poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == 2 })
+				poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
 				c.clk.Step(time.Second)
 			}
 			sw2, opts2 := fs.waitWatch(t, 2)
@@ -1004,10 +1004,10 @@ func TestNotReadyWhileRelisting(t *testing.T) {
 	fs.failLists(1)
 	sw.sendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
 
-	poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == 2 })
+	poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
 	drainUntilClosed(t, w)
 	c.clk.Step(time.Second)
-	poll(t, "the relist to fail and back off", func() bool { return fs.listCount() == 2 && c.clk.Waiters() == 2 })
+	poll(t, "the relist to fail and back off", func() bool { return fs.listCount() == 2 && c.clk.Waiters() == cacheTimers+1 })
 	if c.Ready() {
 		t.Fatalf("Ready() = true while relisting")
 	}

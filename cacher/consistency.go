@@ -30,7 +30,7 @@ var errInconsistent = errors.New("watch cache inconsistent with etcd")
 // by its package: KUBE_WATCHCACHE_CONSISTENCY_CHECKER=true.
 var panicOnInconsistency = func() bool { return consistency.PanicOnCacheInconsistency }
 
-// maybeCheckConsistency runs on every tick: when a check is due (and the
+// maybeCheckConsistency runs every feedCheckPeriod: when a check is due (and the
 // DetectCacheInconsistency gate is on) it starts one, owned by the cache's
 // WaitGroup.
 func (c *Cacher) maybeCheckConsistency(now time.Time) {

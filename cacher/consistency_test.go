@@ -49,7 +49,7 @@ func TestConsistencyCheckDetectsAndHeals(t *testing.T) {
 		t.Errorf("failed checks +%v, want +1", got)
 	}
 	// Healed: the reflector relists (after its backoff on the fake clock).
-	poll(t, "the reflector to back off before relisting", func() bool { return !c.Ready() && c.clk.Waiters() == 2 })
+	poll(t, "the reflector to back off before relisting", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
 	c.clk.Step(time.Second)
 	fs.waitWatch(t, 2)
 	c.waitReady(t)
@@ -93,9 +93,9 @@ func TestConsistencyCheckRunsOnTheTick(t *testing.T) {
 	// after the first tick, at 1s) starts none. The tick sets
 	// checkingConsistency before the timer is re-armed, and a check counts
 	// before it clears it: seeing neither, no check was started.
-	c.waitWaiters(t, 1)
+	c.waitWaiters(t, cacheTimers)
 	c.clk.Step(consistencyCheckPeriod - 2*time.Second)
-	c.waitWaiters(t, 1)
+	c.waitWaiters(t, cacheTimers)
 	if c.checkingConsistency.Load() || checks() != 0 {
 		t.Fatalf("a check started %v after the first tick, before the period of %v", consistencyCheckPeriod-time.Second, consistencyCheckPeriod)
 	}

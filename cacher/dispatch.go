@@ -177,20 +177,12 @@ func (d *dispatcher) dispatch(events ...*event) {
 }
 
 // tick sends the watchers due a bookmark at rv (the dispatcher's: every
-// event at or below it is queued ahead) and files them again, and drops
-// the history etcd compacted. With nothing due it touches no watcher. due
-// is the dispatcher's scratch slice, returned for reuse.
+// event at or below it is queued ahead) and files them again; that is all
+// it does (the feed's checks have their own timer, feed_checks.go). With
+// nothing due it touches no watcher. due is the dispatcher's scratch
+// slice, returned for reuse.
 func (c *Cacher) tick(rv uint64, due [][]*watcher) [][]*watcher {
 	start := c.clock.Now()
-	c.checkStorageLiveness(start)
-	c.maybeCheckConsistency(start)
-	c.state.mu.Lock()
-	c.state.forgetCompactedLocked(c.storage.CompactRevision())
-	// Upstream sets apiserver_watch_cache_resource_version on every event:
-	// a label lookup each, about 1 us of a write. Once a tick (a second by
-	// default) is as current as any scrape can tell.
-	c.metrics.setResourceVersion(c.state.rvLocked())
-	c.state.mu.Unlock()
 	// Before the pop: the watchers due now are filed again after this
 	// tick, and those are the ones the next tick serves.
 	c.freshenBookmarks(start)

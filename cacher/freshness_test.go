@@ -46,7 +46,7 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 	}
 	// Every client waits: the tick, one freshness timer each, and the
 	// requester's one backoff timer.
-	c.waitWaiters(t, 1+clients+1)
+	c.waitWaiters(t, cacheTimers+clients+1)
 	if got := fs.progressCount(); got != 1 {
 		t.Fatalf("%d clients began waiting: %d progress requests, want 1", clients, got)
 	}
@@ -82,7 +82,7 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 	}
 	// Nobody waits now: the requester's loop has ended (only the tick's
 	// timer is armed), so nothing can send another request.
-	c.waitWaiters(t, 1)
+	c.waitWaiters(t, cacheTimers)
 	poll(t, "the requester's loop to end", func() bool {
 		c.progress.mu.Lock()
 		defer c.progress.mu.Unlock()

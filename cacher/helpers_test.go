@@ -238,6 +238,10 @@ func (tc *testCacher) waitRV(t *testing.T, rv uint64) {
 	poll(t, fmt.Sprintf("the cache to reach RV %d", rv), func() bool { return tc.state.currentRV() >= rv })
 }
 
+// cacheTimers is how many timers an idle cache arms on its clock: the
+// bookmark tick and the feed checks (feed_checks.go).
+const cacheTimers = 2
+
 // waitWaiters waits until exactly n timers wait on the fake clock.
 func (tc *testCacher) waitWaiters(t *testing.T, n int) {
 	t.Helper()
@@ -245,16 +249,17 @@ func (tc *testCacher) waitWaiters(t *testing.T, n int) {
 }
 
 // stepTicks steps the fake clock one granularity (1s) at a time, n times,
-// each time waiting for the dispatcher to have handled the tick: the tick
-// timer fires on the step and is re-armed only after the tick ran, and it
-// is the only timer armed. After each tick, check runs with the step's
+// each time waiting for the dispatcher to have handled the tick and the
+// feed checks to have run (both every second here): each timer fires on
+// the step and is re-armed only after its work ran, and they are the only
+// timers armed. After each tick, check runs with the step's
 // number (from 1).
 func (tc *testCacher) stepTicks(t *testing.T, n int, check func(step int)) {
 	t.Helper()
 	for step := 1; step <= n; step++ {
-		tc.waitWaiters(t, 1)
+		tc.waitWaiters(t, cacheTimers)
 		tc.clk.Step(time.Second)
-		tc.waitWaiters(t, 1)
+		tc.waitWaiters(t, cacheTimers)
 		if check != nil {
 			check(step)
 		}

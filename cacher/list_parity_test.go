@@ -133,7 +133,7 @@ func TestConsistentListTimeoutFallsBackUnlessTheGateSkipsIt(t *testing.T) {
 			}()
 			// The list waits: the tick, its freshness timer, the progress
 			// requester's backoff.
-			c.waitWaiters(t, 3)
+			c.waitWaiters(t, cacheTimers+2)
 			for step := time.Duration(0); step <= freshnessTimeout; step += 100 * time.Millisecond {
 				c.clk.Step(100 * time.Millisecond)
 				time.Sleep(time.Millisecond)

@@ -172,11 +172,11 @@ func TestNotReadyTransitionsAreCountedByReason(t *testing.T) {
 			fs.setList(300)
 			fs.failLists(1)
 			sw.sendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
-			poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == 2 })
+			poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
 			c.clk.Step(time.Second)
 			// The failed relist puts the cache not ready again: still one
 			// transition.
-			poll(t, "the relist to fail and back off", func() bool { return fs.listCount() == 2 && c.clk.Waiters() == 2 })
+			poll(t, "the relist to fail and back off", func() bool { return fs.listCount() == 2 && c.clk.Waiters() == cacheTimers+1 })
 			c.clk.Step(time.Second)
 			c.waitReady(t)
 			return 1
@@ -206,7 +206,7 @@ func TestNotReadyTransitionsAreCountedByReason(t *testing.T) {
 				n++
 				sw, _ = fs.waitWatch(t, n)
 				sw.sendError(t, noLeader)
-				c.waitWaiters(t, 2)
+				c.waitWaiters(t, cacheTimers+1)
 				c.clk.Step(3 * time.Second)
 			}
 			sw, _ = fs.waitWatch(t, n+1)
@@ -334,9 +334,9 @@ func TestReadsToStorageAreCountedByReason(t *testing.T) {
 	// a 429, nothing sent.
 	fs.failLists(1)
 	sw.sendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
-	poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == 2 })
+	poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
 	c.clk.Step(time.Second)
-	poll(t, "the relist to fail and back off", func() bool { return fs.listCount() == 4 && c.clk.Waiters() == 2 })
+	poll(t, "the relist to fail and back off", func() bool { return fs.listCount() == 4 && c.clk.Waiters() == cacheTimers+1 })
 	_ = c.Get(ctx, "/pods/ns/a", storage.GetOptions{ResourceVersion: "0"}, &example.Pod{})
 	if err := list("0", withLimit(everything(false), 10)); err != nil {
 		t.Fatal(err)

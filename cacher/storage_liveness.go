@@ -81,12 +81,12 @@ func (c *Cacher) silence(now time.Time, limit time.Duration) (time.Duration, boo
 	return time.Duration(now.UnixNano() - heard), true
 }
 
-// checkStorageLiveness runs on every tick: after a third of the silence
+// checkStorageLiveness runs every feedCheckPeriod: after a third of the silence
 // timeout without a word from the storage watch it asks etcd for progress
 // (through the shared requester: one at a time per resource), and after the
 // whole timeout it ends the watch, so the cache goes not ready and re-opens
 // it from its RV (a relist only on a 410); while not ready it
-// reads etcd's revision on every tick to tell an idle etcd that is back.
+// reads etcd's revision every period to tell an idle etcd that is back.
 func (c *Cacher) checkStorageLiveness(now time.Time) {
 	timeout := c.cfg.StorageSilenceTimeout
 	silent, ok := c.silence(now, timeout)
@@ -104,7 +104,7 @@ func (c *Cacher) checkStorageLiveness(now time.Time) {
 	case c.silenced.Load() && c.verifying.CompareAndSwap(false, true):
 		// Not ready since a silence: on an etcd back but idle the
 		// re-opened watch says nothing (it starts above etcd's revision),
-		// so look at etcd's revision on every tick rather than after a
+		// so look at etcd's revision every period rather than after a
 		// whole timeout.
 		c.wg.Add(1)
 		go func() {

@@ -135,10 +135,10 @@ func TestSilenceCheckWaitsForAnAnswerWhenEtcdIsAhead(t *testing.T) {
 	silentThrough := func() {
 		t.Helper()
 		c.stepTicks(t, int(timeout/time.Second)-1, nil)
-		c.waitWaiters(t, 1)
+		c.waitWaiters(t, cacheTimers)
 		c.clk.Step(time.Second)
 		poll(t, "the silence check to wait for an answer", func() bool {
-			return !c.Ready() || c.verifying.Load() && c.clk.Waiters() >= 3
+			return !c.Ready() || c.verifying.Load() && c.clk.Waiters() >= cacheTimers+2
 		})
 		if !c.Ready() {
 			t.Fatal("the check called the watch lost because etcd was ahead, without waiting for an answer")

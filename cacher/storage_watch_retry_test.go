@@ -92,7 +92,7 @@ func TestStorageWatchRetryWindow(t *testing.T) {
 		sw.sendError(t, noLeader)
 		if step > 0 {
 			// The tick and the backoff timer.
-			c.waitWaiters(t, 2)
+			c.waitWaiters(t, cacheTimers+1)
 			c.clk.Step(step)
 		}
 	}
@@ -163,7 +163,7 @@ func TestStorageWatchRetryWindow(t *testing.T) {
 	// Only etcd's 410 relists, and ends the client watch.
 	fs.setList(300, newTestPod("a", 300, nil, ""))
 	sw.sendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
-	poll(t, "the reflector to give up and back off", func() bool { return !c.Ready() && c.clk.Waiters() == 2 })
+	poll(t, "the reflector to give up and back off", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
 	drainUntilClosed(t, w)
 	c.clk.Step(time.Second)
 	if _, opts := fs.waitWatch(t, n+1); opts.ResourceVersion != "300" {

@@ -1,0 +1,43 @@
+package cacher
+
+import "time"
+
+// feedCheckPeriod is how often the feed's own checks run: the storage
+// liveness check (storage_liveness.go), the consistency check's schedule
+// (consistency.go) and forgetting what etcd compacted. They run on a timer
+// of their own rather than on the bookmark tick, so the bookmark settings
+// (--watch-cache-bookmark-granularity) do not change how soon a silent
+// storage watch is noticed, and a slow check never delays a bookmark.
+const feedCheckPeriod = time.Second
+
+// feedChecks is the goroutine that runs them, until the cache stops.
+func (c *Cacher) feedChecks() {
+	defer c.wg.Done()
+	// A timer, not a ticker: a fake clock's ticker cannot be stopped.
+	t := c.clock.NewTimer(feedCheckPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stopCh:
+			return
+		case <-t.C():
+			now := c.clock.Now()
+			c.checkStorageLiveness(now)
+			c.maybeCheckConsistency(now)
+			c.forgetCompacted()
+			t.Reset(feedCheckPeriod)
+		}
+	}
+}
+
+// forgetCompacted drops the snapshots etcd compacted away, and sets
+// upstream's apiserver_watch_cache_resource_version: upstream sets it on
+// every event, a label lookup each (about 1 us of a write); once a period
+// is as current as any scrape can tell.
+func (c *Cacher) forgetCompacted() {
+	c.state.mu.Lock()
+	c.state.forgetCompactedLocked(c.storage.CompactRevision())
+	rv := c.state.rvLocked()
+	c.state.mu.Unlock()
+	c.metrics.setResourceVersion(rv)
+}
