@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -280,5 +281,51 @@ func TestSnapshotsForgetCompacted(t *testing.T) {
 	s.forgetCompacted(500)
 	if !s.covers(120) || s.len() != 1 {
 		t.Fatalf("after compacting past every state: states %v, want the newest kept", s.rvs)
+	}
+}
+
+// BenchmarkSnapshotMemory: 10,000 objects, 10 writes a second over a 75s
+// window (750 writes, each a snapshot), on the fake clock: the heap the
+// snapshots keep beyond the store and the history, per snapshot and in
+// all. Run it with and without the gate to see the difference:
+// go test -run XXX -bench SnapshotMemory -benchtime 1x ./cacher/
+func BenchmarkSnapshotMemory(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("ListFromCacheSnapshot=%v", on), func(b *testing.B) {
+			featuregatetesting.SetFeatureGateDuringTest(b, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, on)
+			var pods []*example.Pod
+			for i := range 10_000 {
+				pods = append(pods, newTestPod(fmt.Sprintf("pod-%05d", i), 100, nil, "node1"))
+			}
+			fs := newFakeStorage(100, pods...)
+			c := newTestCacher(b, fs, func(cfg *Config) { cfg.EventsHistoryWindow = 75 * time.Second })
+			if err := c.WaitReady(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			sw, _ := fs.waitWatch(b, 1)
+			heap := func() uint64 {
+				var m runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&m)
+				return m.HeapAlloc
+			}
+			for b.Loop() {
+				before := heap()
+				rv := uint64(100)
+				for i := range 750 {
+					rv++
+					sw.send(b, watch.Modified, newTestPod(fmt.Sprintf("pod-%05d", (i*7919)%10_000), rv, map[string]string{"i": fmt.Sprint(i)}, "node1"))
+					if i%10 == 9 {
+						c.clk.Step(time.Second)
+					}
+				}
+				poll(b, "the writes to be applied", func() bool { return c.state.currentRV() >= rv })
+				b.ReportMetric(float64(heap()-before)/(1<<20), "MiB-kept")
+				c.state.mu.RLock()
+				b.ReportMetric(float64(c.state.snapshots.len()), "snapshots")
+				b.ReportMetric(float64(len(c.state.snapshots.checkpoints)), "clones")
+				c.state.mu.RUnlock()
+			}
+		})
 	}
 }

@@ -193,3 +193,153 @@ func sortedKeys(state map[string]*object) []string {
 	}
 	return keys
 }
+
+// filledState is a cacheState listed with n pods at RV 100 (window and
+// the clock's start as given), and update, which applies a MODIFIED of
+// the i-th write's pod (a fixed stride over them) at the next RV.
+type filledState struct {
+	s    *cacheState
+	held []*object
+	rv   uint64
+}
+
+func newFilledState(tb testing.TB, n int, window time.Duration, now time.Time) *filledState {
+	s := newCacheState("/pods/", nil, window, 100_000, true, newResourceMetrics(schema.GroupResource{Resource: "pods"}), now)
+	f := &filledState{s: s, held: make([]*object, n), rv: 100}
+	list := make([]any, n)
+	for i := range f.held {
+		pod := newTestPod(podName(i), 100, nil, "")
+		f.held[i] = &object{key: "/pods/" + testNamespace + "/" + pod.Name, obj: pod}
+		list[i] = f.held[i]
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.resetLocked(list, 100, now); err != nil {
+		tb.Fatal(err)
+	}
+	return f
+}
+
+func (f *filledState) update(tb testing.TB, i int, now time.Time) {
+	f.rv++
+	k := (i * 7919) % len(f.held)
+	prev := f.held[k]
+	cur := &object{key: prev.key, obj: prev.obj}
+	if _, err := f.s.apply(&event{typ: watch.Modified, rv: f.rv, cur: cur, prev: prev, recordedNanos: now.UnixNano()}, now); err != nil {
+		tb.Fatal(err)
+	}
+	f.held[k] = cur
+}
+
+// BenchmarkStateApply is the apply path alone (store, ordered index,
+// history, snapshots) for updates of random objects at 100 writes a second
+// on a fake clock, with snapshots on and no list or watch reading the
+// state: the cache's own cost per write that the exact-key bench measures
+// over the floor, without etcd, decoding or dispatch (op = one event).
+func BenchmarkStateApply(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run(fmt.Sprintf("objects=%d", n), func(b *testing.B) {
+			now := time.Unix(1_700_000_000, 0)
+			f := newFilledState(b, n, 75*time.Second, now)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				now = now.Add(10 * time.Millisecond)
+				f.update(b, i, now)
+			}
+		})
+	}
+}
+
+// TestStateClonesOnlyForReaders: a write copies the ordered index's B-tree
+// nodes on its path only where a clone taken since (a checkpoint's, or a
+// reader's) still shares them. Writes nobody reads take no clone between
+// checkpoints, so after a checkpoint the root and the inner nodes are
+// copied once and each write copies at most its leaf; reads between two
+// writes share one clone; a read after a write sees it.
+func TestStateClonesOnlyForReaders(t *testing.T) {
+	const n = 10_000
+	now := time.Unix(1_700_000_000, 0)
+	f := newFilledState(t, n, time.Hour, now)
+	s, i := f.s, 0
+	write := func() {
+		i++
+		f.update(t, i, now)
+	}
+	// Past the first checkpoint, so the writes measured below copy no
+	// node a checkpoint shares but their own first ones.
+	for range 2 * checkpointEvery {
+		write()
+	}
+	// Each write: the event and its object (2), and at most its leaf (node
+	// and items: 2). A clone per write would copy the whole path, root and
+	// inner nodes too (2-3 allocations a level).
+	if got := testing.AllocsPerRun(checkpointEvery-2, write); got > 4.5 {
+		t.Errorf("a write nobody read made %.1f allocations, want at most 4: it copied more of the tree than its leaf", got)
+	}
+
+	opts := storage.ListOptions{Recursive: true, Predicate: everything(false)}
+	walk := func() (tree orderedObjects, got int) {
+		w, _, _, _ := s.listCurrent(context.Background(), "/pods/", "/pods/", opts)
+		for range w {
+			got++
+		}
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return s.current, got
+	}
+	first, _ := walk()
+	second, _ := walk()
+	if first.tree == nil || first.tree != second.tree {
+		t.Fatalf("two lists with no write between took clones %p and %p, want one shared", first.tree, second.tree)
+	}
+	prev := f.held[0]
+	s.apply(&event{typ: watch.Deleted, rv: f.rv + 1, cur: prev, prev: prev, recordedNanos: now.UnixNano()}, now)
+	if after, got := walk(); after.tree == first.tree || got != n-1 {
+		t.Fatalf("a list after a deletion walked %d objects (clone %p, before %p), want %d from a new clone", got, after.tree, first.tree, n-1)
+	}
+}
+
+// TestProgressChannelOnlyForWaiters: moving the RV makes no channel when
+// nobody waits for it (most writes), and a waiter's channel is closed by
+// the next move and replaced for the one after.
+func TestProgressChannelOnlyForWaiters(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	f := newFilledState(t, 10, time.Hour, now)
+	s := f.s
+	rv := f.rv
+	if got := testing.AllocsPerRun(100, func() { rv++; s.advance(rv) }); got != 0 {
+		t.Errorf("moving the RV with nobody waiting made %.1f allocations, want 0", got)
+	}
+
+	at, first := s.progress()
+	if _, again := s.progress(); again != first {
+		t.Fatal("two waiters before a move got different channels, want one shared")
+	}
+	select {
+	case <-first:
+		t.Fatal("the channel was closed before the RV moved")
+	default:
+	}
+	s.advance(at + 1)
+	select {
+	case <-first:
+	default:
+		t.Fatal("moving the RV did not close the waiter's channel")
+	}
+	next, second := s.progress()
+	if next != at+1 {
+		t.Fatalf("progress after the move at %d, want %d", next, at+1)
+	}
+	select {
+	case <-second:
+		t.Fatal("the channel after a move is already closed")
+	default:
+	}
+	s.advance(at) // not forward: no wake-up
+	select {
+	case <-second:
+		t.Fatal("an RV that did not move closed the channel")
+	default:
+	}
+}
