@@ -20,7 +20,8 @@ import (
 // that point and its first live event. Delivery is dispatch.go and
 // watcher.go.
 
-// Watch implements storage.Interface.
+// Watch implements storage.Interface: parse the request, wait for what it
+// needs, register the watcher.
 //
 // The starting point follows the API's resourceVersion rules: unset or "0"
 // without sendInitialEvents starts with the current state as ADDED events;
@@ -28,6 +29,36 @@ import (
 // above the WatchList floor; any other RV replays the history after it, or
 // gets 410 Expired when the history no longer reaches back that far.
 func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	req, err := c.parseWatch(ctx, key, opts)
+	if err != nil {
+		return nil, err
+	}
+	if failed := c.waitForWatch(ctx, req); failed != nil {
+		return failed, nil
+	}
+	return c.register(ctx, req)
+}
+
+// watchRequest is a parsed watch: its options, the RVs it asks for and
+// needs, and its watcher, not yet registered.
+type watchRequest struct {
+	key  string
+	opts storage.ListOptions
+	// requestedRV is the RV asked for; requiredRV what the starting state
+	// must include (etcd's current RV for a consistent start).
+	requestedRV, requiredRV uint64
+	// sendInitial is sendInitialEvents=true; fromState whether the watch
+	// starts with the state as ADDED events (that, or RV unset or "0"
+	// without sendInitialEvents).
+	sendInitial, fromState bool
+	w                      *watcher
+	// sig is w's matchSignature, built outside every lock.
+	sig string
+}
+
+// parseWatch checks the request and builds its watcher; its errors are the
+// ones the storage would give.
+func (c *Cacher) parseWatch(ctx context.Context, key string, opts storage.ListOptions) (*watchRequest, error) {
 	key, err := storage.PrepareKey(c.resourcePrefix, key, opts.Recursive)
 	if err != nil {
 		return nil, err
@@ -46,46 +77,14 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	if state, since, _ := c.state.readiness(); state != stateReady {
 		return nil, notReadyError(c.clock.Now(), since)
 	}
-
-	sendInitial := opts.SendInitialEvents != nil && *opts.SendInitialEvents
-	requiredRV := requestedRV
-	if opts.ResourceVersion == "" && opts.SendInitialEvents != nil {
-		// A consistent start: the state must include every write etcd has.
-		if requiredRV, err = c.storageRV(ctx); err != nil {
-			return newErrWatcher(err), nil
-		}
+	req := &watchRequest{
+		key:         key,
+		opts:        opts,
+		requestedRV: requestedRV,
+		requiredRV:  requestedRV,
+		sendInitial: opts.SendInitialEvents != nil && *opts.SendInitialEvents,
 	}
-	if sendInitial && requiredRV > 0 {
-		// The initial state must be at least as fresh as the RV asked for.
-		// A plain watch waits for nothing (upstream's rule, and etcd's): it
-		// starts at once and hears the events after its RV when the cache
-		// applies them. A WatchList ends with the 504 rather than waiting
-		// on: client-go then falls back to a LIST, which etcd can serve.
-		if err := c.waitFresh(ctx, requiredRV); err != nil {
-			c.metrics.freshnessTimedOut(requestWatchList, err)
-			return newErrWatcher(err), nil
-		}
-	}
-
-	if requestedRV > 0 && !sendInitial {
-		if start, fromList := c.state.historyStart(); requestedRV < start && fromList && !c.unchangedSince(key, opts, requestedRV) {
-			// A resume from before the cache's list: etcd may still have
-			// what it missed. Failing that, the 410 below stands.
-			//
-			// Waiting for the backfill is no work of this request's (one
-			// backfill a resource, on the cache's goroutine), so it lets
-			// go of its API Priority and Fairness seat first: at a restart
-			// of 1,000 kubelets the node watches waiting here up to
-			// backfillTimeout held node-high's seats, and the leases and
-			// node status calls queued behind them (p50 9.5s against
-			// stock's 0.4s, whose resumes get their 410 at once).
-			signalInitialized(ctx)
-			if err := c.backfill(ctx, requestedRV); err != nil {
-				c.logger.V(4).Info("Resume without a backfill", "from", requestedRV, "err", err)
-			}
-		}
-	}
-
+	req.fromState = req.sendInitial || (requestedRV == 0 && opts.SendInitialEvents == nil)
 	w := &watcher{
 		env:       c.watcherEnv,
 		pred:      opts.Predicate,
@@ -99,90 +98,71 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		return nil, errors.NewBadRequest(err.Error())
 	}
 	w.triggerValue, w.triggered = c.trigger.valueFor(opts.Predicate)
-	sig := matchSignature(w)
+	req.w, req.sig = w, matchSignature(w)
+	return req, nil
+}
 
-	var initial []watch.Event
-	var stateObjs []*object
-	fromState := sendInitial || (requestedRV == 0 && opts.SendInitialEvents == nil)
-	var stateRV uint64
-	if fromState {
-		if initial, stateObjs, stateRV, err = c.initialState(ctx, key, opts); err != nil {
-			return nil, err
+// waitForWatch waits for what the watch needs before it can start: etcd's
+// current RV for a consistent start, a cache fresh enough for a WatchList,
+// the history read back for a resume from before the cache's list. A
+// failure is the watcher to return: once a watch request has been accepted
+// its failures are reported in the stream, as etcd3 does.
+func (c *Cacher) waitForWatch(ctx context.Context, req *watchRequest) watch.Interface {
+	opts := req.opts
+	if opts.ResourceVersion == "" && opts.SendInitialEvents != nil {
+		// A consistent start: the state must include every write etcd has.
+		rv, err := c.storageRV(ctx)
+		if err != nil {
+			return newErrWatcher(err)
+		}
+		req.requiredRV = rv
+	}
+	if req.sendInitial && req.requiredRV > 0 {
+		// The initial state must be at least as fresh as the RV asked for.
+		// A plain watch waits for nothing (upstream's rule, and etcd's): it
+		// starts at once and hears the events after its RV when the cache
+		// applies them. A WatchList ends with the 504 rather than waiting
+		// on: client-go then falls back to a LIST, which etcd can serve.
+		if err := c.waitFresh(ctx, req.requiredRV); err != nil {
+			c.metrics.freshnessTimedOut(requestWatchList, err)
+			return newErrWatcher(err)
 		}
 	}
-	// The watcher is registered under the state's read lock, atomically
-	// with the state it starts from: the dispatcher then hands it exactly
-	// the events after w.startRV (hub.go says why).
-	c.state.mu.RLock()
-	if since, notReady := c.state.notReadyLocked(); notReady {
-		c.state.mu.RUnlock()
-		return nil, notReadyError(c.clock.Now(), since)
-	}
-	rv := c.state.rvLocked()
-	switch {
-	case fromState:
-		// The state was read at stateRV; what the cache applied since is
-		// in the history and is folded into it, so the client starts from
-		// the state at rv (initial_state.go). When the history no longer
-		// reaches back to stateRV (a relist, or a write storm at capacity
-		// while the state was built), the state is read again, here.
-		if events, ok := c.state.sinceLocked(stateRV); ok {
-			initial = c.fold(initial, stateObjs, w, events)
-		} else {
-			initial, _ = c.initialAdded(c.state.objectsLocked(key, opts.Recursive), opts.Predicate, rv)
-		}
-		w.startRV = rv
-	case requestedRV == 0:
-		// From now: etcd's current RV when it was read (RV "" with
-		// sendInitialEvents=false), or wherever the cache is.
-		w.startRV = max(requiredRV, rv)
-	default:
-		from := requestedRV
-		if start := c.state.historyStartLocked(); from < start {
-			// One object, unchanged in the gap: it resumes from the start
-			// (resume_single.go).
-			if objKey, name, ok := singleObject(key, opts); ok && c.unchangedSinceLocked(objKey, name, requestedRV) {
-				from = start
+	if req.requestedRV > 0 && !req.sendInitial {
+		if start, fromList := c.state.historyStart(); req.requestedRV < start && fromList && !c.unchangedSince(req.key, opts, req.requestedRV) {
+			// A resume from before the cache's list: etcd may still have
+			// what it missed. Failing that, the 410 stands.
+			//
+			// Waiting for the backfill is no work of this request's (one
+			// backfill a resource, on the cache's goroutine), so it lets
+			// go of its API Priority and Fairness seat first: at a restart
+			// of 1,000 kubelets the node watches waiting here up to
+			// backfillTimeout held node-high's seats, and the leases and
+			// node status calls queued behind them (p50 9.5s against
+			// stock's 0.4s, whose resumes get their 410 at once).
+			signalInitialized(ctx)
+			if err := c.backfill(ctx, req.requestedRV); err != nil {
+				c.logger.V(4).Info("Resume without a backfill", "from", req.requestedRV, "err", err)
 			}
 		}
-		events, ok := c.state.sinceLocked(from)
-		if !ok {
-			oldest := c.resumableFromLocked()
-			c.state.mu.RUnlock()
-			c.metrics.expiredWatches.Inc()
-			return newErrWatcher(errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", requestedRV, oldest))), nil
-		}
-		initial = c.appendInterested(initial, w, events)
-		w.startRV = max(requestedRV, rv)
 	}
-	floor := uint64(0)
-	if sendInitial && w.bookmarks {
-		floor = max(watchlist.Floor(opts.ResourceVersion, requestedRV, requiredRV, rv), 1)
-	}
-	w.tracker = watchlist.NewTracker(floor)
-	if floor > 0 && rv >= floor {
-		// The cache already holds the floor: end the initial events now
-		// rather than on the next tick (kubernetes issue 122277).
-		end, err := c.bookmarkObject(rv)
-		if err == nil {
-			err = storage.AnnotateInitialEventsEndBookmark(end)
-		}
-		if err != nil {
-			c.state.mu.RUnlock()
+	return nil
+}
+
+// register builds the watcher's starting point and registers it, then
+// ties it to the request's context.
+func (c *Cacher) register(ctx context.Context, req *watchRequest) (watch.Interface, error) {
+	var start startingState
+	if req.fromState {
+		var err error
+		if start.initial, start.objs, start.rv, err = c.initialState(ctx, req.key, req.opts); err != nil {
 			return nil, err
 		}
-		w.tracker.Accept(rv)
-		initial = append(initial, watch.Event{Type: watch.Bookmark, Object: end})
 	}
-	c.metrics.watcherArrived(w.tracker.State(), w.shard != nil)
-	c.metrics.initEvents.Add(float64(len(initial)))
-	// Queued before the dispatcher can see the watcher, so they come
-	// first; under the lock that saw the cache ready, so Stop waits for
-	// the pump.
-	w.start(ctx, initial)
-	c.hub.add(w, sig, c.clock.Now())
-	c.state.mu.RUnlock()
-
+	if failed, err := c.startLocked(ctx, req, start); failed != nil || err != nil {
+		return failed, err
+	}
+	w := req.w
 	// The request's context ending (client gone, deadline) ends the watch.
 	// Registered after the lock: an ended context runs it at once.
 	stop := context.AfterFunc(ctx, func() { c.forgetWatcher(w, false) })
@@ -194,6 +174,90 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	}
 	w.mu.Unlock()
 	return w, nil
+}
+
+// startingState is the state a watch from the state was built from,
+// outside the lock: its events, its objects and its RV.
+type startingState struct {
+	initial []watch.Event
+	objs    []*object
+	rv      uint64
+}
+
+// startLocked takes the state's read lock and, in that one hold, works out
+// the events the watcher starts with and registers it with the hub,
+// atomically with the state it starts from: the dispatcher then hands it
+// exactly the events after w.startRV (hub.go says why). failed is the
+// watcher to return instead (a 410).
+func (c *Cacher) startLocked(ctx context.Context, req *watchRequest, start startingState) (failed watch.Interface, err error) {
+	w, opts := req.w, req.opts
+	c.state.mu.RLock()
+	defer c.state.mu.RUnlock()
+	if since, notReady := c.state.notReadyLocked(); notReady {
+		return nil, notReadyError(c.clock.Now(), since)
+	}
+	initial := start.initial
+	rv := c.state.rvLocked()
+	switch {
+	case req.fromState:
+		// The state was read at start.rv; what the cache applied since is
+		// in the history and is folded into it, so the client starts from
+		// the state at rv (initial_state.go). When the history no longer
+		// reaches back to start.rv (a relist, or a write storm at capacity
+		// while the state was built), the state is read again, here.
+		if events, ok := c.state.sinceLocked(start.rv); ok {
+			initial = c.fold(initial, start.objs, w, events)
+		} else {
+			initial, _ = c.initialAdded(c.state.objectsLocked(req.key, opts.Recursive), opts.Predicate, rv)
+		}
+		w.startRV = rv
+	case req.requestedRV == 0:
+		// From now: etcd's current RV when it was read (RV "" with
+		// sendInitialEvents=false), or wherever the cache is.
+		w.startRV = max(req.requiredRV, rv)
+	default:
+		from := req.requestedRV
+		if oldest := c.state.historyStartLocked(); from < oldest {
+			// One object, unchanged in the gap: it resumes from the
+			// history's start (resume_single.go).
+			if objKey, name, ok := singleObject(req.key, opts); ok && c.unchangedSinceLocked(objKey, name, req.requestedRV) {
+				from = oldest
+			}
+		}
+		events, ok := c.state.sinceLocked(from)
+		if !ok {
+			c.metrics.expiredWatches.Inc()
+			return newErrWatcher(errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", req.requestedRV, c.resumableFromLocked()))), nil
+		}
+		initial = c.appendInterested(initial, w, events)
+		w.startRV = max(req.requestedRV, rv)
+	}
+	floor := uint64(0)
+	if req.sendInitial && w.bookmarks {
+		floor = max(watchlist.Floor(opts.ResourceVersion, req.requestedRV, req.requiredRV, rv), 1)
+	}
+	w.tracker = watchlist.NewTracker(floor)
+	if floor > 0 && rv >= floor {
+		// The cache already holds the floor: end the initial events now
+		// rather than on the next tick (kubernetes issue 122277).
+		end, err := c.bookmarkObject(rv)
+		if err == nil {
+			err = storage.AnnotateInitialEventsEndBookmark(end)
+		}
+		if err != nil {
+			return nil, err
+		}
+		w.tracker.Accept(rv)
+		initial = append(initial, watch.Event{Type: watch.Bookmark, Object: end})
+	}
+	c.metrics.watcherArrived(w.tracker.State(), w.shard != nil)
+	c.metrics.initEvents.Add(float64(len(initial)))
+	// Queued before the dispatcher can see the watcher, so they come
+	// first; under the lock that saw the cache ready, so Stop waits for
+	// the pump.
+	w.start(ctx, initial)
+	c.hub.add(w, req.sig, c.clock.Now())
+	return nil, nil
 }
 
 // appendInterested appends what w is sent of events, those that concern it.
