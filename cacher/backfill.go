@@ -42,7 +42,7 @@ var errBackfillCoolingDown = fmt.Errorf("a history backfill failed less than %v 
 // one backfill at a time. Each caller waits only as long as its own
 // context allows, and not at all for backfillCooldown after one failed.
 func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
-	b := &c.backfills
+	b := &c.feed.backfills
 	for {
 		start, fromList := c.state.historyStart()
 		if !fromList || rv >= start {
@@ -97,7 +97,7 @@ func (c *Cacher) backfillAfterList(rv uint64) {
 	if n == 0 || rv <= 1 {
 		return
 	}
-	b := &c.backfills
+	b := &c.feed.backfills
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	// One running already was for the history before this list, which
@@ -109,10 +109,10 @@ func (c *Cacher) backfillAfterList(rv uint64) {
 }
 
 // startBackfillLocked starts a backfill from rv on a goroutine of the
-// cache's; c.backfills.mu is held.
+// cache's; c.feed.backfills.mu is held.
 func (c *Cacher) startBackfillLocked(rv uint64, afterList bool) *backfillRun {
 	run := &backfillRun{from: rv, afterList: afterList, done: make(chan struct{})}
-	c.backfills.running = run
+	c.feed.backfills.running = run
 	c.wg.Add(1)
 	go c.runBackfill(run)
 	return run
@@ -144,21 +144,21 @@ type backfillRun struct {
 // owns it and Stop ends it through the cache's context.
 func (c *Cacher) runBackfill(run *backfillRun) {
 	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(c.ctx, c.backfillMetadata), backfillTimeout)
+	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(c.ctx, c.feed.backfillMetadata), backfillTimeout)
 	run.err = c.fillHistory(ctx, run.from, run.afterList)
 	cancel()
 	// A list's own backfill leaves no cooldown when it fails: no client
 	// asked for it, and a resume's backfill may yet succeed (from a
 	// younger RV).
-	c.backfills.mu.Lock()
-	c.backfills.running = nil
+	c.feed.backfills.mu.Lock()
+	c.feed.backfills.running = nil
 	switch {
 	case run.err == nil:
-		c.backfills.failedAt = time.Time{}
+		c.feed.backfills.failedAt = time.Time{}
 	case !run.afterList:
-		c.backfills.failedAt = c.clock.Now()
+		c.feed.backfills.failedAt = c.clock.Now()
 	}
-	c.backfills.mu.Unlock()
+	c.feed.backfills.mu.Unlock()
 	switch {
 	case run.err == nil:
 		c.metrics.backfilled.Inc()

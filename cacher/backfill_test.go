@@ -176,9 +176,9 @@ func TestBackfillsAreCoalesced(t *testing.T) {
 		t.Fatal("a resume whose context ended still waits for the backfill")
 	}
 	poll(t, "the nine resumes to wait for the backfill", func() bool {
-		c.backfills.mu.Lock()
-		defer c.backfills.mu.Unlock()
-		return c.backfills.waiting == 10 // the first and the nine
+		c.feed.backfills.mu.Lock()
+		defer c.feed.backfills.mu.Unlock()
+		return c.feed.backfills.waiting == 10 // the first and the nine
 	})
 	// One backfill runs: one etcd watch besides the cache's, and no read
 	// of etcd's state before its events.
@@ -514,9 +514,9 @@ func TestFailedListBackfillLeavesResumesTheirOwn(t *testing.T) {
 	bw.send(t, watch.Error, &v1.Status{Status: v1.StatusFailure, Code: 410, Reason: v1.StatusReasonExpired, Message: "compacted"})
 	deadline := time.Now().Add(waitFor)
 	for {
-		c.backfills.mu.Lock()
-		running := c.backfills.running
-		c.backfills.mu.Unlock()
+		c.feed.backfills.mu.Lock()
+		running := c.feed.backfills.running
+		c.feed.backfills.mu.Unlock()
 		if running == nil {
 			break
 		}

@@ -43,49 +43,21 @@ type Cacher struct {
 	metrics        *resourceMetrics
 	// logger carries the resource; every log line of the cache uses it.
 	logger klog.Logger
-	// watchMetadata tags the cache's own watch and its progress requests
-	// with the same gRPC metadata, so etcd answers a progress request on the
-	// stream the cache actually reads. It names the resource: etcd answers a
-	// progress request only when every watch on the stream is synced, and
-	// caches sharing an etcd client must not share a stream, or one
-	// resource's lagging watch would starve a quiet one of the progress its
-	// liveness and freshness depend on. (generic.NewRawStorage gives each
-	// resource a client of its own; a server wiring one client to several
-	// resources gets one stream per resource all the same.)
-	watchMetadata metadata.MD
-	// backfillMetadata keeps the backfill's etcd watch, which starts behind
-	// and so is not synced, off the stream the cache follows.
-	backfillMetadata metadata.MD
 
 	stopCh   chan struct{}
 	stopOnce sync.Once
 	// ctx ends when the cache stops; background requests use it.
 	ctx       context.Context
 	cancelCtx context.CancelFunc
-	// heardNanos is when the storage watch last delivered anything; see
-	// storage_liveness.go.
-	heardNanos atomic.Int64
-	progress   *progressRequester
 	// watcherEnv is what every watcher of this cache is given (watcher.go).
 	watcherEnv *watcherEnv
-	// verifying is whether a check of etcd's revision after a silence runs.
-	verifying atomic.Bool
-	// silenced is set while the cache is not ready because its storage
-	// watch was called silent and re-opened, until that watch answers.
-	silenced atomic.Bool
-	// checkingConsistency is whether a consistency check runs.
-	checkingConsistency atomic.Bool
 	// lastTickNanos is how long the last bookmark tick took, for Inspect.
 	lastTickNanos atomic.Int64
-	// backfills runs one history backfill at a time (backfill.go).
-	backfills backfiller
-	wg        sync.WaitGroup
-	incoming  chan *event
+	wg            sync.WaitGroup
+	incoming      chan *event
 	// bookmarkAll asks the dispatcher for a bookmark to every watcher
 	// (shutdown_bookmarks.go); it answers on the request's channel.
 	bookmarkAll chan bookmarkAllRequest
-	// forcedEvictionLog limits the capacity warning; only the reflector uses it.
-	forcedEvictionLog everyInterval
 	// dropLog limits the log of what could not be built (dropped.go).
 	dropLog dropLog
 
@@ -94,12 +66,8 @@ type Cacher struct {
 	// is in doc.go.
 	state *cacheState
 	hub   *hub
-	// watchEnd ends the storage watch when the liveness or the consistency
-	// check says so (storage_liveness.go).
-	watchEnd watchEnd
-	// nextConsistencyCheck is when the cache next compares itself with
-	// etcd (consistency.go); only the feedChecks goroutine uses it.
-	nextConsistencyCheck time.Time
+	// feed is what the storage feed keeps between its goroutines (feed.go).
+	feed storageFeed
 }
 
 var _ storage.Interface = (*Cacher)(nil)
@@ -117,29 +85,31 @@ func New(cfg Config) (*Cacher, error) {
 	}
 	metrics := newResourceMetrics(cfg.GroupResource)
 	c := &Cacher{
-		trigger:          trig,
-		cfg:              cfg,
-		storage:          cfg.Storage,
-		versioner:        cfg.Versioner,
-		groupResource:    cfg.GroupResource,
-		resourcePrefix:   cfg.ResourcePrefix,
-		newFunc:          cfg.NewFunc,
-		clock:            cfg.Clock,
-		metrics:          newResourceMetrics(cfg.GroupResource),
-		logger:           klog.Background().WithValues("resource", cfg.GroupResource.String()),
-		watchMetadata:    metadata.New(map[string]string{"source": "watchkeeper", "resource": cfg.GroupResource.String()}),
-		backfillMetadata: metadata.New(map[string]string{"source": "watchkeeper-backfill", "resource": cfg.GroupResource.String()}),
-		stopCh:           make(chan struct{}),
-		incoming:         make(chan *event, incomingBuffer),
-		bookmarkAll:      make(chan bookmarkAllRequest),
+		trigger:        trig,
+		cfg:            cfg,
+		storage:        cfg.Storage,
+		versioner:      cfg.Versioner,
+		groupResource:  cfg.GroupResource,
+		resourcePrefix: cfg.ResourcePrefix,
+		newFunc:        cfg.NewFunc,
+		clock:          cfg.Clock,
+		metrics:        metrics,
+		logger:         klog.Background().WithValues("resource", cfg.GroupResource.String()),
+		stopCh:         make(chan struct{}),
+		incoming:       make(chan *event, incomingBuffer),
+		bookmarkAll:    make(chan bookmarkAllRequest),
 		state: newCacheState(cfg.ResourcePrefix, cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
 			utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot), metrics, cfg.Clock.Now()),
 		hub: newHub(bookmarks.Policy{Frequency: cfg.BookmarkFrequency, PreDeadlineOffset: cfg.BookmarkPreDeadlineOffset},
 			cfg.BookmarkGranularity, cfg.Clock),
-		forcedEvictionLog: everyInterval{interval: 10 * time.Second},
+		feed: storageFeed{
+			watchMetadata:     metadata.New(map[string]string{"source": "watchkeeper", "resource": cfg.GroupResource.String()}),
+			backfillMetadata:  metadata.New(map[string]string{"source": "watchkeeper-backfill", "resource": cfg.GroupResource.String()}),
+			forcedEvictionLog: everyInterval{interval: 10 * time.Second},
+		},
 	}
-	c.ctx, c.cancelCtx = context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.watchMetadata))
-	c.progress = newProgressRequester(c.ctx, c.stopCh, &c.wg, c.clock, c.requestProgress)
+	c.ctx, c.cancelCtx = context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.feed.watchMetadata))
+	c.feed.progress = newProgressRequester(c.ctx, c.stopCh, &c.wg, c.clock, c.requestProgress)
 	c.watcherEnv = &watcherEnv{
 		clock: c.clock, buffer: cfg.WatcherBuffer, stop: c.stopCh, wg: &c.wg,
 		forget: c.forgetWatcher, moved: c.metrics.watcherMoved, bookmark: c.bookmarkObject, dropped: c.dropped,

@@ -37,18 +37,18 @@ func (c *Cacher) maybeCheckConsistency(now time.Time) {
 	if !utilfeature.DefaultFeatureGate.Enabled(features.DetectCacheInconsistency) {
 		return
 	}
-	if c.nextConsistencyCheck.IsZero() {
-		c.nextConsistencyCheck = now.Add(wait.Jitter(consistencyCheckPeriod, 0.5))
+	if c.feed.nextConsistencyCheck.IsZero() {
+		c.feed.nextConsistencyCheck = now.Add(wait.Jitter(consistencyCheckPeriod, 0.5))
 		return
 	}
-	if now.Before(c.nextConsistencyCheck) || !c.checkingConsistency.CompareAndSwap(false, true) {
+	if now.Before(c.feed.nextConsistencyCheck) || !c.feed.checkingConsistency.CompareAndSwap(false, true) {
 		return
 	}
-	c.nextConsistencyCheck = now.Add(wait.Jitter(consistencyCheckPeriod, 0.5))
+	c.feed.nextConsistencyCheck = now.Add(wait.Jitter(consistencyCheckPeriod, 0.5))
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		defer c.checkingConsistency.Store(false)
+		defer c.feed.checkingConsistency.Store(false)
 		ctx, cancel := context.WithTimeout(c.ctx, consistencyCheckTimeout)
 		defer cancel()
 		_ = c.checkConsistency(ctx)
@@ -111,6 +111,6 @@ func (c *Cacher) checkConsistency(ctx context.Context) error {
 	}
 	c.logger.Error(errInconsistent, "Cache consistency check failed: relisting", "resourceVersion", rv,
 		"differing", len(differ), "keys", shown)
-	c.watchEnd.end(fmt.Errorf("%w at %d: %d keys differ", errInconsistent, rv, len(differ)))
+	c.feed.watchEnd.end(fmt.Errorf("%w at %d: %d keys differ", errInconsistent, rv, len(differ)))
 	return errInconsistent
 }

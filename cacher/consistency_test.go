@@ -96,7 +96,7 @@ func TestConsistencyCheckRunsOnTheTick(t *testing.T) {
 	c.waitWaiters(t, cacheTimers)
 	c.clk.Step(consistencyCheckPeriod - 2*time.Second)
 	c.waitWaiters(t, cacheTimers)
-	if c.checkingConsistency.Load() || checks() != 0 {
+	if c.feed.checkingConsistency.Load() || checks() != 0 {
 		t.Fatalf("a check started %v after the first tick, before the period of %v", consistencyCheckPeriod-time.Second, consistencyCheckPeriod)
 	}
 	c.clk.Step(consistencyCheckPeriod/2 + 2*time.Second) // 7m32s: past the latest due time

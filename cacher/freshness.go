@@ -219,7 +219,7 @@ func (c *Cacher) awaitRV(ctx context.Context, rv uint64, bound time.Duration, ob
 		if timeout == nil {
 			timeout = c.clock.NewTimer(bound)
 			defer timeout.Stop()
-			defer c.progress.wait()()
+			defer c.feed.progress.wait()()
 			if observe != nil {
 				start := c.clock.Now()
 				defer func() { observe(c.clock.Since(start).Seconds()) }()
@@ -238,7 +238,7 @@ func (c *Cacher) awaitRV(ctx context.Context, rv uint64, bound time.Duration, ob
 // requestProgress asks etcd to report progress on the cache's own watch
 // stream (hence the cache's gRPC metadata on the context).
 func (c *Cacher) requestProgress(ctx context.Context) {
-	ctx = metadata.NewOutgoingContext(ctx, c.watchMetadata)
+	ctx = metadata.NewOutgoingContext(ctx, c.feed.watchMetadata)
 	//lint:ignore SA1019 upstream's cacher asks for progress through it too; storage.Interface has no other way yet
 	if err := c.storage.RequestWatchProgress(ctx); err != nil {
 		c.logger.V(4).Info("Requesting watch progress failed", "err", err)
@@ -259,6 +259,6 @@ func (c *Cacher) freshenBookmarks(now time.Time) {
 	}
 	if c.hub.hasDueBy(now.Add(ahead)) {
 		c.metrics.freshnessProbes.Inc()
-		c.progress.request()
+		c.feed.progress.request()
 	}
 }

@@ -84,9 +84,9 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 	// timer is armed), so nothing can send another request.
 	c.waitWaiters(t, cacheTimers)
 	poll(t, "the requester's loop to end", func() bool {
-		c.progress.mu.Lock()
-		defer c.progress.mu.Unlock()
-		return !c.progress.running && c.progress.waiters == 0
+		c.feed.progress.mu.Lock()
+		defer c.feed.progress.mu.Unlock()
+		return !c.feed.progress.running && c.feed.progress.waiters == 0
 	})
 }
 

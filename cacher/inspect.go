@@ -66,7 +66,7 @@ func (c *Cacher) Inspect(ctx context.Context) Inspection {
 		Config:           c.cfg,
 	}
 	in.Config.Storage = nil // the wrapped storage is not a fact to show
-	if heard := c.heardNanos.Load(); heard > 0 {
+	if heard := c.feed.heardNanos.Load(); heard > 0 {
 		in.LastHeard = time.Unix(0, heard)
 	}
 

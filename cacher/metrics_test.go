@@ -185,7 +185,7 @@ func TestNotReadyTransitionsAreCountedByReason(t *testing.T) {
 			for i := range 2 {
 				fs.waitWatch(t, i+1)
 				// What the liveness check does at the timeout.
-				c.watchEnd.end(silentError(time.Second))
+				c.feed.watchEnd.end(silentError(time.Second))
 				poll(t, "the cache to go not ready", func() bool { return !c.Ready() })
 				next, _ := fs.waitWatch(t, i+2)
 				next.sendBookmark(t, 100)

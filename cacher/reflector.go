@@ -32,7 +32,7 @@ var errWatchClosed = fmt.Errorf("storage watch closed")
 // the wrapped storage, relisting when it must and backing off on failure.
 func (c *Cacher) reflectLoop() {
 	defer c.wg.Done()
-	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.watchMetadata))
+	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.feed.watchMetadata))
 	defer cancel()
 	go func() {
 		select {
@@ -109,7 +109,7 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 		wait, within := retry.next(c.clock.Now())
 		failures++
 		c.metrics.storageWatchRetries.Inc()
-		if (errors.Is(err, errStorageSilent) || !within) && !c.silenced.Load() {
+		if (errors.Is(err, errStorageSilent) || !within) && !c.feed.silenced.Load() {
 			// Not ready until the watch answers: reads get 429, not a
 			// state nobody can vouch for. Watchers stay open; they hear
 			// nothing they should not.
@@ -118,7 +118,7 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 				why = notReadyStorageSilent
 			}
 			c.state.mu.Lock()
-			c.silenced.Store(true)
+			c.feed.silenced.Store(true)
 			c.goNotReadyLocked(why)
 			c.state.mu.Unlock()
 			c.logger.Info("Storage watch lost; not ready until it answers, re-opening it from the cache's resourceVersion, watchers kept",
@@ -247,7 +247,7 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 		case <-ctx.Done():
 			return rv, delivered, ctx.Err()
 		case <-lost:
-			return rv, delivered, c.watchEnd.reason()
+			return rv, delivered, c.feed.watchEnd.reason()
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				return rv, delivered, errWatchClosed
@@ -288,12 +288,12 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 // answered marks the cache ready again when its storage watch, re-opened
 // after a silence, says anything: the state it holds is etcd's again.
 func (c *Cacher) answered() {
-	if !c.silenced.Load() {
+	if !c.feed.silenced.Load() {
 		return
 	}
 	c.state.mu.Lock()
 	defer c.state.mu.Unlock()
-	if c.silenced.CompareAndSwap(true, false) {
+	if c.feed.silenced.CompareAndSwap(true, false) {
 		c.state.readyAgainLocked(c.clock.Now())
 	}
 }
@@ -331,7 +331,7 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 	c.metrics.eventsReceived.Inc()
 	if forced {
 		c.metrics.historyForcedEvictions.Inc()
-		c.forcedEvictionLog.Do(now, func() {
+		c.feed.forcedEvictionLog.Do(now, func() {
 			c.logger.Info("Watch cache history is at capacity: dropping events younger than the window; clients resuming from them will relist",
 				"capacity", c.cfg.HistoryCapacity, "window", c.cfg.EventsHistoryWindow)
 		})

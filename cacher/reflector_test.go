@@ -25,7 +25,7 @@ func TestEachResourceWatchesOnItsOwnStream(t *testing.T) {
 			c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = schema.GroupResource{Resource: resource} })
 			c.waitReady(t)
 			fs.waitWatch(t, 1)
-			c.progress.request()
+			c.feed.progress.request()
 			poll(t, "a progress request", func() bool { return fs.progressCount() >= 1 })
 			fs.mu.Lock()
 			watchMD, progressMD := mdString(fs.watchMD[0]), mdString(fs.progressMD[0])

@@ -20,7 +20,7 @@ var errStorageSilent = errors.New("storage watch silent")
 
 // heard records that the storage watch delivered something: an event, a
 // progress notification or its start.
-func (c *Cacher) heard(now time.Time) { c.heardNanos.Store(now.UnixNano()) }
+func (c *Cacher) heard(now time.Time) { c.feed.heardNanos.Store(now.UnixNano()) }
 
 // newWatchLost makes what the next storage watch waits on besides its
 // events; the dispatcher closes it when the watch has been silent too long.
@@ -28,7 +28,7 @@ func (c *Cacher) heard(now time.Time) { c.heardNanos.Store(now.UnixNano()) }
 // clock restarts here, before the watch is opened.
 func (c *Cacher) newWatchLost() <-chan struct{} {
 	c.heard(c.clock.Now())
-	return c.watchEnd.arm()
+	return c.feed.watchEnd.arm()
 }
 
 // watchEnd is how the liveness and consistency checks end the storage
@@ -74,7 +74,7 @@ func (e *watchEnd) reason() error {
 // the first watch (then the reflector's list is what is failing) or when the
 // check is off (limit <= 0).
 func (c *Cacher) silence(now time.Time, limit time.Duration) (time.Duration, bool) {
-	heard := c.heardNanos.Load()
+	heard := c.feed.heardNanos.Load()
 	if limit <= 0 || heard == 0 {
 		return 0, false
 	}
@@ -94,14 +94,14 @@ func (c *Cacher) checkStorageLiveness(now time.Time) {
 		return
 	}
 	switch {
-	case silent >= timeout && c.verifying.CompareAndSwap(false, true):
+	case silent >= timeout && c.feed.verifying.CompareAndSwap(false, true):
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			defer c.verifying.Store(false)
+			defer c.feed.verifying.Store(false)
 			c.verifySilence(silent)
 		}()
-	case c.silenced.Load() && c.verifying.CompareAndSwap(false, true):
+	case c.feed.silenced.Load() && c.feed.verifying.CompareAndSwap(false, true):
 		// Not ready since a silence: on an etcd back but idle the
 		// re-opened watch says nothing (it starts above etcd's revision),
 		// so look at etcd's revision every period rather than after a
@@ -109,11 +109,11 @@ func (c *Cacher) checkStorageLiveness(now time.Time) {
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			defer c.verifying.Store(false)
+			defer c.feed.verifying.Store(false)
 			_, _, _ = c.probeIdle()
 		}()
 	case silent >= timeout/3:
-		c.progress.request()
+		c.feed.progress.request()
 	}
 }
 
@@ -128,7 +128,7 @@ func (c *Cacher) checkStorageLiveness(now time.Time) {
 // asking) before it is called lost; one that is dead stays silent. If etcd
 // does not answer at all, the watch is lost at once.
 func (c *Cacher) verifySilence(silent time.Duration) {
-	heardBefore := c.heardNanos.Load()
+	heardBefore := c.feed.heardNanos.Load()
 	rv, idle, err := c.probeIdle()
 	if idle {
 		return
@@ -137,7 +137,7 @@ func (c *Cacher) verifySilence(silent time.Duration) {
 		c.logger.V(2).Info("Storage watch answered after a silence", "silentFor", silent, "etcdRV", rv)
 		return
 	}
-	if c.watchEnd.end(silentError(c.cfg.StorageSilenceTimeout)) {
+	if c.feed.watchEnd.end(silentError(c.cfg.StorageSilenceTimeout)) {
 		c.logger.Info("Storage watch silent; ending it", "silentFor", silent,
 			"etcdRV", rv, "cacheRV", c.state.currentRV(), "err", err)
 	}
@@ -146,19 +146,19 @@ func (c *Cacher) verifySilence(silent time.Duration) {
 // awaitWord asks etcd for progress on the cache's stream until the storage
 // watch says anything after heardBefore, for at most limit.
 func (c *Cacher) awaitWord(heardBefore int64, limit time.Duration) bool {
-	release := c.progress.wait()
+	release := c.feed.progress.wait()
 	defer release()
 	deadline := c.clock.NewTimer(limit)
 	defer deadline.Stop()
 	// A timer, not a ticker: a fake clock's ticker cannot be stopped.
 	poll := c.clock.NewTimer(progressRequestPeriod)
 	defer poll.Stop()
-	for c.heardNanos.Load() == heardBefore {
+	for c.feed.heardNanos.Load() == heardBefore {
 		select {
 		case <-poll.C():
 			poll.Reset(progressRequestPeriod)
 		case <-deadline.C():
-			return c.heardNanos.Load() != heardBefore
+			return c.feed.heardNanos.Load() != heardBefore
 		case <-c.ctx.Done():
 			return false
 		}

@@ -32,7 +32,7 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 		poll(t, "a progress request after 3s of silence", func() bool { return fs.progressCount() > before })
 		sw.sendBookmark(t, 100)
 		poll(t, "the progress notification to be heard", func() bool {
-			return time.Duration(c.clk.Now().UnixNano()-c.heardNanos.Load()) == 0
+			return time.Duration(c.clk.Now().UnixNano()-c.feed.heardNanos.Load()) == 0
 		})
 	}
 	if !c.Ready() {
@@ -48,14 +48,14 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	// etcd: it restarted the silence clock (nothing else could, storage
 	// sent nothing).
 	poll(t, "the revision check to conclude", func() bool {
-		return !c.verifying.Load() && c.heardNanos.Load() > quietFrom
+		return !c.feed.verifying.Load() && c.feed.heardNanos.Load() > quietFrom
 	})
 	if !c.Ready() {
 		t.Fatal("the cache went not ready on an idle etcd that answers")
 	}
 	sw.sendBookmark(t, 100)
 	poll(t, "the progress notification to be heard", func() bool {
-		return time.Duration(c.clk.Now().UnixNano()-c.heardNanos.Load()) == 0
+		return time.Duration(c.clk.Now().UnixNano()-c.feed.heardNanos.Load()) == 0
 	})
 
 	// Now storage is gone: progress requests go out one at a time, the
@@ -138,7 +138,7 @@ func TestSilenceCheckWaitsForAnAnswerWhenEtcdIsAhead(t *testing.T) {
 		c.waitWaiters(t, cacheTimers)
 		c.clk.Step(time.Second)
 		poll(t, "the silence check to wait for an answer", func() bool {
-			return !c.Ready() || c.verifying.Load() && c.clk.Waiters() >= cacheTimers+2
+			return !c.Ready() || c.feed.verifying.Load() && c.clk.Waiters() >= cacheTimers+2
 		})
 		if !c.Ready() {
 			t.Fatal("the check called the watch lost because etcd was ahead, without waiting for an answer")
@@ -156,7 +156,7 @@ func TestSilenceCheckWaitsForAnAnswerWhenEtcdIsAhead(t *testing.T) {
 		}
 	}
 	sw.sendBookmark(t, 200)
-	for c.verifying.Load() {
+	for c.feed.verifying.Load() {
 		c.clk.Step(progressRequestPeriod)
 		time.Sleep(time.Millisecond)
 	}
