@@ -51,8 +51,9 @@
 // Files follow a request: a watch is parsed, started and registered in
 // watch_request.go, delivered by dispatch.go, event_objects.go,
 // cacheable.go and watcher.go; freshness.go is how reads and watches wait
-// for the RV they need (and the progress requests that move it); read.go
-// serves Get and GetList; backfill.go fills the history from etcd for a
+// for the RV they need (and the progress requests that move it);
+// routing.go sends each Get and GetList to the cache or to etcd, and
+// read.go and snapshot_list.go serve what the cache answers; backfill.go fills the history from etcd for a
 // resume from before the cache's list; storage_liveness.go tells a silent
 // etcd from an idle one.
 package cacher
