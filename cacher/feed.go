@@ -10,7 +10,7 @@ import (
 // storageFeed is what the cache's storage feed keeps: the reflector (its
 // list, its watch and the retries, reflector.go and
 // storage_watch_retry.go), the liveness and consistency checks on their
-// own timer (feed_checks.go), the progress requester (freshness.go) and
+// own timer (feed_checks.go), the progress requester (progress_requester.go) and
 // the backfills (backfill.go). Each field is safe on its own (atomics, or
 // a type with its own lock) or owned by one goroutine, as its comment says.
 type storageFeed struct {
