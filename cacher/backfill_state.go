@@ -9,12 +9,10 @@ import (
 )
 
 // backfillKeyReads bounds the reads of single keys one backfill has in
-// flight. Each is a round trip that mostly waits: at a restart of 1,000
-// kubelets, with both cores busy, 16 at a time read 95 of 275 pods and 49
-// of 568 in the 3-4s the events' read left them (run r, both rounds),
-// about a second each, while etcd answered each within 100ms (its log
-// names no slower read at a revision): the wait is the apiserver's own,
-// and more of them in flight wait side by side.
+// flight. Each is a round trip that mostly waits, and at a restart the
+// wait is the busy apiserver's own, not etcd's (etcd answers each read at
+// a revision at once): more of them in flight wait side by side, where a
+// few at a time read only a part of the keys in the time a backfill has.
 const backfillKeyReads = 128
 
 // pastStateReader reads etcd's state at rv of the objects a backfill's

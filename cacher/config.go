@@ -23,11 +23,11 @@ const (
 	// DefaultListBackfillRevisions is how far before each list the history
 	// is read back from etcd at once (not a flag: decorator.Schedule sets
 	// it). At a restart, clients resume from the RV of the old server's
-	// last bookmark: 84 and 500 revisions before the new list at 1,000
-	// nodes (docs/kube-load.md). Read on demand, when the first of them
-	// resumes, that backfill ran while every client reconnected and took
-	// 3.6-6.1s; read right after the list, it runs before the new server
-	// takes requests.
+	// last bookmark, some hundreds of revisions before the new list on a
+	// busy cluster (docs/kube-load.md). Read on demand, when the first of
+	// them resumes, that backfill runs while every client reconnects and
+	// takes seconds; read right after the list, it runs before the new
+	// server takes requests.
 	DefaultListBackfillRevisions = 2000
 	// freshnessTimeout is how long a read or watch waits for the cache to
 	// reach a resourceVersion before it gives up (upstream: 3s).

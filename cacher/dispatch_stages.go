@@ -16,11 +16,10 @@ import (
 
 // Upstream's apiserver_watch_events_dispatch_duration_seconds observes
 // five stages per delivery. Through upstream's histogram vec that is five
-// Observe calls a delivery, which cost the storage fan-out of 1,000
-// watchers about half its lead and made its p99 1.5x upstream's (two runs
-// each way, docs/performance.md): the dispatcher hands an event to
-// every watcher in turn, so each nanosecond per delivery is paid a thousand
-// times in a row. So the cache keeps the same histogram (upstream's name,
+// Observe calls a delivery, which cost the storage fan-out its latency lead
+// over upstream's cache (docs/performance.md): the dispatcher hands an
+// event to every watcher in turn, so each nanosecond per delivery is paid
+// a thousand times in a row. So the cache keeps the same histogram (upstream's name,
 // help, labels and buckets, read from its vec) in counters of its own, to
 // which the dispatcher adds all the deliveries of an event a client took at
 // once in one step per stage (they share every point), and exports them as

@@ -21,8 +21,8 @@ const progressRequestPeriod = 100 * time.Millisecond
 // the last request waits for the next one. Upstream's cache asks every
 // 100ms while anyone waits, but all its caches share one etcd watch stream,
 // so a request for any resource moves every resource's RV: in a start
-// storm its nodes' WatchLists waited p50 21ms, riding on the pods',
-// secrets' and configmaps' requests. Each of watchkeeper's caches has a
+// storm a resource's WatchLists ride on the other resources' requests.
+// Each of watchkeeper's caches has a
 // stream of its own (docs/faults.md), so each asks for itself, at most this
 // often while readers keep coming.
 const newcomerRequestSpacing = 10 * time.Millisecond

@@ -103,10 +103,9 @@ func (c *Cacher) catchUp(ctx context.Context) uint64 {
 }
 
 // shutdownCatchUpTimeout bounds the catch-up before the shutdown bookmarks:
-// a healthy etcd answers within milliseconds (catch-up and bookmarks took
-// 50-59 ms at 300 nodes, 170-363 ms at 1,000 nodes, kube-load bf12 and
-// bf13), and a slow one must not take all the time the clients have to
-// read their bookmark (the server waits 2s for both).
+// a healthy etcd lets the cache catch up well within it, even on a large
+// cluster (docs/kube-load.md), and a slow one must not take all the time
+// the clients have to read their bookmark (the server waits 2s for both).
 const shutdownCatchUpTimeout = time.Second
 
 // bookmarkTakenPoll is how often BookmarkAll looks whether the clients took

@@ -136,10 +136,10 @@ func (c *Cacher) waitForWatch(ctx context.Context, req *watchRequest) watch.Inte
 			// Waiting for the backfill is no work of this request's (one
 			// backfill a resource, on the cache's goroutine), so it lets
 			// go of its API Priority and Fairness seat first: at a restart
-			// of 1,000 kubelets the node watches waiting here up to
-			// backfillTimeout held node-high's seats, and the leases and
-			// node status calls queued behind them (p50 9.5s against
-			// stock's 0.4s, whose resumes get their 410 at once).
+			// of many kubelets, node watches waiting here up to
+			// backfillTimeout would hold node-high's seats, and the leases
+			// and node status calls would queue behind them (stock's
+			// resumes get their 410 at once).
 			signalInitialized(ctx)
 			if err := c.backfill(ctx, req.requestedRV); err != nil {
 				c.logger.V(4).Info("Resume without a backfill", "from", req.requestedRV, "err", err)
