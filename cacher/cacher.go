@@ -138,10 +138,7 @@ func (c *Cacher) Stop() {
 	c.stopOnce.Do(func() {
 		close(c.stopCh)
 		c.cancelCtx()
-		c.state.mu.Lock()
-		c.goNotReadyLocked(notReadyStopped)
-		c.terminateAllLocked()
-		c.state.mu.Unlock()
+		c.goNotReady(notReadyStopped, c.terminateAll)
 		c.wg.Wait()
 	})
 }
@@ -188,9 +185,7 @@ func (c *Cacher) forgetWatcher(w *watcher, graceful bool) {
 // drained and closed gracefully, so the client resumes from that bookmark
 // instead of relisting; the others are cut off.
 func (c *Cacher) terminateSlow(w *watcher) {
-	w.mu.Lock()
-	graceful := w.tracker.State() == watchlist.BookmarkReceived
-	w.mu.Unlock()
+	graceful := w.listState() == watchlist.BookmarkReceived
 	c.metrics.terminatedWatchers.Inc()
 	c.logger.V(2).Info("Closing a watcher that cannot keep up", "graceful", graceful)
 	c.forgetWatcher(w, graceful)
@@ -213,11 +208,11 @@ func (c *Cacher) EndWatches() int {
 	return len(ending)
 }
 
-// terminateAllLocked closes every watcher: after a relist the cache cannot
-// tell them what they missed, so they resume or relist on their own. The
-// caller holds the state's lock exclusively, so no watcher registers
-// against the state being replaced.
-func (c *Cacher) terminateAllLocked() {
+// terminateAll closes every watcher: after a relist the cache cannot tell
+// them what they missed, so they resume or relist on their own. It runs
+// inside the state's exclusive hold that leaves or replaces the state they
+// started from (goNotReady, relist), so no watcher registers against it.
+func (c *Cacher) terminateAll() {
 	for _, w := range c.hub.removeAll() {
 		c.left(w)
 		w.terminate()
@@ -225,11 +220,7 @@ func (c *Cacher) terminateAllLocked() {
 }
 
 // left counts a watcher the hub no longer has.
-func (c *Cacher) left(w *watcher) {
-	w.mu.Lock()
-	c.metrics.watcherLeft(w.tracker.State(), w.shard != nil)
-	w.mu.Unlock()
-}
+func (c *Cacher) left(w *watcher) { w.leaving(c.metrics.watcherLeft) }
 
 // keys lists the cached keys once the cache has caught up with etcd.
 func (c *Cacher) keys(ctx context.Context) ([]string, error) {

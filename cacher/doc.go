@@ -45,8 +45,10 @@
 // with the state's mu), a backfill's pastStateReader.mu, dropLog.mu,
 // watchEnd.mu, a shared object's mu, the dispatch stages' mu and
 // internal/versions' planMu.
-// Methods named ...Locked want their type's lock held by the caller, and
-// the Cacher's (terminateAllLocked, goNotReadyLocked, ...) the state's.
+// Only a type's own methods take its lock. Methods named ...Locked want
+// their type's lock held by the caller, the Cacher's (startLocked,
+// unchangedSinceLocked, ...) the state's, which the state's read and
+// goNotReady run them in.
 //
 // Files follow a request: a watch is parsed, started and registered in
 // watch_request.go, delivered by dispatch.go, event_objects.go,

@@ -35,9 +35,5 @@ func (c *Cacher) feedChecks() {
 // every event, a label lookup each (about 1 us of a write); once a period
 // is as current as any scrape can tell.
 func (c *Cacher) forgetCompacted() {
-	c.state.mu.Lock()
-	c.state.forgetCompactedLocked(c.storage.CompactRevision())
-	rv := c.state.rvLocked()
-	c.state.mu.Unlock()
-	c.metrics.setResourceVersion(rv)
+	c.metrics.setResourceVersion(c.state.forgetCompacted(c.storage.CompactRevision()))
 }

@@ -70,14 +70,8 @@ func (c *Cacher) Inspect(ctx context.Context) Inspection {
 		in.LastHeard = time.Unix(0, heard)
 	}
 
-	c.state.mu.RLock()
-	in.Ready, in.CacheRV, in.History = c.state.inspectLocked()
-	c.state.mu.RUnlock()
-	c.hub.each(func(w *watcher) {
-		w.mu.Lock()
-		in.Watchers[w.tracker.State()]++
-		w.mu.Unlock()
-	})
+	in.Ready, in.CacheRV, in.History = c.state.inspect()
+	c.hub.each(func(w *watcher) { in.Watchers[w.listState()]++ })
 	in.Calendar = c.hub.calendarSlots()
 
 	in.EtcdRV, in.EtcdErr = c.storageRV(ctx)

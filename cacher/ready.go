@@ -42,19 +42,15 @@ func (r *readiness) set(s readyState, now time.Time) {
 
 func (r *readiness) stop() { r.set(stateStopped, time.Time{}) }
 
-// goNotReadyLocked takes the cache out of service for why: pending until
-// a list or its storage watch mends it, or stopped for good. A transition
+// goNotReady takes the cache out of service for why: pending until a list
+// or its storage watch mends it, or stopped for good; alsoLocked runs in
+// the same hold of the state's lock (cacheState.goNotReady). A transition
 // from ready is counted (not_ready_total), so an operator sees why reads
-// went to etcd or got 429. The caller holds c.state.mu exclusively.
-func (c *Cacher) goNotReadyLocked(why string) {
-	if _, notReady := c.state.notReadyLocked(); !notReady {
+// went to etcd or got 429.
+func (c *Cacher) goNotReady(why string, alsoLocked func()) {
+	if c.state.goNotReady(why == notReadyStopped, c.clock.Now(), alsoLocked) {
 		c.metrics.wentNotReady(why)
 	}
-	if why == notReadyStopped {
-		c.state.stopLocked()
-		return
-	}
-	c.state.setReadyLocked(statePending, c.clock.Now())
 }
 
 // notReadyError is the 429 a read or watch that needs the cache gets while

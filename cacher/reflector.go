@@ -53,10 +53,7 @@ func (c *Cacher) reflectLoop() {
 		}
 		c.metrics.initializationErrors.Inc()
 		c.logger.Error(err, "Watch cache lost its watch; relisting", "backoff", backoff)
-		c.state.mu.Lock()
-		c.goNotReadyLocked(notReadyRelist)
-		c.terminateAllLocked()
-		c.state.mu.Unlock()
+		c.goNotReady(notReadyRelist, c.terminateAll)
 		select {
 		case <-c.stopCh:
 			return
@@ -117,10 +114,7 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 			if errors.Is(err, errStorageSilent) {
 				why = notReadyStorageSilent
 			}
-			c.state.mu.Lock()
-			c.feed.silenced.Store(true)
-			c.goNotReadyLocked(why)
-			c.state.mu.Unlock()
+			c.goNotReady(why, func() { c.feed.silenced.Store(true) })
 			c.logger.Info("Storage watch lost; not ready until it answers, re-opening it from the cache's resourceVersion, watchers kept",
 				"resourceVersion", rv, "failingFor", c.clock.Since(retry.first), "err", err)
 		} else {
@@ -157,15 +151,10 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	// The watchers go with the state they started from, under the same lock.
 	// The initialization is counted under it too: whoever sees the cache
 	// ready sees it counted.
-	c.state.mu.Lock()
-	c.terminateAllLocked()
-	err = c.state.resetLocked(objs, rv, c.clock.Now())
-	if err == nil {
+	if err := c.state.relist(objs, rv, c.clock.Now(), c.terminateAll, func() {
 		c.metrics.initializations.Inc()
 		c.metrics.initDuration.Observe(c.clock.Since(start).Seconds())
-	}
-	c.state.mu.Unlock()
-	if err != nil {
+	}); err != nil {
 		return 0, err
 	}
 	c.push(progress(rv))
@@ -291,11 +280,7 @@ func (c *Cacher) answered() {
 	if !c.feed.silenced.Load() {
 		return
 	}
-	c.state.mu.Lock()
-	defer c.state.mu.Unlock()
-	if c.feed.silenced.CompareAndSwap(true, false) {
-		c.state.readyAgainLocked(c.clock.Now())
-	}
+	c.state.readyAgainIf(c.clock.Now(), func() bool { return c.feed.silenced.CompareAndSwap(true, false) })
 }
 
 // apply records one change in the store and the history and queues it for

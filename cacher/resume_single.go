@@ -60,7 +60,7 @@ func (c *Cacher) unchangedSince(key string, opts storage.ListOptions, rv uint64)
 	if !ok {
 		return false
 	}
-	c.state.mu.RLock()
-	defer c.state.mu.RUnlock()
-	return c.unchangedSinceLocked(objKey, name, rv)
+	var unchanged bool
+	c.state.read(func() { unchanged = c.unchangedSinceLocked(objKey, name, rv) })
+	return unchanged
 }

@@ -126,11 +126,3 @@ func (c *Cacher) bookmarkEvery(rv uint64) []*watcher {
 	c.metrics.bookmarksSent.Add(float64(len(sent)))
 	return sent
 }
-
-// tookAll is whether the client took everything queued for it, or the
-// watcher closed.
-func (w *watcher) tookAll() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.state == watcherClosed || (w.queuedLocked() == 0 && len(w.result) == 0)
-}

@@ -169,20 +169,61 @@ func (s *cacheState) resetLocked(objs []any, rv uint64, now time.Time) error {
 	return nil
 }
 
-// setReadyLocked moves the serving state to st (readiness.set).
-func (s *cacheState) setReadyLocked(st readyState, now time.Time) { s.ready.set(st, now) }
+// relist makes objs, a list at rv, the state (resetLocked). In the same
+// exclusive hold, before the swap, endWatchers ends the watchers of the
+// state replaced, so none outlives the state it started from; after a
+// successful one, listed counts it, so whoever sees the cache ready sees
+// it counted.
+func (s *cacheState) relist(objs []any, rv uint64, now time.Time, endWatchers, listed func()) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	endWatchers()
+	if err := s.resetLocked(objs, rv, now); err != nil {
+		return err
+	}
+	listed()
+	return nil
+}
 
-// readyAgainLocked makes a pending state ready again: the caller heard its
-// storage watch answer after a silence, so what it holds is etcd's again.
-// A stopped state stays stopped.
-func (s *cacheState) readyAgainLocked(now time.Time) {
-	if s.ready.state == statePending {
+// goNotReady takes the state out of service: pending until a list or its
+// storage watch mends it, or, stopped, for good. alsoLocked runs in the
+// same exclusive hold (the Cacher ends its watchers there when the state
+// they started from goes, or marks its storage watch silenced). It reports
+// whether the state was ready.
+func (s *cacheState) goNotReady(stopped bool, now time.Time, alsoLocked func()) (wasReady bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	wasReady = s.ready.state == stateReady
+	if stopped {
+		s.ready.stop()
+	} else {
+		s.ready.set(statePending, now)
+	}
+	if alsoLocked != nil {
+		alsoLocked()
+	}
+	return wasReady
+}
+
+// readyAgainIf makes a pending state ready again when answered, asked in
+// the same exclusive hold, says its storage watch answered after a
+// silence: what it holds is etcd's again. A stopped state stays stopped.
+func (s *cacheState) readyAgainIf(now time.Time, answered func() bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if answered() && s.ready.state == statePending {
 		s.ready.set(stateReady, now)
 	}
 }
 
-// stopLocked stops serving for good.
-func (s *cacheState) stopLocked() { s.ready.stop() }
+// read runs f under the read lock, for a reader whose reads must agree
+// with each other (the ...Locked reads), or that registers something
+// atomically with what it read (a watcher, hub.go). f must not wait.
+func (s *cacheState) read(f func()) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	f()
+}
 
 // advance moves rv to a progress notification's rv: nothing changed up to
 // it.
@@ -236,12 +277,15 @@ func (s *cacheState) currentTreeLocked() orderedObjects {
 // from them gets the stream etcd would have given it then, and upstream's
 // cache serves it too (its compactor prunes only the list snapshots).
 // Cutting the history here answered 410 to clients that upstream resumes
-// (issue 11).
-func (s *cacheState) forgetCompactedLocked(rev int64) {
+// (issue 11). It returns the state's RV.
+func (s *cacheState) forgetCompacted(rev int64) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if rev > 0 {
 		s.snapshots.forgetCompacted(uint64(rev))
 	}
 	s.metrics.historyEvents.Set(float64(s.history.len()))
+	return s.rv
 }
 
 // dropHistoryThrough evicts the history's events at or below rv, as though

@@ -296,8 +296,10 @@ func (s *cacheState) objectRVs(rvOf func(runtime.Object) (uint64, error)) (map[s
 	return cached, s.rv, true, err
 }
 
-// inspectLocked is what Inspect shows of the state.
-func (s *cacheState) inspectLocked() (ready bool, rv uint64, hi HistoryInspection) {
+// inspect is what Inspect shows of the state.
+func (s *cacheState) inspect() (ready bool, rv uint64, hi HistoryInspection) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	h := s.history
 	hi = HistoryInspection{Events: h.len(), Capacity: h.capacity, Bound: h.limit, Window: h.window, StartRV: h.startRV,
 		Snapshots: s.snapshots.len()}

@@ -159,20 +159,16 @@ func (c *Cacher) register(ctx context.Context, req *watchRequest) (watch.Interfa
 			return nil, err
 		}
 	}
-	if failed, err := c.startLocked(ctx, req, start); failed != nil || err != nil {
+	var failed watch.Interface
+	var err error
+	c.state.read(func() { failed, err = c.startLocked(ctx, req, start) })
+	if failed != nil || err != nil {
 		return failed, err
 	}
 	w := req.w
 	// The request's context ending (client gone, deadline) ends the watch.
 	// Registered after the lock: an ended context runs it at once.
-	stop := context.AfterFunc(ctx, func() { c.forgetWatcher(w, false) })
-	w.mu.Lock()
-	if w.state == watcherClosed {
-		stop()
-	} else {
-		w.stopOnCancel = stop
-	}
-	w.mu.Unlock()
+	w.untilClosed(context.AfterFunc(ctx, func() { c.forgetWatcher(w, false) }))
 	return w, nil
 }
 
@@ -184,15 +180,13 @@ type startingState struct {
 	rv      uint64
 }
 
-// startLocked takes the state's read lock and, in that one hold, works out
-// the events the watcher starts with and registers it with the hub,
+// startLocked, in one hold of the state's read lock (the caller's), works
+// out the events the watcher starts with and registers it with the hub,
 // atomically with the state it starts from: the dispatcher then hands it
 // exactly the events after w.startRV (hub.go says why). failed is the
 // watcher to return instead (a 410).
 func (c *Cacher) startLocked(ctx context.Context, req *watchRequest, start startingState) (failed watch.Interface, err error) {
 	w, opts := req.w, req.opts
-	c.state.mu.RLock()
-	defer c.state.mu.RUnlock()
 	if since, notReady := c.state.notReadyLocked(); notReady {
 		return nil, notReadyError(c.clock.Now(), since)
 	}

@@ -464,3 +464,40 @@ func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject
 // signalInitialized tells API priority and fairness that the watch's
 // initial burst is out, so it stops counting the request as in flight.
 func signalInitialized(ctx context.Context) { utilflowcontrol.WatchInitialized(ctx) }
+
+// tookAll is whether the client took everything queued for it, or the
+// watcher closed.
+func (w *watcher) tookAll() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.state == watcherClosed || (w.queuedLocked() == 0 && len(w.result) == 0)
+}
+
+// listState is the watcher's WatchList state now.
+func (w *watcher) listState() watchlist.State {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.tracker.State()
+}
+
+// leaving reports the watcher's WatchList state and whether it is sharded
+// to record, under its lock, so no move between states (offerBookmark,
+// deliveredLocked) comes between the read and the record.
+func (w *watcher) leaving(record func(state watchlist.State, sharded bool)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	record(w.tracker.State(), w.shard != nil)
+}
+
+// untilClosed keeps stop, which unhooks the request context's
+// cancellation, until the watcher lets go of its request; a watcher
+// already closed calls it at once.
+func (w *watcher) untilClosed(stop func() bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state == watcherClosed {
+		stop()
+		return
+	}
+	w.stopOnCancel = stop
+}
