@@ -2,9 +2,9 @@ package cacher
 
 import (
 	"context"
+	goerrors "errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc/metadata"
@@ -48,36 +48,19 @@ func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
 		if !fromList || rv >= start {
 			return nil
 		}
-		b.mu.Lock()
-		run := b.running
-		switch {
-		case run == nil && c.stopping():
-			b.mu.Unlock()
+		run, err := b.join(rv, c.clock.Now(), c.stopping(), c.startBackfill)
+		if goerrors.Is(err, errBackfillerStopped) {
 			return fmt.Errorf("watch cache of %v stopped", c.groupResource)
-		case run == nil && !b.failedAt.IsZero() && c.clock.Since(b.failedAt) < backfillCooldown:
-			b.mu.Unlock()
-			return errBackfillCoolingDown
-		case run == nil:
-			from := rv
-			if b.oldest != 0 {
-				from = min(from, b.oldest)
-			}
-			b.oldest = 0
-			run = c.startBackfillLocked(from, false)
-		case rv < run.from && (b.oldest == 0 || rv < b.oldest):
-			b.oldest = rv
 		}
-		b.waiting++
-		b.mu.Unlock()
-		var err error
+		if err != nil {
+			return err
+		}
 		select {
 		case <-run.done:
 		case <-ctx.Done():
 			err = ctx.Err()
 		}
-		b.mu.Lock()
-		b.waiting--
-		b.mu.Unlock()
+		b.leave()
 		if err != nil {
 			return err
 		}
@@ -97,47 +80,18 @@ func (c *Cacher) backfillAfterList(rv uint64) {
 	if n == 0 || rv <= 1 {
 		return
 	}
-	b := &c.feed.backfills
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	// One running already was for the history before this list, which
-	// it will find gone.
-	if b.running != nil || c.stopping() {
-		return
-	}
-	c.startBackfillLocked(rv-min(n, rv-1), true)
+	c.feed.backfills.startAfterList(rv-min(n, rv-1), c.stopping(), func(from uint64) *backfillRun {
+		return c.startBackfill(from, true)
+	})
 }
 
-// startBackfillLocked starts a backfill from rv on a goroutine of the
-// cache's; c.feed.backfills.mu is held.
-func (c *Cacher) startBackfillLocked(rv uint64, afterList bool) *backfillRun {
+// startBackfill starts a backfill from rv on a goroutine of the cache's;
+// the backfiller calls it, under its lock, to make its running one.
+func (c *Cacher) startBackfill(rv uint64, afterList bool) *backfillRun {
 	run := &backfillRun{from: rv, afterList: afterList, done: make(chan struct{})}
-	c.feed.backfills.running = run
 	c.wg.Add(1)
 	go c.runBackfill(run)
 	return run
-}
-
-// backfiller coalesces backfills; see backfill.
-type backfiller struct {
-	mu      sync.Mutex
-	running *backfillRun
-	// oldest is the oldest RV asked for, beyond the running backfill's
-	// reach, since it started; 0 when none.
-	oldest uint64
-	// waiting counts the resumes waiting for a backfill.
-	waiting int
-	// failedAt is when the last backfill failed; zero after one filled.
-	failedAt time.Time
-}
-
-// backfillRun is one backfill from an RV; err is set before done closes.
-type backfillRun struct {
-	from uint64
-	// afterList: started by the list, not by a client's resume.
-	afterList bool
-	done      chan struct{}
-	err       error
 }
 
 // runBackfill is the goroutine of one backfill; the cache's WaitGroup
@@ -147,18 +101,7 @@ func (c *Cacher) runBackfill(run *backfillRun) {
 	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(c.ctx, c.feed.backfillMetadata), backfillTimeout)
 	run.err = c.fillHistory(ctx, run.from, run.afterList)
 	cancel()
-	// A list's own backfill leaves no cooldown when it fails: no client
-	// asked for it, and a resume's backfill may yet succeed (from a
-	// younger RV).
-	c.feed.backfills.mu.Lock()
-	c.feed.backfills.running = nil
-	switch {
-	case run.err == nil:
-		c.feed.backfills.failedAt = time.Time{}
-	case !run.afterList:
-		c.feed.backfills.failedAt = c.clock.Now()
-	}
-	c.feed.backfills.mu.Unlock()
+	c.feed.backfills.finished(run, c.clock.Now())
 	switch {
 	case run.err == nil:
 		c.metrics.backfilled.Inc()
