@@ -10,6 +10,11 @@
 // [github.com/watchkeeper/watchkeeper/debugview] shows the caches. The
 // bookmark schedule is [bookmarks.Calendar] and [bookmarks.Policy]; the
 // WatchList rules are [watchlist.Tracker].
+package cacher
+
+// For maintainers (not the package documentation: go doc shows the
+// facade, New, Config, Cacher and Inspection, and docs/architecture.md
+// has the whole picture).
 //
 // Data flows one way. The reflector (reflector.go) lists and watches the
 // wrapped storage, re-opening its watch on transient errors
@@ -55,7 +60,6 @@
 // cacheable.go and watcher.go; freshness.go is how reads and watches wait
 // for the RV they need (and the progress requests that move it);
 // routing.go sends each Get and GetList to the cache or to etcd, and
-// read.go and snapshot_list.go serve what the cache answers; backfill.go fills the history from etcd for a
-// resume from before the cache's list; storage_liveness.go tells a silent
-// etcd from an idle one.
-package cacher
+// read.go and snapshot_list.go serve what the cache answers; backfill.go
+// fills the history from etcd for a resume from before the cache's list;
+// storage_liveness.go tells a silent etcd from an idle one.
