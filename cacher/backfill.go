@@ -50,7 +50,7 @@ func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
 		}
 		run, err := b.join(rv, c.clock.Now(), c.stopping(), c.startBackfill)
 		if goerrors.Is(err, errBackfillerStopped) {
-			return fmt.Errorf("watch cache of %v stopped", c.groupResource)
+			return fmt.Errorf("watch cache of %v stopped", c.cfg.GroupResource)
 		}
 		if err != nil {
 			return err
@@ -98,7 +98,7 @@ func (c *Cacher) startBackfill(rv uint64, afterList bool) *backfillRun {
 // owns it and Stop ends it through the cache's context.
 func (c *Cacher) runBackfill(run *backfillRun) {
 	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(c.ctx, c.feed.backfillMetadata), backfillTimeout)
+	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(c.life.ctx, c.feed.backfillMetadata), backfillTimeout)
 	run.err = c.fillHistory(ctx, run.from, run.afterList)
 	cancel()
 	c.feed.backfills.finished(run, c.clock.Now())
@@ -172,7 +172,7 @@ func (c *Cacher) linkBackfill(events []*event, state map[string]*object) {
 
 // stateAt is etcd's state of the whole resource at rv, by key.
 func (c *Cacher) stateAt(ctx context.Context, rv uint64) (map[string]*object, error) {
-	objs, _, err := c.listStorage(ctx, c.resourcePrefix, exactRead(rv, true))
+	objs, _, err := c.listStorage(ctx, c.cfg.ResourcePrefix, exactRead(rv, true))
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +197,7 @@ func exactRead(rv uint64, recursive bool) storage.ListOptions {
 // It asks for progress until it has seen to, since a quiet resource sends
 // no event past it. At most the history's capacity is read.
 func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, each func(*event)) ([]*event, error) {
-	w, err := c.storage.Watch(ctx, c.resourcePrefix, c.storageWatchOptions(from))
+	w, err := c.storage.Watch(ctx, c.cfg.ResourcePrefix, c.storageWatchOptions(from))
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +209,7 @@ func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, each func(*
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("backfilling %v from %d to %d: %d events read in %v: %w", c.groupResource, from, to, len(events), c.clock.Since(now), ctx.Err())
+			return nil, fmt.Errorf("backfilling %v from %d to %d: %d events read in %v: %w", c.cfg.GroupResource, from, to, len(events), c.clock.Since(now), ctx.Err())
 		case <-progress.C():
 			//lint:ignore SA1019 upstream's cacher asks for progress through it too; storage.Interface has no other way yet
 			if err := c.storage.RequestWatchProgress(ctx); err != nil {
@@ -217,13 +217,13 @@ func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, each func(*
 			}
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return nil, fmt.Errorf("backfilling %v: the etcd watch closed", c.groupResource)
+				return nil, fmt.Errorf("backfilling %v: the etcd watch closed", c.cfg.GroupResource)
 			}
 			switch ev.Type {
 			case watch.Error:
 				return nil, errors.FromObject(ev.Object)
 			case watch.Bookmark:
-				if rv, err := c.versioner.ObjectResourceVersion(ev.Object); err == nil && rv >= to {
+				if rv, err := c.cfg.Versioner.ObjectResourceVersion(ev.Object); err == nil && rv >= to {
 					return events, nil
 				}
 				continue
@@ -236,7 +236,7 @@ func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, each func(*
 				return events, nil
 			}
 			if len(events) == c.cfg.HistoryCapacity {
-				return nil, fmt.Errorf("backfilling %v: more than %d events between %d and %d", c.groupResource, c.cfg.HistoryCapacity, from, to)
+				return nil, fmt.Errorf("backfilling %v: more than %d events between %d and %d", c.cfg.GroupResource, c.cfg.HistoryCapacity, from, to)
 			}
 			events = append(events, e)
 			each(e)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/metadata"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
@@ -32,32 +31,23 @@ const incomingBuffer = 1000
 // bookmark calendar are the hub's (hub.go). Each guards itself with a lock
 // of its own; the lock order is in doc.go.
 type Cacher struct {
-	cfg            Config
-	storage        storage.Interface
-	versioner      storage.Versioner
-	groupResource  schema.GroupResource
-	resourcePrefix string
-	newFunc        func() runtime.Object
-	trigger        *trigger
-	clock          clock.WithTicker
-	metrics        *resourceMetrics
+	// cfg is the completed Config: the resource, its storage and versioner,
+	// the schedule's settings.
+	cfg     Config
+	storage storage.Interface
+	trigger *trigger
+	clock   clock.WithTicker
+	metrics *resourceMetrics
 	// logger carries the resource; every log line of the cache uses it.
 	logger klog.Logger
 
-	stopCh   chan struct{}
-	stopOnce sync.Once
-	// ctx ends when the cache stops; background requests use it.
-	ctx       context.Context
-	cancelCtx context.CancelFunc
-	// watcherEnv is what every watcher of this cache is given (watcher.go).
-	watcherEnv *watcherEnv
-	// lastTickNanos is how long the last bookmark tick took, for Inspect.
-	lastTickNanos atomic.Int64
-	wg            sync.WaitGroup
-	incoming      chan *event
-	// bookmarkAll asks the dispatcher for a bookmark to every watcher
-	// (shutdown_bookmarks.go); it answers on the request's channel.
-	bookmarkAll chan bookmarkAllRequest
+	// stopCh closes when the cache stops; wg owns every goroutine of the
+	// cache, which Stop waits for.
+	stopCh chan struct{}
+	wg     sync.WaitGroup
+	life   lifecycle
+	// incoming is the applied events the dispatcher has not taken yet.
+	incoming chan *event
 	// dropLog limits the log of what could not be built (dropped.go).
 	dropLog dropLog
 
@@ -66,8 +56,29 @@ type Cacher struct {
 	// is in doc.go.
 	state *cacheState
 	hub   *hub
-	// feed is what the storage feed keeps between its goroutines (feed.go).
+	// feed is what the storage feed keeps between its goroutines (feed.go);
+	// fan what the fan-out side does (the dispatcher and the watchers).
 	feed storageFeed
+	fan  fanOut
+}
+
+// lifecycle is the cache's stop: Stop runs once, and ctx ends with it.
+type lifecycle struct {
+	stopOnce sync.Once
+	// ctx ends when the cache stops; background requests use it.
+	ctx       context.Context
+	cancelCtx context.CancelFunc
+}
+
+// fanOut is what the dispatcher side keeps besides the hub.
+type fanOut struct {
+	// watcherEnv is what every watcher of this cache is given (watcher.go).
+	watcherEnv *watcherEnv
+	// lastTickNanos is how long the last bookmark tick took, for Inspect.
+	lastTickNanos atomic.Int64
+	// bookmarkAll asks the dispatcher for a bookmark to every watcher
+	// (shutdown_bookmarks.go); it answers on the request's channel.
+	bookmarkAll chan bookmarkAllRequest
 }
 
 var _ storage.Interface = (*Cacher)(nil)
@@ -85,19 +96,15 @@ func New(cfg Config) (*Cacher, error) {
 	}
 	metrics := newResourceMetrics(cfg.GroupResource)
 	c := &Cacher{
-		trigger:        trig,
-		cfg:            cfg,
-		storage:        cfg.Storage,
-		versioner:      cfg.Versioner,
-		groupResource:  cfg.GroupResource,
-		resourcePrefix: cfg.ResourcePrefix,
-		newFunc:        cfg.NewFunc,
-		clock:          cfg.Clock,
-		metrics:        metrics,
-		logger:         klog.Background().WithValues("resource", cfg.GroupResource.String()),
-		stopCh:         make(chan struct{}),
-		incoming:       make(chan *event, incomingBuffer),
-		bookmarkAll:    make(chan bookmarkAllRequest),
+		trigger:  trig,
+		cfg:      cfg,
+		storage:  cfg.Storage,
+		clock:    cfg.Clock,
+		metrics:  metrics,
+		logger:   klog.Background().WithValues("resource", cfg.GroupResource.String()),
+		stopCh:   make(chan struct{}),
+		incoming: make(chan *event, incomingBuffer),
+		fan:      fanOut{bookmarkAll: make(chan bookmarkAllRequest)},
 		state: newCacheState(cfg.ResourcePrefix, cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
 			utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot), metrics, cfg.Clock.Now()),
 		hub: newHub(bookmarks.Policy{Frequency: cfg.BookmarkFrequency, PreDeadlineOffset: cfg.BookmarkPreDeadlineOffset},
@@ -108,18 +115,18 @@ func New(cfg Config) (*Cacher, error) {
 			forcedEvictionLog: everyInterval{interval: 10 * time.Second},
 		},
 	}
-	c.ctx, c.cancelCtx = context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.feed.watchMetadata))
-	c.feed.progress = newProgressRequester(c.ctx, c.stopCh, &c.wg, c.clock, c.requestProgress)
-	c.watcherEnv = &watcherEnv{
+	c.life.ctx, c.life.cancelCtx = context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.feed.watchMetadata))
+	c.feed.progress = newProgressRequester(c.life.ctx, c.stopCh, &c.wg, c.clock, c.requestProgress)
+	c.fan.watcherEnv = &watcherEnv{
 		clock: c.clock, buffer: cfg.WatcherBuffer, stop: c.stopCh, wg: &c.wg,
 		forget: c.forgetWatcher, moved: c.metrics.watcherMoved, bookmark: c.bookmarkObject, dropped: c.dropped,
-		latency: &dispatchLatency{stages: dispatchStages.forResource(c.groupResource)},
+		latency: &dispatchLatency{stages: dispatchStages.forResource(c.cfg.GroupResource)},
 	}
 	if utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {
 		// The store estimates object sizes for list cost from the keys it is
 		// told exist; the cache knows them without asking etcd.
 		if err := c.storage.EnableResourceSizeEstimation(c.keys); err != nil {
-			return nil, fmt.Errorf("enabling size estimation for %v: %w", c.groupResource, err)
+			return nil, fmt.Errorf("enabling size estimation for %v: %w", c.cfg.GroupResource, err)
 		}
 	}
 	c.wg.Add(3)
@@ -135,9 +142,9 @@ func New(cfg Config) (*Cacher, error) {
 // Stop ends every watcher and the cache's goroutines and waits for them. It
 // does not stop the wrapped storage. Calling it twice is fine.
 func (c *Cacher) Stop() {
-	c.stopOnce.Do(func() {
+	c.life.stopOnce.Do(func() {
 		close(c.stopCh)
-		c.cancelCtx()
+		c.life.cancelCtx()
 		c.goNotReady(notReadyStopped, c.terminateAll)
 		c.wg.Wait()
 	})
@@ -156,7 +163,7 @@ func (c *Cacher) WaitReady(ctx context.Context) error {
 		case stateReady:
 			return nil
 		case stateStopped:
-			return fmt.Errorf("watch cache of %v stopped", c.groupResource)
+			return fmt.Errorf("watch cache of %v stopped", c.cfg.GroupResource)
 		}
 		select {
 		case <-changed:
@@ -235,10 +242,10 @@ func (c *Cacher) keys(ctx context.Context) ([]string, error) {
 }
 
 // GroupResource is the resource the cache holds.
-func (c *Cacher) GroupResource() schema.GroupResource { return c.groupResource }
+func (c *Cacher) GroupResource() schema.GroupResource { return c.cfg.GroupResource }
 
 // Versioner implements storage.Interface.
-func (c *Cacher) Versioner() storage.Versioner { return c.versioner }
+func (c *Cacher) Versioner() storage.Versioner { return c.cfg.Versioner }
 
 // Stats implements storage.Interface.
 func (c *Cacher) Stats(ctx context.Context) (storage.Stats, error) { return c.storage.Stats(ctx) }

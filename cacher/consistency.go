@@ -49,7 +49,7 @@ func (c *Cacher) maybeCheckConsistency(now time.Time) {
 	go func() {
 		defer c.wg.Done()
 		defer c.feed.checkingConsistency.Store(false)
-		ctx, cancel := context.WithTimeout(c.ctx, consistencyCheckTimeout)
+		ctx, cancel := context.WithTimeout(c.life.ctx, consistencyCheckTimeout)
 		defer cancel()
 		_ = c.checkConsistency(ctx)
 	}()
@@ -64,11 +64,11 @@ func (c *Cacher) maybeCheckConsistency(now time.Time) {
 // they were taken of.
 func (c *Cacher) checkConsistency(ctx context.Context) error {
 	count := func(status string) {
-		upstream.StorageConsistencyCheckTotal.WithLabelValues(c.groupResource.Group, c.groupResource.Resource, status).Inc()
+		upstream.StorageConsistencyCheckTotal.WithLabelValues(c.cfg.GroupResource.Group, c.cfg.GroupResource.Resource, status).Inc()
 	}
-	cached, rv, ready, err := c.state.objectRVs(c.versioner.ObjectResourceVersion)
+	cached, rv, ready, err := c.state.objectRVs(c.cfg.Versioner.ObjectResourceVersion)
 	if !ready {
-		return fmt.Errorf("watch cache of %v not ready", c.groupResource)
+		return fmt.Errorf("watch cache of %v not ready", c.cfg.GroupResource)
 	}
 	var etcd map[string]*object
 	if err == nil {
@@ -81,7 +81,7 @@ func (c *Cacher) checkConsistency(ctx context.Context) error {
 	}
 	var differ []string
 	for key, o := range etcd {
-		etcdRV, err := c.versioner.ObjectResourceVersion(o.obj)
+		etcdRV, err := c.cfg.Versioner.ObjectResourceVersion(o.obj)
 		switch cacheRV, ok := cached[key]; {
 		case !ok:
 			differ = append(differ, fmt.Sprintf("%s (not in the cache, etcd rv %d)", key, etcdRV))
@@ -107,7 +107,7 @@ func (c *Cacher) checkConsistency(ctx context.Context) error {
 		// the job instead of healing unseen; the same setting does the same
 		// here.
 		panic(fmt.Sprintf("watch cache of %v inconsistent with etcd at resourceVersion %d: %d keys differ: %v",
-			c.groupResource, rv, len(differ), shown))
+			c.cfg.GroupResource, rv, len(differ), shown))
 	}
 	c.logger.Error(errInconsistent, "Cache consistency check failed: relisting", "resourceVersion", rv,
 		"differing", len(differ), "keys", shown)

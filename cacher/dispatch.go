@@ -77,7 +77,7 @@ func (c *Cacher) newDispatcher() *dispatcher {
 		objects:    c.objectsOf,
 		tooSlow:    c.terminateSlow,
 		dispatched: c.metrics.eventsDispatched.Inc,
-		latency:    c.watcherEnv.latency,
+		latency:    c.fan.watcherEnv.latency,
 	}}
 }
 
@@ -113,7 +113,7 @@ func (c *Cacher) dispatchLoop() {
 		case <-tick.C():
 			d.due = c.tick(d.rv, d.due)
 			tick.Rearm()
-		case req := <-c.bookmarkAll:
+		case req := <-c.fan.bookmarkAll:
 			waiting = c.answerBookmarkAll(append(waiting, req), d.rv)
 		}
 	}
@@ -230,6 +230,6 @@ func (c *Cacher) sharedBookmark(rv uint64) func() *sharedObject {
 
 func (c *Cacher) observeTick(start time.Time) {
 	took := c.clock.Since(start)
-	c.lastTickNanos.Store(int64(took))
+	c.fan.lastTickNanos.Store(int64(took))
 	c.metrics.tickDuration.Observe(took.Seconds())
 }

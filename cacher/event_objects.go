@@ -24,7 +24,7 @@ type eventObjects struct {
 }
 
 func (c *Cacher) objectsOf(e *event, dispatchedNanos int64) eventObjects {
-	return eventObjects{e: e, versioner: c.versioner, dropped: c.dropped, dispatchedNanos: dispatchedNanos}
+	return eventObjects{e: e, versioner: c.cfg.Versioner, dropped: c.dropped, dispatchedNanos: dispatchedNanos}
 }
 
 func (x *eventObjects) times() eventTimes {
@@ -91,8 +91,8 @@ func (x *eventObjects) movedOutEvent() (watch.Event, bool) {
 // bookmarkObject is an empty object of the resource's type at rv, as a
 // bookmark carries.
 func (c *Cacher) bookmarkObject(rv uint64) (runtime.Object, error) {
-	obj := c.newFunc()
-	if err := c.versioner.UpdateObject(obj, rv); err != nil {
+	obj := c.cfg.NewFunc()
+	if err := c.cfg.Versioner.UpdateObject(obj, rv); err != nil {
 		return nil, err
 	}
 	return obj, nil

@@ -34,7 +34,7 @@ func (c *Cacher) storageRV(ctx context.Context) (uint64, error) {
 	defer cancel()
 	rv, err := c.storage.GetCurrentResourceVersion(bounded)
 	if err != nil && ctx.Err() == nil && bounded.Err() != nil {
-		return 0, errors.NewTimeoutError(fmt.Sprintf("reading the current resourceVersion of %v took longer than %v", c.groupResource, freshnessTimeout), 1)
+		return 0, errors.NewTimeoutError(fmt.Sprintf("reading the current resourceVersion of %v took longer than %v", c.cfg.GroupResource, freshnessTimeout), 1)
 	}
 	return rv, err
 }

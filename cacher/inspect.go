@@ -59,10 +59,10 @@ type HistoryInspection struct {
 // revision, for at most the freshness timeout.
 func (c *Cacher) Inspect(ctx context.Context) Inspection {
 	in := Inspection{
-		GroupResource:    c.groupResource,
+		GroupResource:    c.cfg.GroupResource,
 		Now:              c.clock.Now(),
 		Watchers:         map[watchlist.State]int{},
-		LastTickDuration: time.Duration(c.lastTickNanos.Load()),
+		LastTickDuration: time.Duration(c.fan.lastTickNanos.Load()),
 		Config:           c.cfg,
 	}
 	in.Config.Storage = nil // the wrapped storage is not a fact to show

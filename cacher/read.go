@@ -66,12 +66,12 @@ func (c *Cacher) fillList(listObj runtime.Object, objs iter.Seq[*object], sizeHi
 	} else {
 		p = selectPage(listVal, objs, sizeHint, opts.Predicate, limit)
 	}
-	upstream.RecordListCacheMetrics(c.groupResource, index, p.fetched, listVal.Len())
+	upstream.RecordListCacheMetrics(c.cfg.GroupResource, index, p.fetched, listVal.Len())
 	next, remaining, err := storage.PrepareContinueToken(p.lastKey, key, int64(rv), int64(p.total), p.hasMore, opts)
 	if err != nil {
 		return err
 	}
-	if err := c.versioner.UpdateList(listObj, rv, next, remaining); err != nil {
+	if err := c.cfg.Versioner.UpdateList(listObj, rv, next, remaining); err != nil {
 		return err
 	}
 	// A sharded list says which shard it holds, as etcd3's does.

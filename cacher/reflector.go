@@ -139,9 +139,9 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 
 func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	start := c.clock.Now()
-	listed, rv, err := c.listStorage(ctx, c.resourcePrefix, storage.ListOptions{ResourceVersion: "", Recursive: true, Predicate: storage.Everything})
+	listed, rv, err := c.listStorage(ctx, c.cfg.ResourcePrefix, storage.ListOptions{ResourceVersion: "", Recursive: true, Predicate: storage.Everything})
 	if err != nil {
-		return 0, fmt.Errorf("listing %v: %w", c.groupResource, err)
+		return 0, fmt.Errorf("listing %v: %w", c.cfg.GroupResource, err)
 	}
 	objs := make([]any, len(listed))
 	for i, o := range listed {
@@ -174,7 +174,7 @@ func (c *Cacher) listStorage(ctx context.Context, key string, opts storage.ListO
 	if err != nil {
 		return nil, 0, err
 	}
-	rv, err := c.versioner.ParseResourceVersion(listMeta.GetResourceVersion())
+	rv, err := c.cfg.Versioner.ParseResourceVersion(listMeta.GetResourceVersion())
 	if err != nil {
 		return nil, 0, err
 	}
@@ -225,9 +225,9 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 	// Each event stamped with its decode time, for the dispatch latency.
 	opts.RecordTimestamps = true
 	lost := c.newWatchLost()
-	w, err := c.storage.Watch(ctx, c.resourcePrefix, opts)
+	w, err := c.storage.Watch(ctx, c.cfg.ResourcePrefix, opts)
 	if err != nil {
-		return rv, false, fmt.Errorf("watching %v from %d: %w", c.groupResource, rv, err)
+		return rv, false, fmt.Errorf("watching %v from %d: %w", c.cfg.GroupResource, rv, err)
 	}
 	defer w.Stop()
 	c.heard(c.clock.Now())
@@ -245,9 +245,9 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 			switch ev.Type {
 			case watch.Error:
 				err := apierrors.FromObject(ev.Object)
-				return rv, delivered, fmt.Errorf("watching %v from %d: %w", c.groupResource, rv, err)
+				return rv, delivered, fmt.Errorf("watching %v from %d: %w", c.cfg.GroupResource, rv, err)
 			case watch.Bookmark:
-				next, err := c.versioner.ObjectResourceVersion(ev.Object)
+				next, err := c.cfg.Versioner.ObjectResourceVersion(ev.Object)
 				if err != nil {
 					return rv, delivered, err
 				}
@@ -335,7 +335,7 @@ func (c *Cacher) deletedObject(prev, stub *object, rv uint64) (*object, error) {
 		return stub, nil
 	}
 	obj := prev.obj.DeepCopyObject()
-	if err := c.versioner.UpdateObject(obj, rv); err != nil {
+	if err := c.cfg.Versioner.UpdateObject(obj, rv); err != nil {
 		return nil, err
 	}
 	return &object{key: prev.key, obj: obj, labels: prev.labels, fields: prev.fields}, nil
@@ -349,7 +349,7 @@ func (c *Cacher) newEvent(ev watch.Event, now time.Time) (*event, error) {
 	if wrapped, ok := obj.(storage.WatchEventWithRecordTime); ok {
 		obj, decoded = wrapped.Unwrap(), wrapped.RecordTime().UnixNano()
 	}
-	rv, err := c.versioner.ObjectResourceVersion(obj)
+	rv, err := c.cfg.Versioner.ObjectResourceVersion(obj)
 	if err != nil {
 		return nil, err
 	}

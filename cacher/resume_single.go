@@ -49,7 +49,7 @@ func (c *Cacher) unchangedSinceLocked(key, name string, rv uint64) bool {
 			return false
 		}
 	}
-	objRV, err := c.versioner.ObjectResourceVersion(o.obj)
+	objRV, err := c.cfg.Versioner.ObjectResourceVersion(o.obj)
 	return err == nil && objRV <= rv
 }
 

@@ -24,11 +24,11 @@ import (
 // would, and etcd also knows objects stored under a key other than the one
 // KeyFunc gives them, which the conformance suite relies on.
 func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, objPtr runtime.Object) error {
-	key, err := storage.PrepareKey(c.resourcePrefix, key, false)
+	key, err := storage.PrepareKey(c.cfg.ResourcePrefix, key, false)
 	if err != nil {
 		return err
 	}
-	rv, err := parseRequestRV(c.versioner, opts.ResourceVersion)
+	rv, err := parseRequestRV(c.cfg.Versioner, opts.ResourceVersion)
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 // memory; exact-RV lists and later pages from its snapshots
 // (snapshot_list.go) while they hold that RV, else from etcd.
 func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
-	if _, _, err := storage.ValidateListOptions(c.resourcePrefix, c.versioner, opts); err != nil {
+	if _, _, err := storage.ValidateListOptions(c.cfg.ResourcePrefix, c.cfg.Versioner, opts); err != nil {
 		return err
 	}
 	var helper delegator.Helper = delegator.CacheWithoutSnapshots{}
@@ -74,7 +74,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		// A list at an RV ahead of the cache waits for the cache to reach
 		// it, as upstream does, and is a 504 if it does not: etcd would read
 		// an RV beyond int64 as a negative revision and answer 500.
-		if rv, err := c.versioner.ParseResourceVersion(opts.ResourceVersion); err == nil && rv > 0 && c.Ready() && rv > c.state.currentRV() {
+		if rv, err := c.cfg.Versioner.ParseResourceVersion(opts.ResourceVersion); err == nil && rv > 0 && c.Ready() && rv > c.state.currentRV() {
 			if err := c.waitFresh(ctx, rv); err != nil {
 				c.metrics.freshnessTimedOut(requestList, err)
 				return err
@@ -83,11 +83,11 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		c.metrics.readToStorage(listDelegated)
 		return c.storage.GetList(ctx, key, opts, listObj)
 	}
-	preparedKey, err := storage.PrepareKey(c.resourcePrefix, key, opts.Recursive)
+	preparedKey, err := storage.PrepareKey(c.cfg.ResourcePrefix, key, opts.Recursive)
 	if err != nil {
 		return err
 	}
-	rv, err := c.versioner.ParseResourceVersion(opts.ResourceVersion)
+	rv, err := c.cfg.Versioner.ParseResourceVersion(opts.ResourceVersion)
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func (h snapshotHelper) ShouldDelegateExactRV(rv string, recursive bool) (delega
 	if !recursive {
 		return delegator.Result{ShouldDelegate: true}, nil
 	}
-	parsed, err := h.c.versioner.ParseResourceVersion(rv)
+	parsed, err := h.c.cfg.Versioner.ParseResourceVersion(rv)
 	if err != nil {
 		return delegator.Result{}, err
 	}
@@ -204,7 +204,7 @@ func (h snapshotHelper) ShouldDelegateContinue(token string, recursive bool) (de
 	if !recursive {
 		return delegator.Result{ShouldDelegate: true}, nil
 	}
-	_, rv, err := storage.DecodeContinue(token, h.c.resourcePrefix)
+	_, rv, err := storage.DecodeContinue(token, h.c.cfg.ResourcePrefix)
 	if err != nil {
 		return delegator.Result{}, err
 	}
@@ -239,7 +239,7 @@ func (c *Cacher) pastListPoint(opts storage.ListOptions, key string) (rv uint64,
 	if !exact {
 		return 0, "", false
 	}
-	parsed, err := c.versioner.ParseResourceVersion(opts.ResourceVersion)
+	parsed, err := c.cfg.Versioner.ParseResourceVersion(opts.ResourceVersion)
 	if err != nil || parsed == 0 {
 		return 0, "", false
 	}

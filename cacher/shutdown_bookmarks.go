@@ -27,7 +27,7 @@ import (
 func (c *Cacher) BookmarkAll(ctx context.Context) (queued, taken int) {
 	req := bookmarkAllRequest{atLeast: c.catchUp(ctx), reply: make(chan []*watcher, 1)}
 	select {
-	case c.bookmarkAll <- req:
+	case c.fan.bookmarkAll <- req:
 	case <-c.stopCh:
 		return 0, 0
 	case <-ctx.Done():

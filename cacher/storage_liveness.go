@@ -159,7 +159,7 @@ func (c *Cacher) awaitWord(heardBefore int64, limit time.Duration) bool {
 			poll.Reset(progressRequestPeriod)
 		case <-deadline.C():
 			return c.feed.heardNanos.Load() != heardBefore
-		case <-c.ctx.Done():
+		case <-c.life.ctx.Done():
 			return false
 		}
 	}
@@ -170,7 +170,7 @@ func (c *Cacher) awaitWord(heardBefore int64, limit time.Duration) bool {
 // the watch is silent only because etcd is idle: that is word from etcd,
 // and it ends a silence's not-ready spell. It returns what it read.
 func (c *Cacher) probeIdle() (rv uint64, idle bool, err error) {
-	ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
+	ctx, cancel := context.WithTimeout(c.life.ctx, probeTimeout)
 	defer cancel()
 	if rv, err = c.storage.GetCurrentResourceVersion(ctx); err != nil {
 		return rv, false, err

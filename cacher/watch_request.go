@@ -59,11 +59,11 @@ type watchRequest struct {
 // parseWatch checks the request and builds its watcher; its errors are the
 // ones the storage would give.
 func (c *Cacher) parseWatch(ctx context.Context, key string, opts storage.ListOptions) (*watchRequest, error) {
-	key, err := storage.PrepareKey(c.resourcePrefix, key, opts.Recursive)
+	key, err := storage.PrepareKey(c.cfg.ResourcePrefix, key, opts.Recursive)
 	if err != nil {
 		return nil, err
 	}
-	requestedRV, err := parseRequestRV(c.versioner, opts.ResourceVersion)
+	requestedRV, err := parseRequestRV(c.cfg.Versioner, opts.ResourceVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ func (c *Cacher) parseWatch(ctx context.Context, key string, opts storage.ListOp
 	}
 	req.fromState = req.sendInitial || (requestedRV == 0 && opts.SendInitialEvents == nil)
 	w := &watcher{
-		env:       c.watcherEnv,
+		env:       c.fan.watcherEnv,
 		pred:      opts.Predicate,
 		key:       key,
 		recursive: opts.Recursive,

@@ -45,7 +45,7 @@ func (t *cacheTxn) initialState(ctx context.Context, ignoreNotFound bool) (*stor
 		return nil, storage.NewTooLargeResourceVersionError(0, t.c.state.currentRV(), 0)
 	}
 	if o, ok, _ := t.c.state.get(t.key); ok {
-		return storage.GetStateFromObject(t.c.versioner, t.c.cfg.Codec, o.obj.DeepCopyObject(), false)
+		return storage.GetStateFromObject(t.c.cfg.Versioner, t.c.cfg.Codec, o.obj.DeepCopyObject(), false)
 	}
 	return t.GetCurrentState(ctx, ignoreNotFound)
 }
@@ -73,12 +73,12 @@ func (t *cacheTxn) stateAt(ctx context.Context, rv uint64, ignoreNotFound bool) 
 	case !ignoreNotFound:
 		return nil, storage.NewKeyNotFoundError(t.key, int64(cacheRV))
 	default:
-		obj = t.c.newFunc()
+		obj = t.c.cfg.NewFunc()
 		if err := runtime.SetZeroValue(obj); err != nil {
 			return nil, fmt.Errorf("zeroing a %T: %w", obj, err)
 		}
 	}
-	return storage.GetStateFromObject(t.c.versioner, t.c.cfg.Codec, obj, true)
+	return storage.GetStateFromObject(t.c.cfg.Versioner, t.c.cfg.Codec, obj, true)
 }
 
 // afterConflict is the state to retry from once a transaction lost to
@@ -98,7 +98,7 @@ func (t *cacheTxn) afterConflict(ctx context.Context, conflict error, orig *stor
 	// The cache at the conflict's revision holds the write that won; the
 	// same revision again would retry the same conflict forever.
 	if orig.Rev != 0 && state.Rev == orig.Rev {
-		return nil, storage.NewInternalError(fmt.Errorf("watch cache of %v still at revision %d of %s after a conflict", t.c.groupResource, state.Rev, t.key))
+		return nil, storage.NewInternalError(fmt.Errorf("watch cache of %v still at revision %d of %s after a conflict", t.c.cfg.GroupResource, state.Rev, t.key))
 	}
 	return state, nil
 }
@@ -149,7 +149,7 @@ func (c *Cacher) updateFromCache(ctx context.Context, key string, destination ru
 	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc) (err error, fellBack bool) {
 	// A key the storage would refuse gets its error, not the cache's
 	// NotFound.
-	if key, err = storage.PrepareKey(c.resourcePrefix, key, false); err != nil {
+	if key, err = storage.PrepareKey(c.cfg.ResourcePrefix, key, false); err != nil {
 		return err, false
 	}
 	t := &cacheTxn{c: c, key: key}
@@ -163,7 +163,7 @@ func (c *Cacher) updateFromCache(ctx context.Context, key string, destination ru
 // deleteFromCache is Delete starting from the cache, as updateFromCache.
 func (c *Cacher) deleteFromCache(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
 	validateDeletion storage.ValidateObjectFunc) (err error, fellBack bool) {
-	if key, err = storage.PrepareKey(c.resourcePrefix, key, false); err != nil {
+	if key, err = storage.PrepareKey(c.cfg.ResourcePrefix, key, false); err != nil {
 		return err, false
 	}
 	t := &cacheTxn{c: c, key: key}
