@@ -144,7 +144,7 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 			"requests watch progress; after all of it unanswered, unless etcd's revision shows nothing new or (etcd being ahead) the watch answers within "+
 			"as long again, the cache goes not ready (429, /readyz fails; watches stay open) and re-opens its etcd watch from its resourceVersion, "+
 			"ready again once etcd answers; it relists only on a 410 or after 30s of failing re-opens. "+
-			"It is checked on every bookmark tick, so it takes effect to within one tick (--"+FlagBookmarkGranularity+" * (1 + --"+FlagBookmarkJitter+")). 0 turns the check off. Upstream has no such check.")
+			"It is checked every second, whatever the bookmark settings, so it takes effect to within a second. 0 turns the check off. Upstream has no such check.")
 	fs.DurationVar(&o.BookmarkMaxStaleness, FlagBookmarkMaxStaleness, o.BookmarkMaxStaleness,
 		"Bound on how stale a bookmark's resourceVersion may be: when the cache has heard nothing from etcd for nearly this long "+
 			"and bookmarks are about to be due, it requests watch progress once for the resource first. 0 turns it off "+
