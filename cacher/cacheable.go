@@ -30,9 +30,6 @@ type sharedObject struct {
 	// before fan-out; zero for initial events and bookmarks
 	// (dispatch_latency.go).
 	times eventTimes
-	// sentAtOnce counts the deliveries the dispatcher handed straight to a
-	// client's channel, not yet observed (dispatch_latency.go).
-	sentAtOnce atomic.Uint32
 
 	// encodings is copied on write: a thousand watches encoding one event
 	// read it at once, and only the first for each encoder writes.

@@ -24,7 +24,10 @@ type dispatcher struct {
 	// get any of them in the order first met, and for each, what it
 	// selects of each event (touched[i] gets objs[j] unless sels[i][j] is
 	// 0).
-	objs    [dispatchBatch]eventObjects
+	objs [dispatchBatch]eventObjects
+	// atOnce counts, per event of the batch, the deliveries a client's
+	// channel took straight from the dispatcher (dispatch_latency.go).
+	atOnce  [dispatchBatch]uint32
 	touched []*watcher
 	sels    []batchSelections
 }
@@ -163,14 +166,16 @@ func (d *dispatcher) dispatch(events ...*event) {
 	}
 	now := d.env.clock.Now().UnixNano()
 	for i, w := range d.touched {
-		if !w.deliverBatch(&d.sels[i], &d.objs, now) {
+		if !w.deliverBatch(&d.sels[i], &d.objs, &d.atOnce, now) {
 			d.env.tooSlow(w)
 		}
 	}
-	for j := range events {
-		d.env.latency.observeSentAtOnce(d.objs[j].cur, now)
-		d.env.latency.observeSentAtOnce(d.objs[j].movedOut, now)
+	for j, n := range d.atOnce[:len(events)] {
+		if n > 0 {
+			d.env.latency.sentAtOnce(d.objs[j].times(), n, now)
+		}
 	}
+	clear(d.atOnce[:len(events)])
 	clear(d.touched)
 	clear(d.objs[:len(events)])
 	d.touched, d.sels = d.touched[:0], d.sels[:0]

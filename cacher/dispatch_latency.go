@@ -57,25 +57,13 @@ func (l *dispatchLatency) sent(ev watch.Event, queuedNanos, dequeuedNanos, sentN
 	}
 }
 
-// sentAtOnce counts a delivery of ev the client's channel took from the
-// dispatcher; the dispatcher observes them all once the batch is handed
-// out (observeSentAtOnce), as they share every point.
-func (l *dispatchLatency) sentAtOnce(ev watch.Event) {
+// sentAtOnce observes n deliveries of an event that passed t, which
+// clients' channels took straight from the dispatcher at nowNanos: the
+// dispatcher counts them over its batch (dispatcher.atOnce) and observes
+// them in one step, as they share every point.
+func (l *dispatchLatency) sentAtOnce(t eventTimes, n uint32, nowNanos int64) {
 	if l == nil {
 		return
 	}
-	if s := timedObject(ev); s != nil {
-		s.sentAtOnce.Add(1)
-	}
-}
-
-// observeSentAtOnce observes the deliveries of s counted by sentAtOnce,
-// sent at nowNanos.
-func (l *dispatchLatency) observeSentAtOnce(s *sharedObject, nowNanos int64) {
-	if l == nil || s == nil {
-		return
-	}
-	if n := s.sentAtOnce.Swap(0); n > 0 {
-		l.stages.observe(s.times, nowNanos, nowNanos, nowNanos, uint64(n))
-	}
+	l.stages.observe(t, nowNanos, nowNanos, nowNanos, uint64(n))
 }

@@ -54,15 +54,27 @@ func TestEachDeliveryTimedByStage(t *testing.T) {
 		return !w.pumping
 	})
 
-	// resultBuffer deliveries of one event straight into the channel, then
-	// two events behind it, and a bookmark.
-	atOnce := liveEvent(t, 1, times)
+	// resultBuffer deliveries of one event straight into the channel, as
+	// the dispatcher hands a batch out and observes what was taken at once,
+	// then two events behind it, and a bookmark.
+	var objs [dispatchBatch]eventObjects
+	objs[0] = eventObjects{
+		e: &event{typ: watch.Modified, rv: 101, cur: &object{key: "/pods/ns/" + podName(1), obj: newTestPod(podName(1), 101, nil, "")},
+			decodedNanos: times.decoded, recordedNanos: times.received},
+		dispatchedNanos: times.dispatched,
+	}
+	var sels batchSelections
+	sels[0] = selectsCur | selectsPrev
+	var atOnce [dispatchBatch]uint32
 	for i := range resultBuffer {
-		if !w.deliver(atOnce, t0) {
+		if !w.deliverBatch(&sels, &objs, &atOnce, t0) {
 			t.Fatalf("delivery %d refused", i)
 		}
 	}
-	w.env.latency.observeSentAtOnce(atOnce.Object.(*cacheableObject).shared, t0)
+	if atOnce[0] != resultBuffer {
+		t.Fatalf("%d deliveries counted as taken at once, want %d", atOnce[0], resultBuffer)
+	}
+	w.env.latency.sentAtOnce(objs[0].times(), atOnce[0], t0)
 	for i := range 2 {
 		if !w.deliver(liveEvent(t, 2+i, times), t0) {
 			t.Fatalf("queued event %d refused", i)

@@ -204,13 +204,15 @@ func (w *watcher) start(ctx context.Context, initial []watch.Event) {
 func (w *watcher) deliver(ev watch.Event, nowNanos int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.deliverLocked(ev, nowNanos)
+	ok, _ := w.deliverLocked(ev, nowNanos)
+	return ok
 }
 
 // deliverBatch delivers the events of a dispatch batch the watcher selects
-// something of (sels[j] for objs[j]), in order, under one hold of the lock;
-// false when the client is too slow for them.
-func (w *watcher) deliverBatch(sels *batchSelections, objs *[dispatchBatch]eventObjects, nowNanos int64) bool {
+// something of (sels[j] for objs[j]), in order, under one hold of the lock,
+// counting in atOnce[j] a delivery of objs[j] the client's channel took at
+// once; false when the client is too slow for them.
+func (w *watcher) deliverBatch(sels *batchSelections, objs *[dispatchBatch]eventObjects, atOnce *[dispatchBatch]uint32, nowNanos int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for j, sel := range sels {
@@ -221,29 +223,34 @@ func (w *watcher) deliverBatch(sels *batchSelections, objs *[dispatchBatch]event
 		if !ok {
 			continue
 		}
-		if !w.deliverLocked(ev, nowNanos) {
+		ok, direct := w.deliverLocked(ev, nowNanos)
+		if !ok {
 			return false
+		}
+		if direct {
+			atOnce[j]++
 		}
 	}
 	return true
 }
 
-func (w *watcher) deliverLocked(ev watch.Event, now int64) bool {
+// deliverLocked hands ev to the client's channel (atOnce) or queues it;
+// ok is false when the client is too slow for it.
+func (w *watcher) deliverLocked(ev watch.Event, now int64) (ok, atOnce bool) {
 	if w.state != watcherOpen {
-		return true
+		return true, false
 	}
 	queued := w.queuedLocked()
 	if queued == 0 && !w.pumping {
 		select {
 		case w.result <- ev:
 			w.deliveredLocked(ev)
-			w.env.latency.sentAtOnce(ev)
-			return true
+			return true, true
 		default:
 		}
 	}
 	if !w.roomLocked(queued, now) {
-		return false
+		return false, false
 	}
 	if queued == 0 {
 		w.blockedSinceNanos = now
@@ -253,7 +260,7 @@ func (w *watcher) deliverLocked(ev watch.Event, now int64) bool {
 	if !w.pumping {
 		w.startPumpLocked()
 	}
-	return true
+	return true, false
 }
 
 // roomLocked is whether the client is keeping up well enough to be queued
@@ -316,7 +323,10 @@ func (w *watcher) pump() {
 		}
 		w.mu.Unlock()
 
-		dequeuedAt := w.env.clock.Now().UnixNano()
+		var dequeuedAt int64
+		if queuedAt != 0 {
+			dequeuedAt = w.env.clock.Now().UnixNano()
+		}
 		select {
 		case w.result <- ev:
 			if queuedAt != 0 {
@@ -458,7 +468,8 @@ func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject
 	if after := w.tracker.State(); after != before {
 		w.env.moved(before, after)
 	}
-	return w.deliverLocked(ev, nowNanos)
+	ok, _ := w.deliverLocked(ev, nowNanos)
+	return ok
 }
 
 // signalInitialized tells API priority and fairness that the watch's
