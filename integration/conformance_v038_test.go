@@ -38,6 +38,18 @@ import (
 // which every write the cache applies goes through, and lists at an exact
 // RV come from them.
 
+// isolatedWithGates runs body in a child process of its own (it sets
+// feature gates), beside the other tests, at every combination of values
+// of gates (withGates).
+func isolatedWithGates(t *testing.T, gates []featuregate.Feature, body func(t *testing.T)) {
+	t.Helper()
+	t.Parallel()
+	if !testchild.Isolate(t) {
+		return
+	}
+	withGates(t, gates, body)
+}
+
 // withGates runs body once for each combination of values of gates, one
 // level of subtests per gate ("ListFromCacheSnapshot=true/ConsistentGetFromCache=false").
 func withGates(t *testing.T, gates []featuregate.Feature, body func(t *testing.T)) {
@@ -55,21 +67,13 @@ func withGates(t *testing.T, gates []featuregate.Feature, body func(t *testing.T
 }
 
 func TestDeleteOnce(t *testing.T) {
-	t.Parallel() // in a process of its own: it sets feature gates
-	if !testchild.Isolate(t) {
-		return
-	}
-	withGates(t, []featuregate.Feature{features.ListFromCacheSnapshot}, func(t *testing.T) {
+	isolatedWithGates(t, []featuregate.Feature{features.ListFromCacheSnapshot}, func(t *testing.T) {
 		storagetesting.RunTestDeleteOnce(context.Background(), t, setup(t).cacher, etcdPathPrefix, protoCodec)
 	})
 }
 
 func TestUpdateOnce(t *testing.T) {
-	t.Parallel() // in a process of its own: it sets feature gates
-	if !testchild.Isolate(t) {
-		return
-	}
-	withGates(t, []featuregate.Feature{features.ListFromCacheSnapshot}, func(t *testing.T) {
+	isolatedWithGates(t, []featuregate.Feature{features.ListFromCacheSnapshot}, func(t *testing.T) {
 		storagetesting.RunTestUpdateOnce(context.Background(), t, setup(t).cacher, etcdPathPrefix, protoCodec)
 	})
 }
@@ -77,15 +81,11 @@ func TestUpdateOnce(t *testing.T) {
 // TestGuaranteedUpdate is upstream's pair of GuaranteedUpdate tests that
 // swap the etcd3 store's transformer (the others are in
 // conformance_test.go), at both values of ConsistentGetFromCache as
-// upstream runs them. watchkeeper has no ConsistentGetFromCache: it always
-// writes through to the store with the cached object as the hint, which is
-// what upstream does with the gate off.
+// upstream runs them: with the gate on, a write starts from the cache
+// (write_from_cache.go); off, it writes through to the store with the
+// cached object as the hint.
 func TestGuaranteedUpdate(t *testing.T) {
-	t.Parallel() // in a process of its own: it sets feature gates
-	if !testchild.Isolate(t) {
-		return
-	}
-	withGates(t, []featuregate.Feature{features.ListFromCacheSnapshot, features.ConsistentGetFromCache}, func(t *testing.T) {
+	isolatedWithGates(t, []featuregate.Feature{features.ListFromCacheSnapshot, features.ConsistentGetFromCache}, func(t *testing.T) {
 		t.Run("GuaranteedUpdate", func(t *testing.T) {
 			tr := newSwappablePrefixTransformer()
 			e := setupStore(t, protoCodec, tr)
@@ -108,11 +108,7 @@ func TestGuaranteedUpdate(t *testing.T) {
 // throughout): the lists at an exact RV must equal those they repeat.
 // Upstream does not run it against its cacher yet (a TODO of #109831).
 func TestListResourceVersionMatch(t *testing.T) {
-	t.Parallel() // in a process of its own: it sets feature gates
-	if !testchild.Isolate(t) {
-		return
-	}
-	withGates(t, []featuregate.Feature{features.ListFromCacheSnapshot}, func(t *testing.T) {
+	isolatedWithGates(t, []featuregate.Feature{features.ListFromCacheSnapshot}, func(t *testing.T) {
 		tr := newSwappablePrefixTransformer()
 		e := setupStore(t, protoCodec, tr)
 		storagetesting.RunTestListResourceVersionMatch(context.Background(), t, cacherWithPrefixTransformer{e.cacher, tr})
@@ -123,11 +119,7 @@ func TestListResourceVersionMatch(t *testing.T) {
 // GuaranteedUpdate costs through a cache (the suite's expectStatsCacher),
 // at both values of ConsistentGetFromCache, as upstream runs it.
 func TestOptimisticConcurrency(t *testing.T) {
-	t.Parallel() // in a process of its own: it sets feature gates
-	if !testchild.Isolate(t) {
-		return
-	}
-	withGates(t, []featuregate.Feature{features.ListFromCacheSnapshot, features.ConsistentGetFromCache}, func(t *testing.T) {
+	isolatedWithGates(t, []featuregate.Feature{features.ListFromCacheSnapshot, features.ConsistentGetFromCache}, func(t *testing.T) {
 		tr := newSwappablePrefixTransformer()
 		e := setupStore(t, protoCodec, tr)
 		storagetesting.RunTestOptimisticConcurrency(context.Background(), t, cacherWithPrefixTransformer{e.cacher, tr}, true, e.recorder)
@@ -144,11 +136,7 @@ func TestOptimisticConcurrency(t *testing.T) {
 // the gate off the store is still built with it on (the store reads it once,
 // as it starts): what runs without snapshots is our cache.
 func TestCorrectness(t *testing.T) {
-	t.Parallel() // in a process of its own: it sets feature gates
-	if !testchild.Isolate(t) {
-		return
-	}
-	withGates(t, []featuregate.Feature{features.ListFromCacheSnapshot, features.ConsistentGetFromCache}, func(t *testing.T) {
+	isolatedWithGates(t, []featuregate.Feature{features.ListFromCacheSnapshot, features.ConsistentGetFromCache}, func(t *testing.T) {
 		snapshots := utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot)
 		featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, true)
 		client := etcdtest.Start(t).KubernetesClient()
@@ -172,11 +160,7 @@ func TestCorrectness(t *testing.T) {
 // that is behind and would deliver all 25, so the test gives it the buffer
 // of upstream's watchers, 10 events.
 func TestWatchResync(t *testing.T) {
-	t.Parallel() // in a process of its own: it sets feature gates
-	if !testchild.Isolate(t) {
-		return
-	}
-	withGates(t, []featuregate.Feature{features.ListFromCacheSnapshot}, func(t *testing.T) {
+	isolatedWithGates(t, []featuregate.Feature{features.ListFromCacheSnapshot}, func(t *testing.T) {
 		clk := testingclock.NewFakeClock(time.Now())
 		e := setup(t, withClock(clk), nodeNameIndex, withWatcherBuffer(upstreamWatcherBuffer))
 		// Upstream's steps: past the time its cache gives a blocked
