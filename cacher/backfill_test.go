@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"k8s.io/apimachinery/pkg/api/errors"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -64,13 +66,13 @@ func TestHistoryPrepend(t *testing.T) {
 // cacherListedAt100 is a ready cacher that listed pod a@97 at RV 100, over
 // a fake etcd whose state at RV 90 (a@90) a backfill reads, and the cache's
 // own storage watch.
-func cacherListedAt100(t *testing.T) (*fakeStorage, *testCacher, *fakeWatch) {
+func cacherListedAt100(t *testing.T) (*cachertest.FakeStorage, *testCacher, *cachertest.FakeWatch) {
 	t.Helper()
-	fs := newFakeStorage(100, newTestPod("a", 97, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 97, nil, ""))
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
-	fs.setList(90, newTestPod("a", 90, nil, ""))
+	sw, _ := fs.WaitWatch(t, 1)
+	fs.SetList(90, cachertest.NewPod("a", 90, nil, ""))
 	return fs, c, sw
 }
 
@@ -78,36 +80,36 @@ func cacherListedAt100(t *testing.T) (*fakeStorage, *testCacher, *fakeWatch) {
 // restarted, or the cache relisted) continues from etcd's events instead of
 // getting 410; when etcd no longer has that RV it gets the 410.
 func TestBackfillBeforeTheList(t *testing.T) {
-	a90 := newTestPod("a", 90, map[string]string{"app": "web"}, "")
-	fs := newFakeStorage(100, newTestPod("a", 97, map[string]string{"app": "db"}, ""), newTestPod("b", 99, nil, ""))
+	a90 := cachertest.NewPod("a", 90, map[string]string{"app": "web"}, "")
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 97, map[string]string{"app": "db"}, ""), cachertest.NewPod("b", 99, nil, ""))
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
+	sw, _ := fs.WaitWatch(t, 1)
 	// etcd's state at 90: a is still web, b does not exist yet.
-	fs.setList(90, a90)
+	fs.SetList(90, a90)
 
-	web := webPods()
+	web := cachertest.WebPods()
 	done := watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: web})
-	bw, opts := fs.waitWatch(t, 2)
+	bw, opts := fs.WaitWatch(t, 2)
 	if opts.ResourceVersion != "90" {
 		t.Fatalf("backfill watch from %q, want 90", opts.ResourceVersion)
 	}
-	bw.send(t, watch.Modified, newTestPod("a", 97, map[string]string{"app": "db"}, "")) // a leaves app=web
-	bw.send(t, watch.Added, newTestPod("b", 99, nil, ""))
-	bw.sendBookmark(t, 100)
+	bw.Send(t, watch.Modified, cachertest.NewPod("a", 97, map[string]string{"app": "db"}, "")) // a leaves app=web
+	bw.Send(t, watch.Added, cachertest.NewPod("b", 99, nil, ""))
+	bw.SendBookmark(t, 100)
 	r := <-done
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
 	t.Cleanup(r.w.Stop)
 	// The selector saw a leave: a DELETED of the old a at 97.
-	ev := nextEvent(t, r.w)
-	if ev.Type != watch.Deleted || eventRV(t, ev) != 97 {
-		t.Fatalf("first event %s, want DELETED a@97 (it left the selector)", describe(ev))
+	ev := cachertest.NextEvent(t, r.w)
+	if ev.Type != watch.Deleted || cachertest.EventRV(t, ev) != 97 {
+		t.Fatalf("first event %s, want DELETED a@97 (it left the selector)", cachertest.Describe(ev))
 	}
-	sw.send(t, watch.Modified, newTestPod("a", 101, map[string]string{"app": "web"}, ""))
-	if ev := nextEvent(t, r.w); ev.Type != watch.Added || eventRV(t, ev) != 101 {
-		t.Fatalf("then %s, want ADDED a@101", describe(ev))
+	sw.Send(t, watch.Modified, cachertest.NewPod("a", 101, map[string]string{"app": "web"}, ""))
+	if ev := cachertest.NextEvent(t, r.w); ev.Type != watch.Added || cachertest.EventRV(t, ev) != 101 {
+		t.Fatalf("then %s, want ADDED a@101", cachertest.Describe(ev))
 	}
 	c.state.mu.RLock()
 	start, fromList := c.state.history.startRV, c.state.history.fromList
@@ -119,15 +121,15 @@ func TestBackfillBeforeTheList(t *testing.T) {
 	// etcd compacted 80 away: its watch from there fails and the resume
 	// gets 410.
 	done = watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "80", Recursive: true, Predicate: web})
-	bw, _ = fs.waitWatch(t, 3)
-	bw.send(t, watch.Error, &errors.NewResourceExpired("compacted").ErrStatus)
+	bw, _ = fs.WaitWatch(t, 3)
+	bw.Send(t, watch.Error, &errors.NewResourceExpired("compacted").ErrStatus)
 	r = <-done
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
 	t.Cleanup(r.w.Stop)
-	ev = nextEvent(t, r.w)
-	if s := errorStatus(t, ev); s.Code != 410 || s.Reason != v1.StatusReasonExpired {
+	ev = cachertest.NextEvent(t, r.w)
+	if s := cachertest.ErrorStatus(t, ev); s.Code != 410 || s.Reason != v1.StatusReasonExpired {
 		t.Fatalf("resume from 80 after a failed backfill: %+v, want 410 Expired", s)
 	}
 }
@@ -138,7 +140,7 @@ func TestBackfillBeforeTheList(t *testing.T) {
 // stops waiting at once; the backfill goes on for the others.
 func TestBackfillsAreCoalesced(t *testing.T) {
 	fs, c, sw := cacherListedAt100(t)
-	listsBefore := fs.listCount()
+	listsBefore := fs.ListCount()
 
 	type result struct {
 		rv  uint64
@@ -147,13 +149,13 @@ func TestBackfillsAreCoalesced(t *testing.T) {
 	}
 	results := make(chan result, 20)
 	resume := func(ctx context.Context, rv uint64) {
-		w, err := c.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: strconv.FormatUint(rv, 10), Recursive: true, Predicate: everything(false)})
+		w, err := c.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: strconv.FormatUint(rv, 10), Recursive: true, Predicate: cachertest.Everything(false)})
 		results <- result{rv, w, err}
 	}
 	// The first resume starts a backfill from 90, which blocks on its etcd
 	// watch until the test sends it events.
 	go resume(context.Background(), 90)
-	run1, opts := fs.waitWatch(t, 2)
+	run1, opts := fs.WaitWatch(t, 2)
 	if opts.ResourceVersion != "90" {
 		t.Fatalf("first backfill from %q, want 90", opts.ResourceVersion)
 	}
@@ -172,31 +174,31 @@ func TestBackfillsAreCoalesced(t *testing.T) {
 		if r.err == nil {
 			r.w.Stop()
 		}
-	case <-time.After(waitFor):
+	case <-time.After(cachertest.WaitFor):
 		t.Fatal("a resume whose context ended still waits for the backfill")
 	}
-	poll(t, "the nine resumes to wait for the backfill", func() bool {
+	cachertest.Poll(t, "the nine resumes to wait for the backfill", func() bool {
 		c.feed.backfills.mu.Lock()
 		defer c.feed.backfills.mu.Unlock()
 		return c.feed.backfills.waiting == 10 // the first and the nine
 	})
 	// One backfill runs: one etcd watch besides the cache's, and no read
 	// of etcd's state before its events.
-	if n, w := fs.listCount()-listsBefore, fs.watchCount(); n != 0 || w != 2 {
+	if n, w := fs.ListCount()-listsBefore, fs.WatchCount(); n != 0 || w != 2 {
 		t.Fatalf("%d lists and %d watches of etcd while one backfill waits for its events, want 0 and 2", n, w)
 	}
 
 	// The first backfill ends; one more, from 80, serves all nine. (The
 	// fake etcd holds one past state: 80's is set once the first read 90's.)
-	run1.send(t, watch.Modified, newTestPod("a", 97, nil, ""))
-	run1.sendBookmark(t, 100)
-	run2, opts := fs.waitWatch(t, 3)
+	run1.Send(t, watch.Modified, cachertest.NewPod("a", 97, nil, ""))
+	run1.SendBookmark(t, 100)
+	run2, opts := fs.WaitWatch(t, 3)
 	if opts.ResourceVersion != "80" {
 		t.Fatalf("second backfill from %q, want 80 (the oldest asked for)", opts.ResourceVersion)
 	}
-	fs.setList(80, newTestPod("a", 80, nil, ""))
-	run2.send(t, watch.Modified, newTestPod("a", 85, map[string]string{"v": "85"}, ""))
-	run2.send(t, watch.Modified, newTestPod("a", 90, nil, ""))
+	fs.SetList(80, cachertest.NewPod("a", 80, nil, ""))
+	run2.Send(t, watch.Modified, cachertest.NewPod("a", 85, map[string]string{"v": "85"}, ""))
+	run2.Send(t, watch.Modified, cachertest.NewPod("a", 90, nil, ""))
 	for range 10 {
 		r := <-results
 		if r.err != nil {
@@ -212,15 +214,15 @@ func TestBackfillsAreCoalesced(t *testing.T) {
 			want = []uint64{97}
 		}
 		for _, rv := range want {
-			if ev := nextEvent(t, r.w); ev.Type == watch.Error || eventRV(t, ev) != rv {
-				t.Fatalf("resume from %d: got %s, want @%d", r.rv, describe(ev), rv)
+			if ev := cachertest.NextEvent(t, r.w); ev.Type == watch.Error || cachertest.EventRV(t, ev) != rv {
+				t.Fatalf("resume from %d: got %s, want @%d", r.rv, cachertest.Describe(ev), rv)
 			}
 		}
 	}
-	if n := fs.listCount() - listsBefore; n != 2 {
+	if n := fs.ListCount() - listsBefore; n != 2 {
 		t.Errorf("%d lists of etcd for 10 resumes from 80..90, want 2 (one per backfill)", n)
 	}
-	sw.send(t, watch.Modified, newTestPod("a", 101, nil, ""))
+	sw.Send(t, watch.Modified, cachertest.NewPod("a", 101, nil, ""))
 }
 
 // A resume waiting for a backfill has told API Priority and Fairness its
@@ -233,19 +235,19 @@ func TestResumeWaitingForABackfillFreesItsAPFSeat(t *testing.T) {
 	ctx := utilflowcontrol.WithInitializationSignal(context.Background(), signal)
 	done := make(chan error, 1)
 	go func() {
-		w, err := c.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: everything(false)})
+		w, err := c.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: cachertest.Everything(false)})
 		if err == nil {
 			w.Stop()
 		}
 		done <- err
 	}()
 	// The backfill's etcd watch is open and gets nothing: the resume waits.
-	run, _ := fs.waitWatch(t, 2)
+	run, _ := fs.WaitWatch(t, 2)
 	signaled := make(chan struct{})
 	go func() { signal.Wait(); close(signaled) }()
 	select {
 	case <-signaled:
-	case <-time.After(waitFor):
+	case <-time.After(cachertest.WaitFor):
 		t.Fatal("the resume holds its APF seat while it waits for the backfill")
 	}
 	select {
@@ -253,8 +255,8 @@ func TestResumeWaitingForABackfillFreesItsAPFSeat(t *testing.T) {
 		t.Fatalf("the resume returned (%v) before the backfill ended", err)
 	default:
 	}
-	run.send(t, watch.Modified, newTestPod("a", 97, nil, ""))
-	run.sendBookmark(t, 100)
+	run.Send(t, watch.Modified, cachertest.NewPod("a", 97, nil, ""))
+	run.SendBookmark(t, 100)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -277,45 +279,45 @@ func TestBackfillReadsTheStateOfTheObjectsItsEventsModify(t *testing.T) {
 		wantLeave bool
 	}{
 		{"a modified, e added, b deleted: a read", []watch.Event{
-			{Type: watch.Modified, Object: newTestPod("a", 97, db, "")},
-			{Type: watch.Added, Object: newTestPod("e", 98, nil, "")},
-			{Type: watch.Deleted, Object: newTestPod("b", 99, nil, "")},
-		}, []string{"/pods/" + testNamespace + "/a"}, true},
+			{Type: watch.Modified, Object: cachertest.NewPod("a", 97, db, "")},
+			{Type: watch.Added, Object: cachertest.NewPod("e", 98, nil, "")},
+			{Type: watch.Deleted, Object: cachertest.NewPod("b", 99, nil, "")},
+		}, []string{"/pods/" + cachertest.Namespace + "/a"}, true},
 		{"a key modified twice is read once", []watch.Event{
-			{Type: watch.Modified, Object: newTestPod("a", 97, db, "")},
-			{Type: watch.Modified, Object: newTestPod("a", 99, db, "")},
-		}, []string{"/pods/" + testNamespace + "/a"}, true},
+			{Type: watch.Modified, Object: cachertest.NewPod("a", 97, db, "")},
+			{Type: watch.Modified, Object: cachertest.NewPod("a", 99, db, "")},
+		}, []string{"/pods/" + cachertest.Namespace + "/a"}, true},
 		{"added, then modified: nothing read", []watch.Event{
-			{Type: watch.Added, Object: newTestPod("e", 97, nil, "")},
-			{Type: watch.Modified, Object: newTestPod("e", 98, web, "")},
+			{Type: watch.Added, Object: cachertest.NewPod("e", 97, nil, "")},
+			{Type: watch.Modified, Object: cachertest.NewPod("e", 98, web, "")},
 		}, nil, false},
 		{"three of four modified: the whole resource read", []watch.Event{
-			{Type: watch.Modified, Object: newTestPod("a", 97, db, "")},
-			{Type: watch.Modified, Object: newTestPod("b", 98, nil, "")},
-			{Type: watch.Modified, Object: newTestPod("c", 99, nil, "")},
+			{Type: watch.Modified, Object: cachertest.NewPod("a", 97, db, "")},
+			{Type: watch.Modified, Object: cachertest.NewPod("b", 98, nil, "")},
+			{Type: watch.Modified, Object: cachertest.NewPod("c", 99, nil, "")},
 		}, []string{"/pods/"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			held := []*example.Pod{newTestPod("a", 97, db, ""), newTestPod("b", 98, nil, ""), newTestPod("c", 99, nil, ""), newTestPod("d", 50, nil, "")}
-			fs := newFakeStorage(100, held...)
+			held := []*example.Pod{cachertest.NewPod("a", 97, db, ""), cachertest.NewPod("b", 98, nil, ""), cachertest.NewPod("c", 99, nil, ""), cachertest.NewPod("d", 50, nil, "")}
+			fs := cachertest.NewFakeStorage(100, held...)
 			c := newTestCacher(t, fs, nil)
 			c.waitReady(t)
-			fs.waitWatch(t, 1)
-			fs.setList(90, newTestPod("a", 90, web, ""), newTestPod("b", 80, nil, ""), newTestPod("c", 70, nil, ""), newTestPod("d", 50, nil, ""))
-			readsBefore := len(fs.readKeys())
+			fs.WaitWatch(t, 1)
+			fs.SetList(90, cachertest.NewPod("a", 90, web, ""), cachertest.NewPod("b", 80, nil, ""), cachertest.NewPod("c", 70, nil, ""), cachertest.NewPod("d", 50, nil, ""))
+			readsBefore := len(fs.ReadKeys())
 
-			done := watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: webPods()})
-			run, _ := fs.waitWatch(t, 2)
+			done := watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: cachertest.WebPods()})
+			run, _ := fs.WaitWatch(t, 2)
 			for _, ev := range tc.events {
-				run.send(t, ev.Type, ev.Object)
+				run.Send(t, ev.Type, ev.Object)
 			}
-			run.sendBookmark(t, 100)
+			run.SendBookmark(t, 100)
 			r := <-done
 			if r.err != nil {
 				t.Fatal(r.err)
 			}
 			t.Cleanup(r.w.Stop)
-			got := fs.readKeys()[readsBefore:]
+			got := fs.ReadKeys()[readsBefore:]
 			if slices.Equal(tc.wantReads, []string{"/pods/"}) {
 				// The keys' reads start as their events come and may
 				// have run before the third showed they were too many;
@@ -326,12 +328,12 @@ func TestBackfillReadsTheStateOfTheObjectsItsEventsModify(t *testing.T) {
 			} else if !slices.Equal(got, tc.wantReads) {
 				t.Fatalf("the backfill read %q of etcd, want %q", got, tc.wantReads)
 			}
-			ev := nextEvent(t, r.w)
+			ev := cachertest.NextEvent(t, r.w)
 			switch {
-			case tc.wantLeave && (ev.Type != watch.Deleted || eventRV(t, ev) != 97):
-				t.Fatalf("first event %s, want DELETED a@97 (it left the selector)", describe(ev))
-			case !tc.wantLeave && (ev.Type != watch.Added || eventRV(t, ev) != 98):
-				t.Fatalf("first event %s, want ADDED e@98 (it joined the selector)", describe(ev))
+			case tc.wantLeave && (ev.Type != watch.Deleted || cachertest.EventRV(t, ev) != 97):
+				t.Fatalf("first event %s, want DELETED a@97 (it left the selector)", cachertest.Describe(ev))
+			case !tc.wantLeave && (ev.Type != watch.Added || cachertest.EventRV(t, ev) != 98):
+				t.Fatalf("first event %s, want ADDED e@98 (it joined the selector)", cachertest.Describe(ev))
 			}
 		})
 	}
@@ -344,26 +346,26 @@ func TestBackfillReadsTheStateOfTheObjectsItsEventsModify(t *testing.T) {
 // them at 300 nodes (docs/kube-load.md).
 func TestBackfillSwitchingToTheWholeResourceLetsKeyReadsFinish(t *testing.T) {
 	db := map[string]string{"app": "db"}
-	fs := newFakeStorage(100, newTestPod("a", 97, db, ""), newTestPod("b", 98, nil, ""), newTestPod("c", 99, nil, ""), newTestPod("d", 50, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 97, db, ""), cachertest.NewPod("b", 98, nil, ""), cachertest.NewPod("c", 99, nil, ""), cachertest.NewPod("d", 50, nil, ""))
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
-	fs.waitWatch(t, 1)
-	fs.setList(90, newTestPod("a", 90, map[string]string{"app": "web"}, ""), newTestPod("b", 80, nil, ""), newTestPod("c", 70, nil, ""), newTestPod("d", 50, nil, ""))
+	fs.WaitWatch(t, 1)
+	fs.SetList(90, cachertest.NewPod("a", 90, map[string]string{"app": "web"}, ""), cachertest.NewPod("b", 80, nil, ""), cachertest.NewPod("c", 70, nil, ""), cachertest.NewPod("d", 50, nil, ""))
 	gate := make(chan struct{})
-	fs.mu.Lock()
-	fs.keyGate = gate
-	fs.mu.Unlock()
+	fs.Mu.Lock()
+	fs.KeyGate = gate
+	fs.Mu.Unlock()
 
-	done := watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: webPods()})
-	run, _ := fs.waitWatch(t, 2)
-	run.send(t, watch.Modified, newTestPod("a", 97, db, ""))
-	run.send(t, watch.Modified, newTestPod("b", 98, nil, ""))
-	poll(t, "a's and b's reads held", func() bool { return len(fs.held()) == 2 })
+	done := watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: cachertest.WebPods()})
+	run, _ := fs.WaitWatch(t, 2)
+	run.Send(t, watch.Modified, cachertest.NewPod("a", 97, db, ""))
+	run.Send(t, watch.Modified, cachertest.NewPod("b", 98, nil, ""))
+	cachertest.Poll(t, "a's and b's reads held", func() bool { return len(fs.Held()) == 2 })
 	// The third of four objects modified: the whole resource is read.
-	run.send(t, watch.Modified, newTestPod("c", 99, nil, ""))
-	run.sendBookmark(t, 100)
-	poll(t, "the backfill to take every event", func() bool { return len(run.ch) == 0 })
-	for i, ctx := range fs.held() {
+	run.Send(t, watch.Modified, cachertest.NewPod("c", 99, nil, ""))
+	run.SendBookmark(t, 100)
+	cachertest.Poll(t, "the backfill to take every event", func() bool { return len(run.Ch) == 0 })
+	for i, ctx := range fs.Held() {
 		if ctx.Err() != nil {
 			t.Errorf("key read %d in flight: %v, want it left to finish", i, ctx.Err())
 		}
@@ -374,8 +376,8 @@ func TestBackfillSwitchingToTheWholeResourceLetsKeyReadsFinish(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	t.Cleanup(r.w.Stop)
-	if ev := nextEvent(t, r.w); ev.Type != watch.Deleted || eventRV(t, ev) != 97 {
-		t.Fatalf("first event %s, want DELETED a@97 (it left the selector)", describe(ev))
+	if ev := cachertest.NextEvent(t, r.w); ev.Type != watch.Deleted || cachertest.EventRV(t, ev) != 97 {
+		t.Fatalf("first event %s, want DELETED a@97 (it left the selector)", cachertest.Describe(ev))
 	}
 }
 
@@ -386,16 +388,16 @@ func TestFailedBackfillAnswersResumesAtOnceForACooldown(t *testing.T) {
 	fs, c, _ := cacherListedAt100(t)
 	resume := func() *v1.Status {
 		t.Helper()
-		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: everything(false)})
+		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: cachertest.Everything(false)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(w.Stop)
-		ev := nextEvent(t, w)
+		ev := cachertest.NextEvent(t, w)
 		if ev.Type != watch.Error {
 			return nil
 		}
-		return errorStatus(t, ev)
+		return cachertest.ErrorStatus(t, ev)
 	}
 
 	// The series are shared by every test's cacher of pods: count deltas.
@@ -410,17 +412,17 @@ func TestFailedBackfillAnswersResumesAtOnceForACooldown(t *testing.T) {
 
 	// etcd fails the backfill's state read, after its events: 410, and
 	// one failure counted.
-	fs.failLists(1)
-	lists := fs.listCount()
+	fs.FailLists(1)
+	lists := fs.ListCount()
 	failing := make(chan *v1.Status, 1)
 	go func() { failing <- resume() }()
-	run, _ := fs.waitWatch(t, 2)
-	run.send(t, watch.Modified, newTestPod("a", 97, nil, ""))
-	run.sendBookmark(t, 100)
+	run, _ := fs.WaitWatch(t, 2)
+	run.Send(t, watch.Modified, cachertest.NewPod("a", 97, nil, ""))
+	run.SendBookmark(t, 100)
 	if s := <-failing; s == nil || s.Code != 410 {
 		t.Fatalf("resume after a failed backfill: %+v, want 410", s)
 	}
-	if n := fs.listCount() - lists; n != 1 {
+	if n := fs.ListCount() - lists; n != 1 {
 		t.Fatalf("%d reads of etcd for the failed backfill, want 1", n)
 	}
 	if got := count(c.metrics.backfillFailed) - failed; got != 1 {
@@ -429,21 +431,21 @@ func TestFailedBackfillAnswersResumesAtOnceForACooldown(t *testing.T) {
 
 	// Within the cooldown: 410 at once, no backfill, no read of etcd.
 	c.clk.Step(backfillCooldown - time.Second)
-	watches := fs.watchCount()
+	watches := fs.WatchCount()
 	if s := resume(); s == nil || s.Code != 410 {
 		t.Fatalf("resume within the cooldown: %+v, want 410", s)
 	}
-	if fs.listCount() != lists+1 || fs.watchCount() != watches {
-		t.Fatalf("a resume within the cooldown started a backfill (%d lists, %d watches of etcd)", fs.listCount()-lists-1, fs.watchCount()-watches)
+	if fs.ListCount() != lists+1 || fs.WatchCount() != watches {
+		t.Fatalf("a resume within the cooldown started a backfill (%d lists, %d watches of etcd)", fs.ListCount()-lists-1, fs.WatchCount()-watches)
 	}
 
 	// After it, a resume backfills again, and this one fills.
 	c.clk.Step(time.Second)
 	done := make(chan *v1.Status, 1)
 	go func() { done <- resume() }()
-	run, _ = fs.waitWatch(t, watches+1)
-	run.send(t, watch.Modified, newTestPod("a", 97, nil, ""))
-	run.sendBookmark(t, 100)
+	run, _ = fs.WaitWatch(t, watches+1)
+	run.Send(t, watch.Modified, cachertest.NewPod("a", 97, nil, ""))
+	run.SendBookmark(t, 100)
 	if s := <-done; s != nil {
 		t.Fatalf("resume after the cooldown: %+v, want the events", s)
 	}
@@ -455,14 +457,14 @@ func TestFailedBackfillAnswersResumesAtOnceForACooldown(t *testing.T) {
 // listedWithBackfill is a cacher that listed a@97 at RV 100 and reads its
 // history back 30 revisions after the list, and that backfill's etcd
 // watch, told apart from the cache's own by the RV it starts from.
-func listedWithBackfill(t *testing.T) (*fakeStorage, *testCacher, *fakeWatch) {
+func listedWithBackfill(t *testing.T) (*cachertest.FakeStorage, *testCacher, *cachertest.FakeWatch) {
 	t.Helper()
-	fs := newFakeStorage(100, newTestPod("a", 97, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 97, nil, ""))
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.ListBackfillRevisions = 30 })
 	c.waitReady(t)
 	// The two watches open concurrently, in either order.
-	w1, o1 := fs.waitWatch(t, 1)
-	w2, o2 := fs.waitWatch(t, 2)
+	w1, o1 := fs.WaitWatch(t, 1)
+	w2, o2 := fs.WaitWatch(t, 2)
 	if o1.ResourceVersion == "70" {
 		w1, o1, w2, o2 = w2, o2, w1, o1
 	}
@@ -477,10 +479,10 @@ func listedWithBackfill(t *testing.T) (*fakeStorage, *testCacher, *fakeWatch) {
 // etcd of its own.
 func TestListBackfillsTheHistoryBeforeAnyResume(t *testing.T) {
 	fs, c, bw := listedWithBackfill(t)
-	fs.setList(70, newTestPod("a", 60, nil, "")) // etcd's state at 70
-	bw.send(t, watch.Modified, newTestPod("a", 97, nil, ""))
-	bw.sendBookmark(t, 100)
-	deadline := time.Now().Add(waitFor)
+	fs.SetList(70, cachertest.NewPod("a", 60, nil, "")) // etcd's state at 70
+	bw.Send(t, watch.Modified, cachertest.NewPod("a", 97, nil, ""))
+	bw.SendBookmark(t, 100)
+	deadline := time.Now().Add(cachertest.WaitFor)
 	for {
 		if start, _ := c.state.historyStart(); start == 70 {
 			break
@@ -491,18 +493,18 @@ func TestListBackfillsTheHistoryBeforeAnyResume(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	watches, lists := fs.watchCount(), fs.listCount()
+	watches, lists := fs.WatchCount(), fs.ListCount()
 
-	w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "80", Recursive: true, Predicate: everything(false)})
+	w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "80", Recursive: true, Predicate: cachertest.Everything(false)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	if ev := nextEvent(t, w); ev.Type != watch.Modified || eventRV(t, ev) != 97 {
-		t.Fatalf("resume from 80: %s, want MODIFIED a@97", describe(ev))
+	if ev := cachertest.NextEvent(t, w); ev.Type != watch.Modified || cachertest.EventRV(t, ev) != 97 {
+		t.Fatalf("resume from 80: %s, want MODIFIED a@97", cachertest.Describe(ev))
 	}
-	if fs.watchCount() != watches || fs.listCount() != lists {
-		t.Errorf("the resume read etcd (%d watches, %d lists), want none", fs.watchCount()-watches, fs.listCount()-lists)
+	if fs.WatchCount() != watches || fs.ListCount() != lists {
+		t.Errorf("the resume read etcd (%d watches, %d lists), want none", fs.WatchCount()-watches, fs.ListCount()-lists)
 	}
 }
 
@@ -511,8 +513,8 @@ func TestListBackfillsTheHistoryBeforeAnyResume(t *testing.T) {
 // younger RV backfills on demand.
 func TestFailedListBackfillLeavesResumesTheirOwn(t *testing.T) {
 	fs, c, bw := listedWithBackfill(t)
-	bw.send(t, watch.Error, &v1.Status{Status: v1.StatusFailure, Code: 410, Reason: v1.StatusReasonExpired, Message: "compacted"})
-	deadline := time.Now().Add(waitFor)
+	bw.Send(t, watch.Error, &v1.Status{Status: v1.StatusFailure, Code: 410, Reason: v1.StatusReasonExpired, Message: "compacted"})
+	deadline := time.Now().Add(cachertest.WaitFor)
 	for {
 		c.feed.backfills.mu.Lock()
 		running := c.feed.backfills.running
@@ -526,20 +528,20 @@ func TestFailedListBackfillLeavesResumesTheirOwn(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 
-	fs.setList(90, newTestPod("a", 90, nil, ""))
-	done := watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: everything(false)})
-	run, opts := fs.waitWatch(t, 3)
+	fs.SetList(90, cachertest.NewPod("a", 90, nil, ""))
+	done := watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "90", Recursive: true, Predicate: cachertest.Everything(false)})
+	run, opts := fs.WaitWatch(t, 3)
 	if opts.ResourceVersion != "90" {
 		t.Fatalf("the resume's backfill watches from %q, want 90", opts.ResourceVersion)
 	}
-	run.send(t, watch.Modified, newTestPod("a", 97, nil, ""))
-	run.sendBookmark(t, 100)
+	run.Send(t, watch.Modified, cachertest.NewPod("a", 97, nil, ""))
+	run.SendBookmark(t, 100)
 	r := <-done
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
 	t.Cleanup(r.w.Stop)
-	if ev := nextEvent(t, r.w); ev.Type != watch.Modified || eventRV(t, ev) != 97 {
-		t.Fatalf("resume from 90 after the list's backfill failed: %s, want MODIFIED a@97", describe(ev))
+	if ev := cachertest.NextEvent(t, r.w); ev.Type != watch.Modified || cachertest.EventRV(t, ev) != 97 {
+		t.Fatalf("resume from 90 after the list's backfill failed: %s, want MODIFIED a@97", cachertest.Describe(ev))
 	}
 }

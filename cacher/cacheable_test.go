@@ -9,6 +9,8 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/apis/example"
@@ -16,7 +18,7 @@ import (
 
 func sharedPod(t *testing.T) (*example.Pod, *sharedObject) {
 	t.Helper()
-	pod := newTestPod("a", 7, map[string]string{"app": "x"}, "node1")
+	pod := cachertest.NewPod("a", 7, map[string]string{"app": "x"}, "node1")
 	s, err := share(pod)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +134,7 @@ func TestCacheEncodeError(t *testing.T) {
 // BenchmarkCacheEncodeShared is many watches writing one event's cached
 // encoding at once, as the HTTP handlers of a fan-out do.
 func BenchmarkCacheEncodeShared(b *testing.B) {
-	pod := newTestPod("a", 7, map[string]string{"app": "x"}, "node1")
+	pod := cachertest.NewPod("a", 7, map[string]string{"app": "x"}, "node1")
 	s, err := share(pod)
 	if err != nil {
 		b.Fatal(err)

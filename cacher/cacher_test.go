@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -68,14 +70,14 @@ func TestReadiness(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
-			fs.failLists(tc.listFailures)
+			fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
+			fs.FailLists(tc.listFailures)
 			tc2 := newTestCacher(t, fs, nil)
 
 			for attempt := 1; attempt <= tc.listFailures; attempt++ {
 				// The reflector backs off on the fake clock: tick + backoff.
-				poll(t, "the reflector to back off", func() bool {
-					return fs.listCount() == attempt && tc2.clk.Waiters() == cacheTimers+1
+				cachertest.Poll(t, "the reflector to back off", func() bool {
+					return fs.ListCount() == attempt && tc2.clk.Waiters() == cacheTimers+1
 				})
 				if tc2.Ready() {
 					t.Fatalf("Ready() = true after %d failed lists", attempt)
@@ -83,7 +85,7 @@ func TestReadiness(t *testing.T) {
 				if err := tc2.ReadinessCheck(); !errors.Is(err, storage.ErrStorageNotReady) {
 					t.Fatalf("ReadinessCheck() = %v, want ErrStorageNotReady", err)
 				}
-				w, err := tc2.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)})
+				w, err := tc2.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: cachertest.Everything(false)})
 				if err == nil {
 					w.Stop()
 					t.Fatalf("Watch before the first list: got a watch, want 429")
@@ -104,12 +106,12 @@ func TestReadiness(t *testing.T) {
 			if err := tc2.ReadinessCheck(); err != nil {
 				t.Fatalf("ReadinessCheck() = %v once ready", err)
 			}
-			if got := fs.listCount(); got != tc.listFailures+1 {
+			if got := fs.ListCount(); got != tc.listFailures+1 {
 				t.Errorf("GetList called %d times, want %d", got, tc.listFailures+1)
 			}
-			w := tc2.startWatch(t, context.Background(), "0", everything(false))
-			if ev := nextEvent(t, w); ev.Type != watch.Added || eventRV(t, ev) != 100 {
-				t.Errorf("first event once ready: %s, want ADDED a@100", describe(ev))
+			w := tc2.startWatch(t, context.Background(), "0", cachertest.Everything(false))
+			if ev := cachertest.NextEvent(t, w); ev.Type != watch.Added || cachertest.EventRV(t, ev) != 100 {
+				t.Errorf("first event once ready: %s, want ADDED a@100", cachertest.Describe(ev))
 			}
 		})
 	}
@@ -117,11 +119,11 @@ func TestReadiness(t *testing.T) {
 
 // Watch while not ready at the start: a 429 whose Retry-After is 1s.
 func TestWatchBeforeFirstListIs429(t *testing.T) {
-	fs := newFakeStorage(100)
-	fs.failLists(1)
+	fs := cachertest.NewFakeStorage(100)
+	fs.FailLists(1)
 	tc := newTestCacher(t, fs, nil)
-	poll(t, "the reflector to back off", func() bool { return fs.listCount() == 1 && tc.clk.Waiters() == cacheTimers+1 })
-	_, err := tc.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "100", Recursive: true, Predicate: everything(true)})
+	cachertest.Poll(t, "the reflector to back off", func() bool { return fs.ListCount() == 1 && tc.clk.Waiters() == cacheTimers+1 })
+	_, err := tc.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "100", Recursive: true, Predicate: cachertest.Everything(true)})
 	if !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("Watch = %v, want 429", err)
 	}
@@ -148,35 +150,35 @@ func TestBookmarkHeartbeat(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+			fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 			c := newTestCacher(t, fs, func(cfg *Config) {
 				cfg.BookmarkFrequency = 10 * time.Second
 				cfg.EventsHistoryWindow = time.Minute
 			})
 			c.waitReady(t)
-			sw, _ := fs.waitWatch(t, 1)
-			w := c.startWatch(t, context.Background(), "100", everything(tc.bookmarks))
+			sw, _ := fs.WaitWatch(t, 1)
+			w := c.startWatch(t, context.Background(), "100", cachertest.Everything(tc.bookmarks))
 
 			var got []int
 			lastEventRV := uint64(100)
 			c.stepTicks(t, 30, func(step int) {
 				if slices.Contains(tc.wantBookmarks, step) {
-					ev := nextEvent(t, w)
+					ev := cachertest.NextEvent(t, w)
 					if ev.Type != watch.Bookmark {
-						t.Fatalf("after %ds: got %s, want a bookmark", step, describe(ev))
+						t.Fatalf("after %ds: got %s, want a bookmark", step, cachertest.Describe(ev))
 					}
-					if rv := eventRV(t, ev); rv < lastEventRV {
+					if rv := cachertest.EventRV(t, ev); rv < lastEventRV {
 						t.Errorf("bookmark after %ds at RV %d, below the last event's %d", step, rv, lastEventRV)
 					}
 					got = append(got, step)
 				}
-				expectQuiet(t, w, fmt.Sprintf("after %ds", step))
+				cachertest.ExpectQuiet(t, w, fmt.Sprintf("after %ds", step))
 				if step == 15 {
 					// One event between two heartbeats; none in the next period.
-					sw.send(t, watch.Modified, newTestPod("a", 105, map[string]string{"x": "y"}, ""))
-					ev := nextEvent(t, w)
-					if ev.Type != watch.Modified || eventRV(t, ev) != 105 {
-						t.Fatalf("got %s, want MODIFIED a@105", describe(ev))
+					sw.Send(t, watch.Modified, cachertest.NewPod("a", 105, map[string]string{"x": "y"}, ""))
+					ev := cachertest.NextEvent(t, w)
+					if ev.Type != watch.Modified || cachertest.EventRV(t, ev) != 105 {
+						t.Fatalf("got %s, want MODIFIED a@105", cachertest.Describe(ev))
 					}
 					lastEventRV = 105
 				}
@@ -191,31 +193,31 @@ func TestBookmarkHeartbeat(t *testing.T) {
 // Bookmarks carry exactly the RV of the newest event or storage progress
 // the cache has dispatched.
 func TestBookmarkCarriesDispatchedRV(t *testing.T) {
-	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.BookmarkFrequency = 2 * time.Second })
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
-	w := c.startWatch(t, context.Background(), "100", webPods())
+	sw, _ := fs.WaitWatch(t, 1)
+	w := c.startWatch(t, context.Background(), "100", cachertest.WebPods())
 	// The watcher's selector matches none of these; only the RV moves.
 	wb := c.startWatch(t, context.Background(), "100", func() storage.SelectionPredicate {
-		p := webPods()
+		p := cachertest.WebPods()
 		p.AllowWatchBookmarks = true
 		return p
 	}())
 	_ = w
-	sw.send(t, watch.Modified, newTestPod("a", 103, map[string]string{"app": "db"}, ""))
+	sw.Send(t, watch.Modified, cachertest.NewPod("a", 103, map[string]string{"app": "db"}, ""))
 	c.waitRV(t, 103)
 	c.stepTicks(t, 2, nil)
-	if ev := nextEvent(t, wb); ev.Type != watch.Bookmark || eventRV(t, ev) != 103 {
-		t.Fatalf("got %s, want a bookmark at 103", describe(ev))
+	if ev := cachertest.NextEvent(t, wb); ev.Type != watch.Bookmark || cachertest.EventRV(t, ev) != 103 {
+		t.Fatalf("got %s, want a bookmark at 103", cachertest.Describe(ev))
 	}
-	sw.sendBookmark(t, 110) // storage progress: no event, but the RV moves
+	sw.SendBookmark(t, 110) // storage progress: no event, but the RV moves
 	c.waitRV(t, 110)
 	c.stepTicks(t, 2, nil)
-	if ev := nextEvent(t, wb); ev.Type != watch.Bookmark || eventRV(t, ev) != 110 {
-		t.Fatalf("got %s, want a bookmark at 110 (the storage progress)", describe(ev))
+	if ev := cachertest.NextEvent(t, wb); ev.Type != watch.Bookmark || cachertest.EventRV(t, ev) != 110 {
+		t.Fatalf("got %s, want a bookmark at 110 (the storage progress)", cachertest.Describe(ev))
 	}
-	expectQuiet(t, w, "watcher without bookmarks")
+	cachertest.ExpectQuiet(t, w, "watcher without bookmarks")
 }
 
 // --- 4. Pre-deadline bookmark ---
@@ -234,7 +236,7 @@ func TestPreDeadlineBookmark(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := newFakeStorage(100)
+			fs := cachertest.NewFakeStorage(100)
 			c := newTestCacher(t, fs, func(cfg *Config) {
 				cfg.BookmarkFrequency = 10 * time.Second
 				cfg.BookmarkPreDeadlineOffset = tc.offset
@@ -244,7 +246,7 @@ func TestPreDeadlineBookmark(t *testing.T) {
 			// so the context never actually expires during the test.
 			ctx, cancel := context.WithDeadline(context.Background(), c.clk.Now().Add(tc.deadline))
 			defer cancel()
-			w := c.startWatch(t, ctx, "100", everything(true))
+			w := c.startWatch(t, ctx, "100", cachertest.Everything(true))
 
 			var got []int
 			last := int((tc.deadline - tc.offset) / time.Second)
@@ -253,7 +255,7 @@ func TestPreDeadlineBookmark(t *testing.T) {
 				select {
 				case ev := <-w.ResultChan():
 					if ev.Type != watch.Bookmark {
-						t.Fatalf("after %ds: got %s, want only bookmarks", step, describe(ev))
+						t.Fatalf("after %ds: got %s, want only bookmarks", step, cachertest.Describe(ev))
 					}
 					got = append(got, step)
 				default:
@@ -289,53 +291,53 @@ func TestWatchEventConversion(t *testing.T) {
 		wantLabels map[string]string
 	}
 	steps := []step{
-		{typ: watch.Modified, pod: newTestPod("a", 101, db, ""), want: watch.Deleted, wantLabels: web},     // matching -> not
-		{typ: watch.Modified, pod: newTestPod("b", 102, web, ""), want: watch.Added, wantLabels: web},      // not -> matching
-		{typ: watch.Deleted, pod: newTestPod("c", 103, web, ""), want: watch.Deleted, wantLabels: web},     // delete of a matching one
-		{typ: watch.Deleted, pod: newTestPod("a", 104, db, ""), want: ""},                                  // delete of a non-matching one
-		{typ: watch.Modified, pod: newTestPod("b", 105, web, "n1"), want: watch.Modified, wantLabels: web}, // matching -> matching
-		{typ: watch.Added, pod: newTestPod("d", 106, db, ""), want: ""},
-		{typ: watch.Added, pod: newTestPod("e", 107, web, ""), want: watch.Added, wantLabels: web},
-		{typ: watch.Modified, pod: newTestPod("d", 108, db, "n2"), want: ""}, // not -> not
+		{typ: watch.Modified, pod: cachertest.NewPod("a", 101, db, ""), want: watch.Deleted, wantLabels: web},     // matching -> not
+		{typ: watch.Modified, pod: cachertest.NewPod("b", 102, web, ""), want: watch.Added, wantLabels: web},      // not -> matching
+		{typ: watch.Deleted, pod: cachertest.NewPod("c", 103, web, ""), want: watch.Deleted, wantLabels: web},     // delete of a matching one
+		{typ: watch.Deleted, pod: cachertest.NewPod("a", 104, db, ""), want: ""},                                  // delete of a non-matching one
+		{typ: watch.Modified, pod: cachertest.NewPod("b", 105, web, "n1"), want: watch.Modified, wantLabels: web}, // matching -> matching
+		{typ: watch.Added, pod: cachertest.NewPod("d", 106, db, ""), want: ""},
+		{typ: watch.Added, pod: cachertest.NewPod("e", 107, web, ""), want: watch.Added, wantLabels: web},
+		{typ: watch.Modified, pod: cachertest.NewPod("d", 108, db, "n2"), want: ""}, // not -> not
 	}
-	sentinel := newTestPod("z", 200, web, "")
+	sentinel := cachertest.NewPod("z", 200, web, "")
 	for _, mode := range []string{"live", "replayed from history"} {
 		t.Run(mode, func(t *testing.T) {
-			fs := newFakeStorage(100,
-				newTestPod("a", 90, web, ""), newTestPod("b", 91, db, ""), newTestPod("c", 92, web, ""))
+			fs := cachertest.NewFakeStorage(100,
+				cachertest.NewPod("a", 90, web, ""), cachertest.NewPod("b", 91, db, ""), cachertest.NewPod("c", 92, web, ""))
 			c := newTestCacher(t, fs, nil)
 			c.waitReady(t)
-			sw, _ := fs.waitWatch(t, 1)
+			sw, _ := fs.WaitWatch(t, 1)
 			var w watch.Interface
 			if mode == "live" {
-				w = c.startWatch(t, context.Background(), "100", webPods())
+				w = c.startWatch(t, context.Background(), "100", cachertest.WebPods())
 			}
 			for _, s := range steps {
-				sw.send(t, s.typ, s.pod)
+				sw.Send(t, s.typ, s.pod)
 			}
-			sw.send(t, watch.Added, sentinel)
+			sw.Send(t, watch.Added, sentinel)
 			c.waitRV(t, 200)
 			if mode != "live" {
-				w = c.startWatch(t, context.Background(), "100", webPods())
+				w = c.startWatch(t, context.Background(), "100", cachertest.WebPods())
 			}
 			for _, s := range steps {
 				if s.want == "" {
 					continue
 				}
-				ev := nextEvent(t, w)
-				rv := eventRV(t, ev)
+				ev := cachertest.NextEvent(t, w)
+				rv := cachertest.EventRV(t, ev)
 				m, _ := meta.Accessor(ev.Object)
 				if ev.Type != s.want || m.GetName() != s.pod.Name || strconv.FormatUint(rv, 10) != s.pod.ResourceVersion {
 					t.Fatalf("storage %s %s@%s: got %s, want %s %s@%s",
-						s.typ, s.pod.Name, s.pod.ResourceVersion, describe(ev), s.want, s.pod.Name, s.pod.ResourceVersion)
+						s.typ, s.pod.Name, s.pod.ResourceVersion, cachertest.Describe(ev), s.want, s.pod.Name, s.pod.ResourceVersion)
 				}
 				if !labels.Equals(m.GetLabels(), s.wantLabels) {
 					t.Errorf("storage %s %s@%s: got labels %v, want %v", s.typ, s.pod.Name, s.pod.ResourceVersion, m.GetLabels(), s.wantLabels)
 				}
 			}
 			// Nothing else came between: the next event is the sentinel.
-			if ev := nextEvent(t, w); ev.Type != watch.Added || eventRV(t, ev) != 200 {
-				t.Fatalf("got %s, want the sentinel ADDED z@200", describe(ev))
+			if ev := cachertest.NextEvent(t, w); ev.Type != watch.Added || cachertest.EventRV(t, ev) != 200 {
+				t.Fatalf("got %s, want the sentinel ADDED z@200", cachertest.Describe(ev))
 			}
 		})
 	}
@@ -344,18 +346,18 @@ func TestWatchEventConversion(t *testing.T) {
 // The DELETED sent when an update moves an object out of the selector must
 // not share the cached object: changing its RV must not change the cache.
 func TestMovedOutDeleteDoesNotMutateCache(t *testing.T) {
-	fs := newFakeStorage(100, newTestPod("a", 90, map[string]string{"app": "web"}, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 90, map[string]string{"app": "web"}, ""))
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
-	before := c.startWatch(t, context.Background(), "0", everything(false))
-	if ev := nextEvent(t, before); ev.Type != watch.Added || eventRV(t, ev) != 90 {
-		t.Fatalf("got %s, want ADDED a@90", describe(ev))
+	sw, _ := fs.WaitWatch(t, 1)
+	before := c.startWatch(t, context.Background(), "0", cachertest.Everything(false))
+	if ev := cachertest.NextEvent(t, before); ev.Type != watch.Added || cachertest.EventRV(t, ev) != 90 {
+		t.Fatalf("got %s, want ADDED a@90", cachertest.Describe(ev))
 	}
-	w := c.startWatch(t, context.Background(), "100", webPods())
-	sw.send(t, watch.Modified, newTestPod("a", 101, map[string]string{"app": "db"}, ""))
-	if ev := nextEvent(t, w); ev.Type != watch.Deleted || eventRV(t, ev) != 101 {
-		t.Fatalf("got %s, want DELETED a@101", describe(ev))
+	w := c.startWatch(t, context.Background(), "100", cachertest.WebPods())
+	sw.Send(t, watch.Modified, cachertest.NewPod("a", 101, map[string]string{"app": "db"}, ""))
+	if ev := cachertest.NextEvent(t, w); ev.Type != watch.Deleted || cachertest.EventRV(t, ev) != 101 {
+		t.Fatalf("got %s, want DELETED a@101", cachertest.Describe(ev))
 	}
 	// Replaying from 100 converts the same history event again; the old
 	// object the first conversion copied must still be at 90.
@@ -373,7 +375,7 @@ func TestMovedOutDeleteDoesNotMutateCache(t *testing.T) {
 func TestWatchTooOldResourceVersion(t *testing.T) {
 	tests := []struct {
 		name     string
-		prepare  func(t *testing.T, c *testCacher, sw *fakeWatch)
+		prepare  func(t *testing.T, c *testCacher, sw *cachertest.FakeWatch)
 		capacity int // of the history; 0 the default
 		rv       string
 		want410  bool
@@ -421,7 +423,7 @@ func TestWatchTooOldResourceVersion(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := newFakeStorage(100)
+			fs := cachertest.NewFakeStorage(100)
 			c := newTestCacher(t, fs, func(cfg *Config) {
 				cfg.BookmarkFrequency = 5 * time.Second
 				cfg.EventsHistoryWindow = 10 * time.Second
@@ -430,33 +432,33 @@ func TestWatchTooOldResourceVersion(t *testing.T) {
 				}
 			})
 			c.waitReady(t)
-			sw, _ := fs.waitWatch(t, 1)
+			sw, _ := fs.WaitWatch(t, 1)
 			for rv := uint64(101); rv <= 105; rv++ {
-				sw.send(t, watch.Added, newTestPod(podName(int(rv)), rv, nil, ""))
+				sw.Send(t, watch.Added, cachertest.NewPod(cachertest.PodName(int(rv)), rv, nil, ""))
 			}
 			c.waitRV(t, 105)
 			if tc.prepare != nil {
 				tc.prepare(t, c, sw)
 			}
-			w := c.startWatch(t, context.Background(), tc.rv, everything(false))
+			w := c.startWatch(t, context.Background(), tc.rv, cachertest.Everything(false))
 			if tc.want410 {
-				s := errorStatus(t, nextEvent(t, w))
+				s := cachertest.ErrorStatus(t, cachertest.NextEvent(t, w))
 				if s.Code != 410 || s.Reason != metav1.StatusReasonExpired {
 					t.Errorf("got status %d %s (%q), want 410 Expired", s.Code, s.Reason, s.Message)
 				}
-				if rest := drainUntilClosed(t, w); len(rest) != 0 {
+				if rest := cachertest.DrainUntilClosed(t, w); len(rest) != 0 {
 					t.Errorf("events after the error: %d", len(rest))
 				}
 				return
 			}
 			for _, want := range tc.wantRVs {
-				if ev := nextEvent(t, w); ev.Type != watch.Added || eventRV(t, ev) != want {
-					t.Fatalf("got %s, want ADDED @%d", describe(ev), want)
+				if ev := cachertest.NextEvent(t, w); ev.Type != watch.Added || cachertest.EventRV(t, ev) != want {
+					t.Fatalf("got %s, want ADDED @%d", cachertest.Describe(ev), want)
 				}
 			}
-			sw.send(t, watch.Added, newTestPod("sentinel", 300, nil, ""))
-			if ev := nextEvent(t, w); eventRV(t, ev) != 300 {
-				t.Fatalf("got %s, want the sentinel @300", describe(ev))
+			sw.Send(t, watch.Added, cachertest.NewPod("sentinel", 300, nil, ""))
+			if ev := cachertest.NextEvent(t, w); cachertest.EventRV(t, ev) != 300 {
+				t.Fatalf("got %s, want the sentinel @300", cachertest.Describe(ev))
 			}
 		})
 	}
@@ -464,14 +466,14 @@ func TestWatchTooOldResourceVersion(t *testing.T) {
 
 // expireAll steps the fake clock past the history window (10s), tick by
 // tick, so every event is older than the window.
-func expireAll(t *testing.T, c *testCacher, _ *fakeWatch) {
+func expireAll(t *testing.T, c *testCacher, _ *cachertest.FakeWatch) {
 	c.stepTicks(t, 11, nil)
 }
 
 // compactAt has etcd compact at rev, and ticks so the cache hears of it.
-func compactAt(rev int64) func(t *testing.T, c *testCacher, _ *fakeWatch) {
-	return func(t *testing.T, c *testCacher, _ *fakeWatch) {
-		c.fs.setCompactRevision(rev)
+func compactAt(rev int64) func(t *testing.T, c *testCacher, _ *cachertest.FakeWatch) {
+	return func(t *testing.T, c *testCacher, _ *cachertest.FakeWatch) {
+		c.fs.SetCompactRevision(rev)
 		c.stepTicks(t, 2, nil)
 	}
 }
@@ -480,34 +482,34 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 	tests := []struct {
 		name string
 		// catchUp is what the storage sends while the watch waits; nil: nothing.
-		catchUp func(t *testing.T, sw *fakeWatch)
+		catchUp func(t *testing.T, sw *cachertest.FakeWatch)
 	}{
 		{name: "the cache never gets there"},
-		{name: "a storage progress notification gets it there", catchUp: func(t *testing.T, sw *fakeWatch) { sw.sendBookmark(t, 200) }},
-		{name: "an event gets it there", catchUp: func(t *testing.T, sw *fakeWatch) {
-			sw.send(t, watch.Added, newTestPod("late", 200, nil, ""))
+		{name: "a storage progress notification gets it there", catchUp: func(t *testing.T, sw *cachertest.FakeWatch) { sw.SendBookmark(t, 200) }},
+		{name: "an event gets it there", catchUp: func(t *testing.T, sw *cachertest.FakeWatch) {
+			sw.Send(t, watch.Added, cachertest.NewPod("late", 200, nil, ""))
 		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := newFakeStorage(100)
+			fs := cachertest.NewFakeStorage(100)
 			c := newTestCacher(t, fs, nil)
 			c.waitReady(t)
-			sw, _ := fs.waitWatch(t, 1)
+			sw, _ := fs.WaitWatch(t, 1)
 
 			// Only a WatchList waits for its RV; a plain watch starts at
 			// once (TestPlainWatchAheadStartsAtOnce).
 			done := watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "200", Recursive: true,
-				Predicate: everything(true), SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
+				Predicate: cachertest.Everything(true), SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
 			// Waiting: the tick, the freshness timeout and the progress timer
 			// are armed, and etcd was asked for progress once.
-			poll(t, "the watch to wait for RV 200", func() bool { return fs.progressCount() == 1 && c.clk.Waiters() == cacheTimers+2 })
+			cachertest.Poll(t, "the watch to wait for RV 200", func() bool { return fs.ProgressCount() == 1 && c.clk.Waiters() == cacheTimers+2 })
 			// Every progressRequestPeriod it asks again.
 			c.clk.Step(progressRequestPeriod)
-			poll(t, "a second progress request", func() bool { return fs.progressCount() == 2 && c.clk.Waiters() == cacheTimers+2 })
+			cachertest.Poll(t, "a second progress request", func() bool { return fs.ProgressCount() == 2 && c.clk.Waiters() == cacheTimers+2 })
 			c.clk.Step(freshnessTimeout - 2*progressRequestPeriod)
 			// Still waiting: its freshness timer is armed until it returns.
-			poll(t, "the progress timer to be re-armed", func() bool { return fs.progressCount() == 3 && c.clk.Waiters() == cacheTimers+2 })
+			cachertest.Poll(t, "the progress timer to be re-armed", func() bool { return fs.ProgressCount() == 3 && c.clk.Waiters() == cacheTimers+2 })
 			select {
 			case r := <-done:
 				t.Fatalf("Watch returned (%v) before the freshness timeout", r.err)
@@ -523,20 +525,20 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 				defer r.w.Stop()
 				// The initial state at 200, then the bookmark ending it.
 				for {
-					ev := nextEvent(t, r.w)
+					ev := cachertest.NextEvent(t, r.w)
 					if ev.Type == watch.Bookmark {
-						if rv := eventRV(t, ev); rv < 200 {
+						if rv := cachertest.EventRV(t, ev); rv < 200 {
 							t.Fatalf("initial-events-end bookmark at %d, below the floor 200", rv)
 						}
 						break
 					}
 					if ev.Type != watch.Added {
-						t.Fatalf("initial events: got %s, want ADDED", describe(ev))
+						t.Fatalf("initial events: got %s, want ADDED", cachertest.Describe(ev))
 					}
 				}
-				sw.send(t, watch.Added, newTestPod("after", 201, nil, ""))
-				if ev := nextEvent(t, r.w); ev.Type != watch.Added || eventRV(t, ev) != 201 {
-					t.Fatalf("got %s, want ADDED after@201 (nothing at or below 200)", describe(ev))
+				sw.Send(t, watch.Added, cachertest.NewPod("after", 201, nil, ""))
+				if ev := cachertest.NextEvent(t, r.w); ev.Type != watch.Added || cachertest.EventRV(t, ev) != 201 {
+					t.Fatalf("got %s, want ADDED after@201 (nothing at or below 200)", cachertest.Describe(ev))
 				}
 				return
 			}
@@ -545,14 +547,14 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 			var r watchResult
 			select {
 			case r = <-done:
-			case <-time.After(waitFor):
+			case <-time.After(cachertest.WaitFor):
 				t.Fatalf("Watch still waiting after the freshness timeout on the config clock")
 			}
 			if r.err != nil {
 				t.Fatalf("Watch returned the error %v; want it in the stream, as etcd3 does", r.err)
 			}
-			ev := nextEvent(t, r.w)
-			s := errorStatus(t, ev)
+			ev := cachertest.NextEvent(t, r.w)
+			s := cachertest.ErrorStatus(t, ev)
 			err := apierrors.FromObject(ev.Object)
 			if !storage.IsTooLargeResourceVersion(err) {
 				t.Errorf("error %v is not a TooLargeResourceVersion error", err)
@@ -567,7 +569,7 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 			if retry, ok := apierrors.SuggestsClientDelay(err); !ok || retry != 1 {
 				t.Errorf("Retry-After = %d (%v), want 1", retry, ok)
 			}
-			if rest := drainUntilClosed(t, r.w); len(rest) != 0 {
+			if rest := cachertest.DrainUntilClosed(t, r.w); len(rest) != 0 {
 				t.Errorf("events after the error: %d", len(rest))
 			}
 		})
@@ -577,13 +579,13 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 // A plain watch from an RV the cache has not reached starts at once, as
 // upstream's cache and etcd start it, and hears only what comes after it.
 func TestPlainWatchAheadStartsAtOnce(t *testing.T) {
-	fs := newFakeStorage(100)
+	fs := cachertest.NewFakeStorage(100)
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
+	sw, _ := fs.WaitWatch(t, 1)
 	done := make(chan watch.Interface, 1)
 	go func() {
-		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "200", Recursive: true, Predicate: everything(true)})
+		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "200", Recursive: true, Predicate: cachertest.Everything(true)})
 		if err != nil {
 			t.Errorf("Watch: %v", err)
 		}
@@ -592,7 +594,7 @@ func TestPlainWatchAheadStartsAtOnce(t *testing.T) {
 	var w watch.Interface
 	select {
 	case w = <-done:
-	case <-time.After(waitFor):
+	case <-time.After(cachertest.WaitFor):
 		// The fake clock never moves here: a wait for the RV would hang.
 		t.Fatalf("a plain watch from an RV ahead of the cache did not start")
 	}
@@ -600,14 +602,14 @@ func TestPlainWatchAheadStartsAtOnce(t *testing.T) {
 		return
 	}
 	defer w.Stop()
-	if n := fs.progressCount(); n != 0 {
+	if n := fs.ProgressCount(); n != 0 {
 		t.Errorf("%d progress requests for a plain watch, want 0: it waits for nothing", n)
 	}
-	sw.send(t, watch.Added, newTestPod("before", 150, nil, ""))
-	sw.send(t, watch.Added, newTestPod("at", 200, nil, ""))
-	sw.send(t, watch.Added, newTestPod("after", 201, nil, ""))
-	if ev := nextEvent(t, w); ev.Type != watch.Added || eventRV(t, ev) != 201 {
-		t.Fatalf("got %s, want ADDED after@201 (nothing at or below 200)", describe(ev))
+	sw.Send(t, watch.Added, cachertest.NewPod("before", 150, nil, ""))
+	sw.Send(t, watch.Added, cachertest.NewPod("at", 200, nil, ""))
+	sw.Send(t, watch.Added, cachertest.NewPod("after", 201, nil, ""))
+	if ev := cachertest.NextEvent(t, w); ev.Type != watch.Added || cachertest.EventRV(t, ev) != 201 {
+		t.Fatalf("got %s, want ADDED after@201 (nothing at or below 200)", cachertest.Describe(ev))
 	}
 }
 
@@ -620,7 +622,7 @@ func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
 	)
 	for _, clockName := range []string{"fake clock", "real clock"} {
 		t.Run(clockName, func(t *testing.T) {
-			fs := newFakeStorage(100)
+			fs := cachertest.NewFakeStorage(100)
 			c := newTestCacher(t, fs, func(cfg *Config) {
 				cfg.WatcherBuffer = watcherBuffer
 				if clockName == "real clock" {
@@ -628,9 +630,9 @@ func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
 				}
 			})
 			c.waitReady(t)
-			sw, _ := fs.waitWatch(t, 1)
-			reader := c.startWatch(t, context.Background(), "100", everything(false))
-			slow := c.startWatch(t, context.Background(), "100", everything(false))
+			sw, _ := fs.WaitWatch(t, 1)
+			reader := c.startWatch(t, context.Background(), "100", cachertest.Everything(false))
+			slow := c.startWatch(t, context.Background(), "100", cachertest.Everything(false))
 			terminatedBefore := terminated(t, c)
 
 			got := make(chan uint64, total)
@@ -653,7 +655,7 @@ func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
 					select {
 					case rv := <-got:
 						received = append(received, rv)
-					case <-time.After(waitFor):
+					case <-time.After(cachertest.WaitFor):
 						t.Fatalf("the reading watcher got %d of %d events", len(received), n)
 					}
 				}
@@ -661,7 +663,7 @@ func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
 			// One event at a time, the reader taking each before the next, so
 			// only the slow watcher falls behind.
 			for i := 1; i <= total; i++ {
-				sw.send(t, watch.Added, newTestPod(podName(i), uint64(100+i), nil, ""))
+				sw.Send(t, watch.Added, cachertest.NewPod(cachertest.PodName(i), uint64(100+i), nil, ""))
 				receive(i)
 			}
 			for i, rv := range received {
@@ -675,13 +677,13 @@ func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
 			// a pump waiting to send when the watcher closes has two ready
 			// cases once the drain frees a slot, and select picks either (the
 			// client still gets an unbroken run of events, then the close).
-			rest := drainUntilClosed(t, slow)
+			rest := cachertest.DrainUntilClosed(t, slow)
 			if len(rest) < resultBuffer || len(rest) > resultBuffer+1 {
 				t.Errorf("the slow watcher delivered %d events before closing, want the %d in its channel (or one more, in flight)", len(rest), resultBuffer)
 			}
 			for i, ev := range rest {
-				if rv := eventRV(t, ev); rv != uint64(101+i) {
-					t.Fatalf("the slow watcher's events are not 101.. in order: #%d is %s", i, describe(ev))
+				if rv := cachertest.EventRV(t, ev); rv != uint64(101+i) {
+					t.Fatalf("the slow watcher's events are not 101.. in order: #%d is %s", i, cachertest.Describe(ev))
 				}
 			}
 			if got := terminated(t, c) - terminatedBefore; got != 1 {
@@ -697,11 +699,11 @@ func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
 // for 100ms, which on a busy machine is any client.
 func TestSlowButReadingWatcherIsNotClosed(t *testing.T) {
 	const events = 30
-	fs := newFakeStorage(100)
+	fs := cachertest.NewFakeStorage(100)
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.WatcherBuffer = events })
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
-	w := c.startWatch(t, context.Background(), "100", everything(false)).(*watcher)
+	sw, _ := fs.WaitWatch(t, 1)
+	w := c.startWatch(t, context.Background(), "100", cachertest.Everything(false)).(*watcher)
 	terminatedBefore := terminated(t, c)
 	// pending is what the client has not taken: its channel and its queue.
 	pending := func() int {
@@ -713,12 +715,12 @@ func TestSlowButReadingWatcherIsNotClosed(t *testing.T) {
 	// so the fake clock never runs ahead of them.
 	settled := func(want int) {
 		t.Helper()
-		poll(t, fmt.Sprintf("%d events pending with a full channel", want), func() bool {
+		cachertest.Poll(t, fmt.Sprintf("%d events pending with a full channel", want), func() bool {
 			return pending() == want && (len(w.result) == resultBuffer || want < resultBuffer)
 		})
 	}
 	for i := 1; i <= events; i++ {
-		sw.send(t, watch.Added, newTestPod(podName(i), uint64(100+i), nil, ""))
+		sw.Send(t, watch.Added, cachertest.NewPod(cachertest.PodName(i), uint64(100+i), nil, ""))
 	}
 	settled(events)
 	// The client takes one event every 9s of the cache's clock: 270s in all,
@@ -726,16 +728,16 @@ func TestSlowButReadingWatcherIsNotClosed(t *testing.T) {
 	want := events
 	for i := 1; i <= events; i++ {
 		c.clk.Step(slowClientTimeout - time.Second)
-		ev := nextEvent(t, w)
-		if rv := eventRV(t, ev); rv != uint64(100+i) {
-			t.Fatalf("event #%d is %s, want @%d", i, describe(ev), 100+i)
+		ev := cachertest.NextEvent(t, w)
+		if rv := cachertest.EventRV(t, ev); rv != uint64(100+i) {
+			t.Fatalf("event #%d is %s, want @%d", i, cachertest.Describe(ev), 100+i)
 		}
 		want--
 		settled(want)
 		// Each event that finds the queue non-empty checks the client's
 		// progress; push one more now and then so the check runs.
 		if i%5 == 0 {
-			sw.send(t, watch.Modified, newTestPod(podName(i), uint64(100+events+i), nil, ""))
+			sw.Send(t, watch.Modified, cachertest.NewPod(cachertest.PodName(i), uint64(100+events+i), nil, ""))
 			want++
 			settled(want)
 		}
@@ -748,16 +750,16 @@ func TestSlowButReadingWatcherIsNotClosed(t *testing.T) {
 	// finds it stalled for longer than the timeout: fill its channel so
 	// events queue, then let the clock run.
 	for i := 1; want <= resultBuffer; i++ {
-		sw.send(t, watch.Modified, newTestPod(podName(i), uint64(200+i), nil, ""))
+		sw.Send(t, watch.Modified, cachertest.NewPod(cachertest.PodName(i), uint64(200+i), nil, ""))
 		want++
 	}
 	settled(want)
 	c.clk.Step(slowClientTimeout + time.Second)
-	sw.send(t, watch.Modified, newTestPod(podName(1), 1000, nil, ""))
-	poll(t, "the stalled watcher to be closed", func() bool {
+	sw.Send(t, watch.Modified, cachertest.NewPod(cachertest.PodName(1), 1000, nil, ""))
+	cachertest.Poll(t, "the stalled watcher to be closed", func() bool {
 		return terminated(t, c)-terminatedBefore == 1
 	})
-	drainUntilClosed(t, w)
+	cachertest.DrainUntilClosed(t, w)
 }
 
 // terminated reads the cache's closed-for-slowness counter, which upstream's
@@ -782,30 +784,30 @@ func watchListSetup(t *testing.T) (*testCacher, watch.Interface, context.CancelF
 	const pods = resultBuffer + 2
 	var list []*example.Pod
 	for i := range pods {
-		list = append(list, newTestPod(podName(i), uint64(10+i), nil, ""))
+		list = append(list, cachertest.NewPod(cachertest.PodName(i), uint64(10+i), nil, ""))
 	}
-	fs := newFakeStorage(100, list...)
+	fs := cachertest.NewFakeStorage(100, list...)
 	c := newTestCacher(t, fs, func(cfg *Config) {
 		cfg.WatcherBuffer = 2
 		cfg.BookmarkFrequency = 10 * time.Second
 	})
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
+	sw, _ := fs.WaitWatch(t, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	w, err := c.Watch(ctx, "/pods/", storage.ListOptions{
-		ResourceVersion: "", SendInitialEvents: ptr.To(true), Recursive: true, Predicate: everything(true),
+		ResourceVersion: "", SendInitialEvents: ptr.To(true), Recursive: true, Predicate: cachertest.Everything(true),
 	})
 	if err != nil {
 		t.Fatalf("Watch: %v", err)
 	}
 	t.Cleanup(w.Stop)
 	for rv := uint64(101); rv <= 103; rv++ {
-		sw.send(t, watch.Modified, newTestPod(podName(0), rv, nil, ""))
+		sw.Send(t, watch.Modified, cachertest.NewPod(cachertest.PodName(0), rv, nil, ""))
 	}
 	// The initial events do not count against the queue's bound, the live
 	// ones do: the third finds it full.
-	poll(t, "the dispatcher to close the slow watcher", func() bool {
+	cachertest.Poll(t, "the dispatcher to close the slow watcher", func() bool {
 		c.state.mu.RLock()
 		defer c.state.mu.RUnlock()
 		return !c.hub.has(w.(*watcher))
@@ -815,29 +817,29 @@ func watchListSetup(t *testing.T) (*testCacher, watch.Interface, context.CancelF
 
 func TestSlowWatchListWatcherIsDrainedGracefully(t *testing.T) {
 	_, w, _ := watchListSetup(t)
-	events := drainUntilClosed(t, w)
+	events := cachertest.DrainUntilClosed(t, w)
 	var types []string
 	for _, ev := range events {
-		types = append(types, describe(ev))
+		types = append(types, cachertest.Describe(ev))
 	}
 	if len(events) < resultBuffer+3 {
 		t.Fatalf("got %d events, want the %d initial ones and the end bookmark:\n%s", len(events), resultBuffer+3, strings.Join(types, "\n"))
 	}
 	for i := range resultBuffer + 2 {
-		if m, _ := meta.Accessor(events[i].Object); events[i].Type != watch.Added || m.GetName() != podName(i) {
-			t.Fatalf("event #%d: %s, want ADDED %s", i, describe(events[i]), podName(i))
+		if m, _ := meta.Accessor(events[i].Object); events[i].Type != watch.Added || m.GetName() != cachertest.PodName(i) {
+			t.Fatalf("event #%d: %s, want ADDED %s", i, cachertest.Describe(events[i]), cachertest.PodName(i))
 		}
 	}
 	end := events[resultBuffer+2]
-	if marked, _ := storage.HasInitialEventsEndBookmarkAnnotation(end.Object); end.Type != watch.Bookmark || !marked || eventRV(t, end) < 100 {
-		t.Fatalf("after the initial events: %s, want the initial-events-end bookmark at >= 100", describe(end))
+	if marked, _ := storage.HasInitialEventsEndBookmarkAnnotation(end.Object); end.Type != watch.Bookmark || !marked || cachertest.EventRV(t, end) < 100 {
+		t.Fatalf("after the initial events: %s, want the initial-events-end bookmark at >= 100", cachertest.Describe(end))
 	}
-	last := eventRV(t, end)
+	last := cachertest.EventRV(t, end)
 	for _, ev := range events[resultBuffer+3:] {
-		if rv := eventRV(t, ev); ev.Type != watch.Modified || rv <= last || rv > 103 {
-			t.Fatalf("after the end bookmark: %s, want MODIFIED in 101..103 in order", describe(ev))
+		if rv := cachertest.EventRV(t, ev); ev.Type != watch.Modified || rv <= last || rv > 103 {
+			t.Fatalf("after the end bookmark: %s, want MODIFIED in 101..103 in order", cachertest.Describe(ev))
 		}
-		last = eventRV(t, ev)
+		last = cachertest.EventRV(t, ev)
 	}
 }
 
@@ -848,7 +850,7 @@ func TestStopEndsGracefullyClosingWatcher(t *testing.T) {
 	c, w, cancel := watchListSetup(t)
 	// When Stop hangs, the client going away is what frees it.
 	c.stopWithin(t, "it waits for a gracefully closed watcher whose client does not read, and never stops it", cancel)
-	drainUntilClosed(t, w)
+	cachertest.DrainUntilClosed(t, w)
 }
 
 // A watcher closed gracefully keeps its slot on the bookmark calendar; when
@@ -862,7 +864,7 @@ func TestBookmarkTickAfterGracefulClose(t *testing.T) {
 	c, w, _ := watchListSetup(t)
 	// The watcher was filed for a heartbeat 10s after it started.
 	c.stepTicks(t, 12, nil)
-	events := drainUntilClosed(t, w)
+	events := cachertest.DrainUntilClosed(t, w)
 	if len(events) < resultBuffer+3 {
 		t.Fatalf("got %d events, want at least the initial ones and the end bookmark", len(events))
 	}
@@ -874,13 +876,13 @@ func TestStorageWatchErrorRelists(t *testing.T) {
 	tests := []struct {
 		name string
 		// fail ends the storage watch.
-		fail       func(t *testing.T, sw *fakeWatch)
+		fail       func(t *testing.T, sw *cachertest.FakeWatch)
 		wantRelist bool
 	}{
 		{
 			name: "410 Gone (compacted)",
-			fail: func(t *testing.T, sw *fakeWatch) {
-				sw.sendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
+			fail: func(t *testing.T, sw *cachertest.FakeWatch) {
+				sw.SendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
 			},
 			wantRelist: true,
 		},
@@ -888,56 +890,56 @@ func TestStorageWatchErrorRelists(t *testing.T) {
 			// etcd3 reports "etcdserver: no leader" (a watch opened
 			// WithRequireLeader during an election) as an InternalError.
 			name: "500 Internal error (no leader)",
-			fail: func(t *testing.T, sw *fakeWatch) {
-				sw.sendError(t, &apierrors.NewInternalError(fmt.Errorf("etcdserver: no leader")).ErrStatus)
+			fail: func(t *testing.T, sw *cachertest.FakeWatch) {
+				sw.SendError(t, &apierrors.NewInternalError(fmt.Errorf("etcdserver: no leader")).ErrStatus)
 			},
 			wantRelist: false,
 		},
 		{
 			name: "503 Service unavailable",
-			fail: func(t *testing.T, sw *fakeWatch) {
-				sw.sendError(t, &apierrors.NewServiceUnavailable("etcd unavailable").ErrStatus)
+			fail: func(t *testing.T, sw *cachertest.FakeWatch) {
+				sw.SendError(t, &apierrors.NewServiceUnavailable("etcd unavailable").ErrStatus)
 			},
 			wantRelist: false,
 		},
 		{
 			name:       "stream closed without an error",
-			fail:       func(t *testing.T, sw *fakeWatch) { sw.closeStream() },
+			fail:       func(t *testing.T, sw *cachertest.FakeWatch) { sw.CloseStream() },
 			wantRelist: false,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+			fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 			c := newTestCacher(t, fs, nil)
 			c.waitReady(t)
-			sw, opts := fs.waitWatch(t, 1)
+			sw, opts := fs.WaitWatch(t, 1)
 			if opts.ResourceVersion != "100" || !opts.ProgressNotify || !opts.Predicate.AllowWatchBookmarks {
 				t.Errorf("storage watch opened with RV %q, progressNotify %v, bookmarks %v; want 100, true, true",
 					opts.ResourceVersion, opts.ProgressNotify, opts.Predicate.AllowWatchBookmarks)
 			}
-			plain := c.startWatch(t, context.Background(), "100", everything(false))
-			withBookmarks := c.startWatch(t, context.Background(), "0", everything(true))
-			if ev := nextEvent(t, withBookmarks); ev.Type != watch.Added {
-				t.Fatalf("got %s, want the initial ADDED", describe(ev))
+			plain := c.startWatch(t, context.Background(), "100", cachertest.Everything(false))
+			withBookmarks := c.startWatch(t, context.Background(), "0", cachertest.Everything(true))
+			if ev := cachertest.NextEvent(t, withBookmarks); ev.Type != watch.Added {
+				t.Fatalf("got %s, want the initial ADDED", cachertest.Describe(ev))
 			}
-			sw.send(t, watch.Modified, newTestPod("a", 101, map[string]string{"v": "1"}, ""))
+			sw.Send(t, watch.Modified, cachertest.NewPod("a", 101, map[string]string{"v": "1"}, ""))
 			c.waitRV(t, 101)
 			for _, w := range []watch.Interface{plain, withBookmarks} {
-				if ev := nextEvent(t, w); eventRV(t, ev) != 101 {
-					t.Fatalf("got %s, want @101", describe(ev))
+				if ev := cachertest.NextEvent(t, w); cachertest.EventRV(t, ev) != 101 {
+					t.Fatalf("got %s, want @101", cachertest.Describe(ev))
 				}
 			}
-			fs.setList(300, newTestPod("a", 250, nil, ""), newTestPod("b", 300, nil, ""))
+			fs.SetList(300, cachertest.NewPod("a", 250, nil, ""), cachertest.NewPod("b", 300, nil, ""))
 
 			tc.fail(t, sw)
 			if tc.wantRelist {
 				// The reflector backs off on the config clock before relisting.
-				poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
+				cachertest.Poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
 				c.clk.Step(time.Second)
 			}
-			sw2, opts2 := fs.waitWatch(t, 2)
-			if !sw.isStopped() {
+			sw2, opts2 := fs.WaitWatch(t, 2)
+			if !sw.IsStopped() {
 				t.Errorf("the failed storage watch was not stopped")
 			}
 
@@ -945,16 +947,16 @@ func TestStorageWatchErrorRelists(t *testing.T) {
 				if opts2.ResourceVersion != "101" {
 					t.Errorf("storage watch resumed from RV %q, want 101 (the last applied)", opts2.ResourceVersion)
 				}
-				if n := fs.listCount(); n != 1 {
+				if n := fs.ListCount(); n != 1 {
 					t.Errorf("GetList called %d times, want 1: the watch resumes without a relist", n)
 				}
 				if !c.Ready() {
 					t.Errorf("not ready after a resumed watch")
 				}
-				sw2.send(t, watch.Modified, newTestPod("a", 102, map[string]string{"v": "2"}, ""))
+				sw2.Send(t, watch.Modified, cachertest.NewPod("a", 102, map[string]string{"v": "2"}, ""))
 				for _, w := range []watch.Interface{plain, withBookmarks} {
-					if ev := nextEvent(t, w); eventRV(t, ev) != 102 {
-						t.Fatalf("after the resumed watch: got %s, want @102", describe(ev))
+					if ev := cachertest.NextEvent(t, w); cachertest.EventRV(t, ev) != 102 {
+						t.Fatalf("after the resumed watch: got %s, want @102", cachertest.Describe(ev))
 					}
 				}
 				return
@@ -962,14 +964,14 @@ func TestStorageWatchErrorRelists(t *testing.T) {
 
 			// fs.waitWatch(2) returned: the relist is done and the cache is ready
 			// at the new RV.
-			if n := fs.listCount(); n != 2 {
+			if n := fs.ListCount(); n != 2 {
 				t.Errorf("GetList called %d times, want 2", n)
 			}
 			if opts2.ResourceVersion != "300" {
 				t.Errorf("storage watch reopened at RV %q, want 300 (the relist's)", opts2.ResourceVersion)
 			}
 			for name, w := range map[string]watch.Interface{"plain": plain, "bookmarks": withBookmarks} {
-				if rest := drainUntilClosed(t, w); len(rest) != 0 {
+				if rest := cachertest.DrainUntilClosed(t, w); len(rest) != 0 {
 					t.Errorf("%s watcher: %d events after the storage watch failed, want none", name, len(rest))
 				}
 			}
@@ -977,17 +979,17 @@ func TestStorageWatchErrorRelists(t *testing.T) {
 			if got := c.state.currentRV(); got != 300 {
 				t.Errorf("cache RV %d after the relist, want 300", got)
 			}
-			w := c.startWatch(t, context.Background(), "0", everything(false))
+			w := c.startWatch(t, context.Background(), "0", cachertest.Everything(false))
 			for _, want := range []string{"a@250", "b@300"} {
-				ev := nextEvent(t, w)
+				ev := cachertest.NextEvent(t, w)
 				m, _ := meta.Accessor(ev.Object)
 				if got := m.GetName() + "@" + m.GetResourceVersion(); ev.Type != watch.Added || got != want {
-					t.Fatalf("after the relist: got %s, want ADDED %s", describe(ev), want)
+					t.Fatalf("after the relist: got %s, want ADDED %s", cachertest.Describe(ev), want)
 				}
 			}
 			// The history starts over at the relist: older RVs are gone.
-			old := c.startWatch(t, context.Background(), "101", everything(false))
-			if s := errorStatus(t, nextEvent(t, old)); s.Code != 410 {
+			old := c.startWatch(t, context.Background(), "101", cachertest.Everything(false))
+			if s := cachertest.ErrorStatus(t, cachertest.NextEvent(t, old)); s.Code != 410 {
 				t.Errorf("watch from 101 after the relist at 300: status %d, want 410", s.Code)
 			}
 		})
@@ -997,31 +999,31 @@ func TestStorageWatchErrorRelists(t *testing.T) {
 // Between the failure and the relist (a backoff on the config clock), the
 // cache is not ready and says so.
 func TestNotReadyWhileRelisting(t *testing.T) {
-	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
-	w := c.startWatch(t, context.Background(), "100", everything(false))
-	fs.setList(300)
-	fs.failLists(1)
-	sw.sendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
+	sw, _ := fs.WaitWatch(t, 1)
+	w := c.startWatch(t, context.Background(), "100", cachertest.Everything(false))
+	fs.SetList(300)
+	fs.FailLists(1)
+	sw.SendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
 
-	poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
-	drainUntilClosed(t, w)
+	cachertest.Poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
+	cachertest.DrainUntilClosed(t, w)
 	c.clk.Step(time.Second)
-	poll(t, "the relist to fail and back off", func() bool { return fs.listCount() == 2 && c.clk.Waiters() == cacheTimers+1 })
+	cachertest.Poll(t, "the relist to fail and back off", func() bool { return fs.ListCount() == 2 && c.clk.Waiters() == cacheTimers+1 })
 	if c.Ready() {
 		t.Fatalf("Ready() = true while relisting")
 	}
 	if err := c.ReadinessCheck(); err == nil {
 		t.Errorf("ReadinessCheck() = nil while relisting")
 	}
-	if _, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "100", Recursive: true, Predicate: everything(false)}); !apierrors.IsTooManyRequests(err) {
+	if _, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "100", Recursive: true, Predicate: cachertest.Everything(false)}); !apierrors.IsTooManyRequests(err) {
 		t.Errorf("Watch while relisting = %v, want 429", err)
 	}
 	c.clk.Step(time.Second)
 	c.waitReady(t)
-	if _, opts := fs.waitWatch(t, 2); opts.ResourceVersion != "300" {
+	if _, opts := fs.WaitWatch(t, 2); opts.ResourceVersion != "300" {
 		t.Errorf("storage watch reopened at %q, want 300", opts.ResourceVersion)
 	}
 }
@@ -1029,31 +1031,31 @@ func TestNotReadyWhileRelisting(t *testing.T) {
 // --- 9. Stop and goroutines ---
 
 func TestStop(t *testing.T) {
-	fs := newFakeStorage(100, newTestPod("a", 100, map[string]string{"app": "web"}, "n1"))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, map[string]string{"app": "web"}, "n1"))
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.BookmarkFrequency = 5 * time.Second })
 	c.waitReady(t)
 	deadlineCtx, cancel := context.WithDeadline(context.Background(), c.clk.Now().Add(time.Hour))
 	defer cancel()
 	watchers := map[string]watch.Interface{
-		"from 0":    c.startWatch(t, context.Background(), "0", everything(false)),
-		"bookmarks": c.startWatch(t, context.Background(), "100", everything(true)),
-		"selector":  c.startWatch(t, context.Background(), "100", webPods()),
-		"deadline":  c.startWatch(t, deadlineCtx, "100", everything(true)),
-		"unread":    c.startWatch(t, context.Background(), "0", everything(false)),
+		"from 0":    c.startWatch(t, context.Background(), "0", cachertest.Everything(false)),
+		"bookmarks": c.startWatch(t, context.Background(), "100", cachertest.Everything(true)),
+		"selector":  c.startWatch(t, context.Background(), "100", cachertest.WebPods()),
+		"deadline":  c.startWatch(t, deadlineCtx, "100", cachertest.Everything(true)),
+		"unread":    c.startWatch(t, context.Background(), "0", cachertest.Everything(false)),
 		"field sel.": c.startWatch(t, context.Background(), "100", func() storage.SelectionPredicate {
-			p := everything(false)
+			p := cachertest.Everything(false)
 			p.Field = fields.OneTermEqualSelector("spec.nodeName", "n1")
 			return p
 		}()),
 	}
-	if ev := nextEvent(t, watchers["from 0"]); ev.Type != watch.Added {
-		t.Fatalf("got %s, want the initial ADDED", describe(ev))
+	if ev := cachertest.NextEvent(t, watchers["from 0"]); ev.Type != watch.Added {
+		t.Fatalf("got %s, want the initial ADDED", cachertest.Describe(ev))
 	}
 
 	c.stopWithin(t, "watchers still open", nil)
 	for name, w := range watchers {
 		t.Logf("draining the %q watcher", name)
-		drainUntilClosed(t, w)
+		cachertest.DrainUntilClosed(t, w)
 	}
 	expectNoCacherGoroutines(t)
 	c.Stop() // twice is fine
@@ -1064,11 +1066,11 @@ func TestStop(t *testing.T) {
 	if err := c.ReadinessCheck(); err == nil {
 		t.Errorf("ReadinessCheck() = nil after Stop")
 	}
-	if w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}); err == nil {
+	if w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: cachertest.Everything(false)}); err == nil {
 		t.Errorf("Watch after Stop returned a watch")
 		w.Stop()
 	}
-	ctx, cancelWait := context.WithTimeout(context.Background(), waitFor)
+	ctx, cancelWait := context.WithTimeout(context.Background(), cachertest.WaitFor)
 	defer cancelWait()
 	if err := c.WaitReady(ctx); err == nil || ctx.Err() != nil {
 		t.Errorf("WaitReady after Stop = %v (ctx %v), want an immediate error", err, ctx.Err())
@@ -1091,32 +1093,32 @@ func TestWatcherGoroutinesEnd(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+			fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 			c := newTestCacher(t, fs, nil)
 			c.waitReady(t)
-			sw, _ := fs.waitWatch(t, 1)
+			sw, _ := fs.WaitWatch(t, 1)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			w := c.startWatch(t, ctx, "0", everything(true))
+			w := c.startWatch(t, ctx, "0", cachertest.Everything(true))
 			// More events than the client's channel holds and nobody
 			// reading: a pump goroutine runs for the rest when the watch
 			// ends.
 			for i := range resultBuffer + 5 {
-				sw.send(t, watch.Modified, newTestPod("a", uint64(101+i), map[string]string{"i": strconv.Itoa(i)}, ""))
+				sw.Send(t, watch.Modified, cachertest.NewPod("a", uint64(101+i), map[string]string{"i": strconv.Itoa(i)}, ""))
 			}
-			poll(t, "a pump to run for the queued events", func() bool { return pumps() > 0 })
+			cachertest.Poll(t, "a pump to run for the queued events", func() bool { return pumps() > 0 })
 			// Ending the watch ends the pump although nobody reads any
 			// more, as when an HTTP client goes away.
 			tc.end(w, cancel)
 			expectNoWatcherGoroutines(t)
-			drainUntilClosed(t, w)
+			cachertest.DrainUntilClosed(t, w)
 			// The cache still serves: events flow to a new watcher.
 			next := uint64(101 + resultBuffer + 5)
 			c.waitRV(t, next-1)
-			w2 := c.startWatch(t, context.Background(), strconv.FormatUint(next-1, 10), everything(false))
-			sw.send(t, watch.Modified, newTestPod("a", next, nil, ""))
-			if ev := nextEvent(t, w2); eventRV(t, ev) != next {
-				t.Fatalf("got %s, want @%d", describe(ev), next)
+			w2 := c.startWatch(t, context.Background(), strconv.FormatUint(next-1, 10), cachertest.Everything(false))
+			sw.Send(t, watch.Modified, cachertest.NewPod("a", next, nil, ""))
+			if ev := cachertest.NextEvent(t, w2); cachertest.EventRV(t, ev) != next {
+				t.Fatalf("got %s, want @%d", cachertest.Describe(ev), next)
 			}
 		})
 	}
@@ -1144,30 +1146,30 @@ func TestWatchListInitialEventsAndEndBookmark(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := newFakeStorage(100, newTestPod("b", 60, nil, ""), newTestPod("a", 50, nil, ""))
+			fs := cachertest.NewFakeStorage(100, cachertest.NewPod("b", 60, nil, ""), cachertest.NewPod("a", 50, nil, ""))
 			c := newTestCacher(t, fs, nil)
 			c.waitReady(t)
-			sw, _ := fs.waitWatch(t, 1)
+			sw, _ := fs.WaitWatch(t, 1)
 			liveRV := uint64(101)
 			if tc.currentRV > 0 {
-				fs.setCurrentRV(tc.currentRV)
+				fs.SetCurrentRV(tc.currentRV)
 				liveRV = tc.currentRV + 1
 			}
 
 			done := watchAsync(c, "/pods/", storage.ListOptions{
-				ResourceVersion: tc.rv, SendInitialEvents: tc.sendInitial, Recursive: true, Predicate: everything(tc.bookmarks),
+				ResourceVersion: tc.rv, SendInitialEvents: tc.sendInitial, Recursive: true, Predicate: cachertest.Everything(tc.bookmarks),
 			})
 			if tc.currentRV > 0 {
 				// The watch waits for the cache to reach etcd's RV, and asks
 				// etcd for progress; the progress notification gets it there.
-				poll(t, "a progress request", func() bool { return fs.progressCount() >= 1 })
-				sw.sendBookmark(t, tc.currentRV)
+				cachertest.Poll(t, "a progress request", func() bool { return fs.ProgressCount() >= 1 })
+				sw.SendBookmark(t, tc.currentRV)
 			}
 			var r watchResult
 			select {
 			case r = <-done:
-			case <-time.After(waitFor):
-				t.Fatalf("Watch did not return within %v", waitFor)
+			case <-time.After(cachertest.WaitFor):
+				t.Fatalf("Watch did not return within %v", cachertest.WaitFor)
 			}
 			if r.err != nil {
 				t.Fatalf("Watch: %v", r.err)
@@ -1176,23 +1178,23 @@ func TestWatchListInitialEventsAndEndBookmark(t *testing.T) {
 
 			if tc.wantInitial {
 				for _, want := range []string{"a@50", "b@60"} {
-					ev := nextEvent(t, r.w)
+					ev := cachertest.NextEvent(t, r.w)
 					m, _ := meta.Accessor(ev.Object)
 					if got := m.GetName() + "@" + m.GetResourceVersion(); ev.Type != watch.Added || got != want {
-						t.Fatalf("initial event: %s, want ADDED %s (in key order)", describe(ev), want)
+						t.Fatalf("initial event: %s, want ADDED %s (in key order)", cachertest.Describe(ev), want)
 					}
 				}
 			}
 			if tc.wantEndRV > 0 {
-				ev := nextEvent(t, r.w)
+				ev := cachertest.NextEvent(t, r.w)
 				marked, _ := storage.HasInitialEventsEndBookmarkAnnotation(ev.Object)
-				if ev.Type != watch.Bookmark || !marked || eventRV(t, ev) != tc.wantEndRV {
-					t.Fatalf("after the initial events: %s (marked %v), want the initial-events-end bookmark at %d", describe(ev), marked, tc.wantEndRV)
+				if ev.Type != watch.Bookmark || !marked || cachertest.EventRV(t, ev) != tc.wantEndRV {
+					t.Fatalf("after the initial events: %s (marked %v), want the initial-events-end bookmark at %d", cachertest.Describe(ev), marked, tc.wantEndRV)
 				}
 			}
-			sw.send(t, watch.Modified, newTestPod("a", liveRV, map[string]string{"v": "1"}, ""))
-			if ev := nextEvent(t, r.w); ev.Type != watch.Modified || eventRV(t, ev) != liveRV {
-				t.Fatalf("first live event: %s, want MODIFIED a@%d", describe(ev), liveRV)
+			sw.Send(t, watch.Modified, cachertest.NewPod("a", liveRV, map[string]string{"v": "1"}, ""))
+			if ev := cachertest.NextEvent(t, r.w); ev.Type != watch.Modified || cachertest.EventRV(t, ev) != liveRV {
+				t.Fatalf("first live event: %s, want MODIFIED a@%d", cachertest.Describe(ev), liveRV)
 			}
 		})
 	}
@@ -1201,22 +1203,22 @@ func TestWatchListInitialEventsAndEndBookmark(t *testing.T) {
 // EndWatches ends every client watch after what is queued for it, and the
 // cache keeps serving: new watches start and hear new events.
 func TestEndWatchesDrainsAndKeepsTheCache(t *testing.T) {
-	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
+	sw, _ := fs.WaitWatch(t, 1)
 	ws := []*watcher{
-		c.startWatch(t, context.Background(), "100", everything(false)).(*watcher),
-		c.startWatch(t, context.Background(), "100", everything(true)).(*watcher),
+		c.startWatch(t, context.Background(), "100", cachertest.Everything(false)).(*watcher),
+		c.startWatch(t, context.Background(), "100", cachertest.Everything(true)).(*watcher),
 	}
 	// More events than the client's channel holds: the rest wait in the
 	// watcher's queue, behind a client that reads nothing yet. Those, not
 	// only what sits in the channel, must reach the client before the close.
 	const events = resultBuffer + 5
 	for i := 1; i <= events; i++ {
-		sw.send(t, watch.Modified, newTestPod("a", uint64(100+i), map[string]string{"v": fmt.Sprint(i)}, ""))
+		sw.Send(t, watch.Modified, cachertest.NewPod("a", uint64(100+i), map[string]string{"v": fmt.Sprint(i)}, ""))
 	}
-	poll(t, "both watchers to have a full channel and the rest queued", func() bool {
+	cachertest.Poll(t, "both watchers to have a full channel and the rest queued", func() bool {
 		for _, w := range ws {
 			w.mu.Lock()
 			inChan, queued := len(w.result), w.queuedLocked()
@@ -1232,8 +1234,8 @@ func TestEndWatchesDrainsAndKeepsTheCache(t *testing.T) {
 	}
 	for i, w := range ws {
 		var rvs []uint64
-		for _, ev := range drainUntilClosed(t, w) {
-			rvs = append(rvs, eventRV(t, ev))
+		for _, ev := range cachertest.DrainUntilClosed(t, w) {
+			rvs = append(rvs, cachertest.EventRV(t, ev))
 		}
 		if diff := cmp.Diff(seq(101, 100+events), rvs); diff != "" {
 			t.Errorf("watch %d: events before the close (-want +got):\n%s", i, diff)
@@ -1242,10 +1244,10 @@ func TestEndWatchesDrainsAndKeepsTheCache(t *testing.T) {
 	if !c.Ready() {
 		t.Fatal("not ready after EndWatches")
 	}
-	w := c.startWatch(t, context.Background(), fmt.Sprint(100+events), everything(false))
-	sw.send(t, watch.Modified, newTestPod("a", 200, map[string]string{"v": "last"}, ""))
-	if ev := nextEvent(t, w); eventRV(t, ev) != 200 {
-		t.Fatalf("a watch after EndWatches: got %s, want @200", describe(ev))
+	w := c.startWatch(t, context.Background(), fmt.Sprint(100+events), cachertest.Everything(false))
+	sw.Send(t, watch.Modified, cachertest.NewPod("a", 200, map[string]string{"v": "last"}, ""))
+	if ev := cachertest.NextEvent(t, w); cachertest.EventRV(t, ev) != 200 {
+		t.Fatalf("a watch after EndWatches: got %s, want @200", cachertest.Describe(ev))
 	}
 	if n := c.EndWatches(); n != 1 {
 		t.Errorf("second EndWatches ended %d, want 1", n)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/apis/example"
 )
@@ -50,11 +52,11 @@ func TestNewNamesEveryMissingScheduleKnob(t *testing.T) {
 // no schedule at all.
 func resourceOnly() Config {
 	return Config{
-		Storage:        newFakeStorage(100),
+		Storage:        cachertest.NewFakeStorage(100),
 		ResourcePrefix: "/pods/",
-		KeyFunc:        testPodKey,
+		KeyFunc:        cachertest.PodKey,
 		NewFunc:        func() kruntime.Object { return &example.Pod{} },
 		NewListFunc:    func() kruntime.Object { return &example.PodList{} },
-		GetAttrsFunc:   testPodAttrs,
+		GetAttrsFunc:   cachertest.PodAttrs,
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -21,10 +23,10 @@ import (
 // agrees passes.
 func TestConsistencyCheckDetectsAndHeals(t *testing.T) {
 	gr := schema.GroupResource{Group: "consistency.test", Resource: "pods"}
-	fs := newFakeStorage(100, newTestPod("a", 90, nil, ""), newTestPod("b", 100, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 90, nil, ""), cachertest.NewPod("b", 100, nil, ""))
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = gr })
 	c.waitReady(t)
-	fs.waitWatch(t, 1)
+	fs.WaitWatch(t, 1)
 	metric := func(status string) float64 {
 		v, err := testutil.GetCounterMetricValue(upstream.StorageConsistencyCheckTotal.WithLabelValues(gr.Group, gr.Resource, status))
 		if err != nil {
@@ -41,7 +43,7 @@ func TestConsistencyCheckDetectsAndHeals(t *testing.T) {
 	}
 
 	// etcd's state at 100 differs from the cache's: b is not there, c is.
-	fs.setList(100, newTestPod("a", 90, nil, ""), newTestPod("c", 100, nil, ""))
+	fs.SetList(100, cachertest.NewPod("a", 90, nil, ""), cachertest.NewPod("c", 100, nil, ""))
 	if err := c.checkConsistency(context.Background()); !errors.Is(err, errInconsistent) {
 		t.Fatalf("check of a diverged cache: %v, want it inconsistent", err)
 	}
@@ -49,18 +51,18 @@ func TestConsistencyCheckDetectsAndHeals(t *testing.T) {
 		t.Errorf("failed checks +%v, want +1", got)
 	}
 	// Healed: the reflector relists (after its backoff on the fake clock).
-	poll(t, "the reflector to back off before relisting", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
+	cachertest.Poll(t, "the reflector to back off before relisting", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
 	c.clk.Step(time.Second)
-	fs.waitWatch(t, 2)
+	fs.WaitWatch(t, 2)
 	c.waitReady(t)
-	w := c.startWatch(t, context.Background(), "0", everything(false))
+	w := c.startWatch(t, context.Background(), "0", cachertest.Everything(false))
 	var names []string
 	for range 2 {
-		ev := nextEvent(t, w)
+		ev := cachertest.NextEvent(t, w)
 		m, _ := meta.Accessor(ev.Object)
 		names = append(names, m.GetName())
 		if ev.Type != watch.Added {
-			t.Fatalf("after the relist: got %s, want ADDED", describe(ev))
+			t.Fatalf("after the relist: got %s, want ADDED", cachertest.Describe(ev))
 		}
 	}
 	if names[0] != "a" || names[1] != "c" {
@@ -75,7 +77,7 @@ func TestConsistencyCheckDetectsAndHeals(t *testing.T) {
 // has passed, and not before.
 func TestConsistencyCheckRunsOnTheTick(t *testing.T) {
 	gr := schema.GroupResource{Group: "consistency-tick.test", Resource: "pods"}
-	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = gr })
 	c.waitReady(t)
 	// checks counts this test's checks: the counter is process-wide.
@@ -100,7 +102,7 @@ func TestConsistencyCheckRunsOnTheTick(t *testing.T) {
 		t.Fatalf("a check started %v after the first tick, before the period of %v", consistencyCheckPeriod-time.Second, consistencyCheckPeriod)
 	}
 	c.clk.Step(consistencyCheckPeriod/2 + 2*time.Second) // 7m32s: past the latest due time
-	poll(t, "a consistency check after the period", func() bool { return checks() == 1 })
+	cachertest.Poll(t, "a consistency check after the period", func() bool { return checks() == 1 })
 }
 
 // Each way a cache can differ from etcd is found on its own: an object
@@ -111,16 +113,16 @@ func TestConsistencyCheckFindsEachDivergence(t *testing.T) {
 		name string
 		etcd []*example.Pod
 	}{
-		{"etcd has an object the cache lacks", []*example.Pod{newTestPod("a", 90, nil, ""), newTestPod("b", 100, nil, ""), newTestPod("c", 100, nil, "")}},
-		{"the cache has an object etcd lacks", []*example.Pod{newTestPod("a", 90, nil, "")}},
-		{"an object at another resourceVersion", []*example.Pod{newTestPod("a", 95, nil, ""), newTestPod("b", 100, nil, "")}},
+		{"etcd has an object the cache lacks", []*example.Pod{cachertest.NewPod("a", 90, nil, ""), cachertest.NewPod("b", 100, nil, ""), cachertest.NewPod("c", 100, nil, "")}},
+		{"the cache has an object etcd lacks", []*example.Pod{cachertest.NewPod("a", 90, nil, "")}},
+		{"an object at another resourceVersion", []*example.Pod{cachertest.NewPod("a", 95, nil, ""), cachertest.NewPod("b", 100, nil, "")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := newFakeStorage(100, newTestPod("a", 90, nil, ""), newTestPod("b", 100, nil, ""))
+			fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 90, nil, ""), cachertest.NewPod("b", 100, nil, ""))
 			c := newTestCacher(t, fs, nil)
 			c.waitReady(t)
-			fs.waitWatch(t, 1)
-			fs.setList(100, tc.etcd...)
+			fs.WaitWatch(t, 1)
+			fs.SetList(100, tc.etcd...)
 			if err := c.checkConsistency(context.Background()); !errors.Is(err, errInconsistent) {
 				t.Errorf("check: %v, want it inconsistent", err)
 			}
@@ -133,7 +135,7 @@ func TestConsistencyCheckFindsEachDivergence(t *testing.T) {
 // relisting unseen; a consistent cache does not.
 func TestConsistencyCheckPanicsWhenAsked(t *testing.T) {
 	gr := schema.GroupResource{Group: "consistency-panic.test", Resource: "pods"}
-	fs := newFakeStorage(100, newTestPod("a", 90, nil, ""), newTestPod("b", 100, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 90, nil, ""), cachertest.NewPod("b", 100, nil, ""))
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = gr })
 	c.waitReady(t)
 	old := panicOnInconsistency
@@ -147,7 +149,7 @@ func TestConsistencyCheckPanicsWhenAsked(t *testing.T) {
 	if p := check(); p != nil {
 		t.Fatalf("a consistent cache panicked: %v", p)
 	}
-	fs.setList(100, newTestPod("a", 90, nil, ""), newTestPod("c", 100, nil, ""))
+	fs.SetList(100, cachertest.NewPod("a", 90, nil, ""), cachertest.NewPod("c", 100, nil, ""))
 	p := check()
 	msg, _ := p.(string)
 	if !strings.Contains(msg, "consistency-panic.test") || !strings.Contains(msg, "/c") {

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	testingclock "k8s.io/utils/clock/testing"
@@ -13,7 +15,7 @@ import (
 // the times the event passed before fan-out.
 func liveEvent(t *testing.T, i int, times eventTimes) watch.Event {
 	t.Helper()
-	s, err := share(newTestPod(podName(i), uint64(100+i), nil, ""))
+	s, err := share(cachertest.NewPod(cachertest.PodName(i), uint64(100+i), nil, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +50,7 @@ func TestEachDeliveryTimedByStage(t *testing.T) {
 	// An initial event first: it is not timed.
 	w.start(t.Context(), []watch.Event{liveEvent(t, 0, eventTimes{})})
 	<-w.ResultChan()
-	poll(t, "the initial event to be taken", func() bool {
+	cachertest.Poll(t, "the initial event to be taken", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return !w.pumping
@@ -59,7 +61,7 @@ func TestEachDeliveryTimedByStage(t *testing.T) {
 	// then two events behind it, and a bookmark.
 	var objs [dispatchBatch]eventObjects
 	objs[0] = eventObjects{
-		e: &event{typ: watch.Modified, rv: 101, cur: &object{key: "/pods/ns/" + podName(1), obj: newTestPod(podName(1), 101, nil, "")},
+		e: &event{typ: watch.Modified, rv: 101, cur: &object{key: "/pods/ns/" + cachertest.PodName(1), obj: cachertest.NewPod(cachertest.PodName(1), 101, nil, "")},
 			decodedNanos: times.decoded, recordedNanos: times.received},
 		dispatchedNanos: times.dispatched,
 	}
@@ -87,7 +89,7 @@ func TestEachDeliveryTimedByStage(t *testing.T) {
 		<-w.ResultChan()
 	}
 	const deliveries = resultBuffer + 2
-	poll(t, "the pump to send the queued events", func() bool {
+	cachertest.Poll(t, "the pump to send the queued events", func() bool {
 		n, _ := stageCounts(stages, stageTotal)
 		return n == deliveries
 	})

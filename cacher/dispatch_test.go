@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
@@ -17,13 +19,13 @@ import (
 // BenchmarkDispatch hands one event to 1,000 watchers whose clients read
 // everything: the dispatcher's cost per event (op = one event).
 func BenchmarkDispatch(b *testing.B) {
-	fs := newFakeStorage(100)
+	fs := cachertest.NewFakeStorage(100)
 	c := newTestCacher(b, fs, nil)
 	if err := c.WaitReady(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	for range 1000 {
-		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "100", Recursive: true, Predicate: everything(false)})
+		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "100", Recursive: true, Predicate: cachertest.Everything(false)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -33,7 +35,7 @@ func BenchmarkDispatch(b *testing.B) {
 		}()
 		defer w.Stop()
 	}
-	pod := newTestPod("a", 101, nil, "")
+	pod := cachertest.NewPod("a", 101, nil, "")
 	obj, err := c.newObject(pod)
 	if err != nil {
 		b.Fatal(err)
@@ -53,7 +55,7 @@ func BenchmarkDispatch(b *testing.B) {
 // out the ~1,667 bookmarks due. op = one bookmark delivered (tick included).
 func BenchmarkBookmarkTick(b *testing.B) {
 	const watchers = 100_000
-	fs := newFakeStorage(100)
+	fs := cachertest.NewFakeStorage(100)
 	// newTestCacher's schedule: a minute in one-second slots, fake clock.
 	c := newTestCacher(b, fs, nil)
 	clk := c.clk
@@ -65,7 +67,7 @@ func BenchmarkBookmarkTick(b *testing.B) {
 		if i%(watchers/60) == 0 {
 			clk.Step(time.Second) // spread the watchers over the period
 		}
-		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "100", Recursive: true, Predicate: everything(true)})
+		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "100", Recursive: true, Predicate: cachertest.Everything(true)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -107,9 +109,9 @@ func BenchmarkDispatchExactKeyWatchers(b *testing.B) {
 		b.Run(fmt.Sprintf("watchers=%d", watchers), func(b *testing.B) {
 			var pods []*example.Pod
 			for i := range objects {
-				pods = append(pods, newTestPod(podName(i), 100, nil, ""))
+				pods = append(pods, cachertest.NewPod(cachertest.PodName(i), 100, nil, ""))
 			}
-			fs := newFakeStorage(100, pods...)
+			fs := cachertest.NewFakeStorage(100, pods...)
 			c := newTestCacher(b, fs, nil)
 			if err := c.WaitReady(context.Background()); err != nil {
 				b.Fatal(err)
@@ -117,7 +119,7 @@ func BenchmarkDispatchExactKeyWatchers(b *testing.B) {
 			var delivered atomic.Int64
 			for i := range watchers {
 				w, err := c.Watch(context.Background(), "/pods/"+pods[i%objects].Namespace+"/"+pods[i%objects].Name,
-					storage.ListOptions{ResourceVersion: "100", Predicate: everything(false)})
+					storage.ListOptions{ResourceVersion: "100", Predicate: cachertest.Everything(false)})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"github.com/watchkeeper/watchkeeper/internal/aliasing"
 
 	"k8s.io/apimachinery/pkg/watch"
@@ -15,10 +17,10 @@ import (
 // and an update of a status or a spec field would otherwise keep two equal
 // copies of each.
 func TestUpdateSharesUnchangedAttributes(t *testing.T) {
-	fs := newFakeStorage(100, newTestPod("a", 100, map[string]string{"app": "web"}, "n1"))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, map[string]string{"app": "web"}, "n1"))
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
+	sw, _ := fs.WaitWatch(t, 1)
 	cached := func() *object {
 		t.Helper()
 		item, ok, _ := c.state.store.GetByKey("/pods/ns/a")
@@ -29,7 +31,7 @@ func TestUpdateSharesUnchangedAttributes(t *testing.T) {
 	}
 	v1 := cached()
 
-	sw.send(t, watch.Modified, newTestPod("a", 101, map[string]string{"app": "web"}, "n1"))
+	sw.Send(t, watch.Modified, cachertest.NewPod("a", 101, map[string]string{"app": "web"}, "n1"))
 	c.waitRV(t, 101)
 	v2 := cached()
 	if v2 == v1 {
@@ -47,7 +49,7 @@ func TestUpdateSharesUnchangedAttributes(t *testing.T) {
 	}
 
 	// New labels and a new node: the new version's own, and right.
-	sw.send(t, watch.Modified, newTestPod("a", 102, map[string]string{"app": "db"}, "n2"))
+	sw.Send(t, watch.Modified, cachertest.NewPod("a", 102, map[string]string{"app": "db"}, "n2"))
 	c.waitRV(t, 102)
 	v3 := cached()
 	if aliasing.Map(v3.labels, v2.labels) || aliasing.Map(v3.fields, v2.fields) {

@@ -3,6 +3,8 @@ package cacher
 import (
 	"testing"
 	"time"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 )
 
 // The feed's checks keep their own period, whatever the bookmark
@@ -10,18 +12,18 @@ import (
 // third of its 3s timeout is asked for progress within a few seconds, not
 // at the next bookmark tick.
 func TestFeedChecksDoNotWaitForTheBookmarkTick(t *testing.T) {
-	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 	c := newTestCacher(t, fs, func(cfg *Config) {
 		cfg.BookmarkGranularity = 10 * time.Second
 		cfg.StorageSilenceTimeout = 3 * time.Second
 	})
 	c.waitReady(t)
-	fs.waitWatch(t, 1)
+	fs.WaitWatch(t, 1)
 	c.waitWaiters(t, cacheTimers)
 	for step := 1; ; step++ {
 		c.clk.Step(time.Second)
-		poll(t, "the feed checks to run", func() bool { return fs.progressCount() > 0 || c.clk.Waiters() == cacheTimers })
-		if fs.progressCount() > 0 {
+		cachertest.Poll(t, "the feed checks to run", func() bool { return fs.ProgressCount() > 0 || c.clk.Waiters() == cacheTimers })
+		if fs.ProgressCount() > 0 {
 			break
 		}
 		if step == 3 {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
@@ -23,10 +25,10 @@ import (
 // client-go falls back to a LIST), counted in freshness_timeouts_total.
 func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 	const clients = 50
-	fs := newFakeStorage(100)
+	fs := cachertest.NewFakeStorage(100)
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
-	fs.setCurrentRV(200) // etcd moved on; the cache hears nothing of it
+	fs.SetCurrentRV(200) // etcd moved on; the cache hears nothing of it
 	before := counter(t, c.metrics.freshnessTimeouts[requestWatchList])
 
 	type result struct {
@@ -38,7 +40,7 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 	for range clients {
 		wg.Go(func() {
 			w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{
-				ResourceVersion: "", SendInitialEvents: ptr.To(true), Recursive: true, Predicate: everything(true),
+				ResourceVersion: "", SendInitialEvents: ptr.To(true), Recursive: true, Predicate: cachertest.Everything(true),
 			})
 			results <- result{w, err}
 		})
@@ -46,7 +48,7 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 	// Every client waits: the tick, one freshness timer each, and the
 	// requester's one backoff timer.
 	c.waitWaiters(t, cacheTimers+clients+1)
-	if got := fs.progressCount(); got != 1 {
+	if got := fs.ProgressCount(); got != 1 {
 		t.Fatalf("%d clients began waiting: %d progress requests, want 1", clients, got)
 	}
 	// Over the 3s timeout the requests back off: 100ms, 200ms, 400ms, 800ms,
@@ -57,7 +59,7 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 	}
 	wg.Wait()
 	close(results)
-	requests := fs.progressCount()
+	requests := fs.ProgressCount()
 	if requests < 4 || requests > 8 {
 		t.Errorf("progress requests over %v with %d clients waiting: %d, want one at a time with backoff (4..8)", freshnessTimeout, clients, requests)
 	}
@@ -67,12 +69,12 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("Watch returned %v; want the error in the stream", r.err)
 		}
-		ev := nextEvent(t, r.w)
+		ev := cachertest.NextEvent(t, r.w)
 		err := apierrors.FromObject(ev.Object)
 		if ev.Type != watch.Error || !apierrors.IsTimeout(err) || !strings.Contains(err.Error(), "Too large resource version") {
-			t.Fatalf("got %s (%v), want an ERROR 504 Too large resource version", describe(ev), err)
+			t.Fatalf("got %s (%v), want an ERROR 504 Too large resource version", cachertest.Describe(ev), err)
 		}
-		if rest := drainUntilClosed(t, r.w); len(rest) != 0 {
+		if rest := cachertest.DrainUntilClosed(t, r.w); len(rest) != 0 {
 			t.Fatalf("events after the error: %d", len(rest))
 		}
 	}
@@ -82,7 +84,7 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 	// Nobody waits now: the requester's loop has ended (only the tick's
 	// timer is armed), so nothing can send another request.
 	c.waitWaiters(t, cacheTimers)
-	poll(t, "the requester's loop to end", func() bool {
+	cachertest.Poll(t, "the requester's loop to end", func() bool {
 		c.feed.progress.mu.Lock()
 		defer c.feed.progress.mu.Unlock()
 		return !c.feed.progress.running && c.feed.progress.waiters == 0
@@ -116,7 +118,7 @@ func counter(t *testing.T, m compbasemetrics.CounterMetric) float64 {
 
 // hangingRV is a storage whose current-revision read never answers, as
 // with etcd down.
-type hangingRV struct{ *fakeStorage }
+type hangingRV struct{ *cachertest.FakeStorage }
 
 func (hangingRV) GetCurrentResourceVersion(ctx context.Context) (uint64, error) {
 	<-ctx.Done()
@@ -127,7 +129,7 @@ func (hangingRV) GetCurrentResourceVersion(ctx context.Context) (uint64, error) 
 // etcd does not answer it gets a 504 after the freshness timeout instead of
 // hanging for the whole outage.
 func TestWatchListGivesUpOnAStuckStorage(t *testing.T) {
-	fs := newFakeStorage(100)
+	fs := cachertest.NewFakeStorage(100)
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.Storage = hangingRV{fs} })
 	c.waitReady(t)
 	start := time.Now()
@@ -135,7 +137,7 @@ func TestWatchListGivesUpOnAStuckStorage(t *testing.T) {
 	// hangs on the read never returns, and one that returns only after
 	// ten times the bound is as good as hung.
 	done := watchAsync(c, "/pods/", storage.ListOptions{
-		ResourceVersion: "", SendInitialEvents: ptr.To(true), Recursive: true, Predicate: everything(true),
+		ResourceVersion: "", SendInitialEvents: ptr.To(true), Recursive: true, Predicate: cachertest.Everything(true),
 	})
 	var r watchResult
 	select {
@@ -147,7 +149,7 @@ func TestWatchListGivesUpOnAStuckStorage(t *testing.T) {
 		t.Fatalf("Watch: %v", r.err)
 	}
 	t.Logf("gave up after %v (bound %v)", time.Since(start).Round(time.Millisecond), freshnessTimeout)
-	s := errorStatus(t, nextEvent(t, r.w))
+	s := cachertest.ErrorStatus(t, cachertest.NextEvent(t, r.w))
 	if s.Code != 504 || s.Details == nil || s.Details.RetryAfterSeconds != 1 {
 		t.Errorf("status %d (%q), retry %+v; want 504 with Retry-After 1", s.Code, s.Message, s.Details)
 	}

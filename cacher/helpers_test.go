@@ -5,19 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"regexp"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"go.uber.org/goleak"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -51,79 +46,28 @@ func TestMain(m *testing.M) {
 	)
 }
 
-type goroutine struct {
-	id    int
-	stack string
-}
-
-var goroutineHeader = regexp.MustCompile(`^goroutine (\d+) `)
-
-// otherGoroutines is every goroutine but the caller's.
-func otherGoroutines() []goroutine {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	var out []goroutine
-	for i, stack := range strings.Split(string(buf), "\n\n") {
-		if i == 0 { // runtime.Stack puts the caller first
-			continue
-		}
-		m := goroutineHeader.FindStringSubmatch(stack)
-		if m == nil {
-			continue
-		}
-		id, _ := strconv.Atoi(m[1])
-		out = append(out, goroutine{id: id, stack: stack})
-	}
-	return out
-}
-
-// waitForLeaks polls for up to waitFor until no goroutine is leaked, and
-// returns the stacks of those that still are.
-func waitForLeaks(leaked func(goroutine) bool) []string {
-	deadline := time.Now().Add(waitFor)
-	for {
-		var stacks []string
-		for _, g := range otherGoroutines() {
-			if leaked(g) {
-				stacks = append(stacks, g.stack)
-			}
-		}
-		if len(stacks) == 0 || time.Now().After(deadline) {
-			return stacks
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // cacherGoroutine is a goroutine running this package's code, other than a
 // test blocked in t.Run: the cacher's own goroutines and any a test started.
-func cacherGoroutine(g goroutine) bool {
+func cacherGoroutine(g cachertest.Goroutine) bool {
 	// The goroutines running the tests themselves (benchmarks run on the
 	// main one, under TestMain) are not the cacher's.
-	return strings.Contains(g.stack, "github.com/watchkeeper/watchkeeper/cacher.") &&
-		!strings.Contains(g.stack, "testing.(*T).Run(") && !strings.Contains(g.stack, "testing.(*B).Run(")
+	return strings.Contains(g.Stack, "github.com/watchkeeper/watchkeeper/cacher.") &&
+		!strings.Contains(g.Stack, "testing.(*T).Run(") && !strings.Contains(g.Stack, "testing.(*B).Run(")
 }
 
 func expectNoCacherGoroutines(t testing.TB) {
 	t.Helper()
-	if leaked := waitForLeaks(cacherGoroutine); len(leaked) > 0 {
+	if leaked := cachertest.WaitForLeaks(cacherGoroutine); len(leaked) > 0 {
 		t.Errorf("%d goroutines of the cacher (or of the test) still run:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
 	}
 }
 
-func isPump(g goroutine) bool { return strings.Contains(g.stack, "cacher.(*watcher).pump") }
+func isPump(g cachertest.Goroutine) bool { return strings.Contains(g.Stack, "cacher.(*watcher).pump") }
 
 // pumps counts the watcher pump goroutines running now.
 func pumps() int {
 	n := 0
-	for _, g := range otherGoroutines() {
+	for _, g := range cachertest.OtherGoroutines() {
 		if isPump(g) {
 			n++
 		}
@@ -133,7 +77,7 @@ func pumps() int {
 
 func expectNoWatcherGoroutines(t *testing.T) {
 	t.Helper()
-	if leaked := waitForLeaks(isPump); len(leaked) > 0 {
+	if leaked := cachertest.WaitForLeaks(isPump); len(leaked) > 0 {
 		t.Errorf("%d watcher goroutines still run after their watchers ended:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
 	}
 }
@@ -144,7 +88,7 @@ var testEpoch = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 
 type testCacher struct {
 	*Cacher
-	fs  *fakeStorage
+	fs  *cachertest.FakeStorage
 	clk *testingclock.FakeClock
 	// stopHung is set when Stop did not return: the cleanup must not call
 	// it again (sync.Once would block on the first call).
@@ -155,17 +99,17 @@ type testCacher struct {
 // a 1s granularity and no jitter, and stops it when the test ends. Each test
 // (or subtest) owns its cacher: the goroutine check in the cleanup looks at
 // every cacher goroutine.
-func newTestCacher(t testing.TB, fs *fakeStorage, mutate func(*Config)) *testCacher {
+func newTestCacher(t testing.TB, fs *cachertest.FakeStorage, mutate func(*Config)) *testCacher {
 	t.Helper()
 	clk := testingclock.NewFakeClock(testEpoch)
 	cfg := Config{
 		Storage:                   fs,
 		GroupResource:             schema.GroupResource{Resource: "pods"},
 		ResourcePrefix:            "/pods/",
-		KeyFunc:                   testPodKey,
+		KeyFunc:                   cachertest.PodKey,
 		NewFunc:                   func() kruntime.Object { return &example.Pod{} },
 		NewListFunc:               func() kruntime.Object { return &example.PodList{} },
-		GetAttrsFunc:              testPodAttrs,
+		GetAttrsFunc:              cachertest.PodAttrs,
 		Clock:                     clk,
 		BookmarkFrequency:         time.Minute,
 		BookmarkPreDeadlineOffset: 2 * time.Second,
@@ -208,15 +152,15 @@ func (tc *testCacher) stopWithin(t *testing.T, why string, release func()) {
 	select {
 	case <-stopped:
 		return
-	case <-time.After(waitFor):
+	case <-time.After(cachertest.WaitFor):
 	}
-	t.Errorf("Stop still blocked after %v: %s", waitFor, why)
+	t.Errorf("Stop still blocked after %v: %s", cachertest.WaitFor, why)
 	if release != nil {
 		release()
 		select {
 		case <-stopped:
 			return
-		case <-time.After(waitFor):
+		case <-time.After(cachertest.WaitFor):
 		}
 	}
 	tc.stopHung.Store(true)
@@ -225,7 +169,7 @@ func (tc *testCacher) stopWithin(t *testing.T, why string, release func()) {
 
 func (tc *testCacher) waitReady(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	ctx, cancel := context.WithTimeout(context.Background(), cachertest.WaitFor)
 	defer cancel()
 	if err := tc.WaitReady(ctx); err != nil {
 		t.Fatalf("cache not ready: %v", err)
@@ -235,7 +179,7 @@ func (tc *testCacher) waitReady(t *testing.T) {
 // waitRV waits until the cache has applied rv.
 func (tc *testCacher) waitRV(t *testing.T, rv uint64) {
 	t.Helper()
-	poll(t, fmt.Sprintf("the cache to reach RV %d", rv), func() bool { return tc.state.currentRV() >= rv })
+	cachertest.Poll(t, fmt.Sprintf("the cache to reach RV %d", rv), func() bool { return tc.state.currentRV() >= rv })
 }
 
 // cacheTimers is how many timers an idle cache arms on its clock: the
@@ -245,7 +189,7 @@ const cacheTimers = 2
 // waitWaiters waits until exactly n timers wait on the fake clock.
 func (tc *testCacher) waitWaiters(t *testing.T, n int) {
 	t.Helper()
-	poll(t, fmt.Sprintf("%d waiters on the fake clock", n), func() bool { return tc.clk.Waiters() == n })
+	cachertest.Poll(t, fmt.Sprintf("%d waiters on the fake clock", n), func() bool { return tc.clk.Waiters() == n })
 }
 
 // stepTicks steps the fake clock one granularity (1s) at a time, n times,
@@ -266,17 +210,6 @@ func (tc *testCacher) stepTicks(t *testing.T, n int, check func(step int)) {
 	}
 }
 
-func poll(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitFor, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // watchResult is what one Watch call returned.
 type watchResult struct {
 	w   watch.Interface
@@ -294,27 +227,6 @@ func watchAsync(c *testCacher, key string, opts storage.ListOptions) <-chan watc
 	return done
 }
 
-func everything(bookmarks bool) storage.SelectionPredicate {
-	return storage.SelectionPredicate{
-		Label: labels.Everything(), Field: fields.Everything(), GetAttrs: testPodAttrs, AllowWatchBookmarks: bookmarks,
-	}
-}
-
-// webPods selects the pods labelled app=web.
-func webPods() storage.SelectionPredicate {
-	p := everything(false)
-	p.Label = labels.SelectorFromSet(mustParseSet("app=web"))
-	return p
-}
-
-func mustParseSet(s string) labels.Set {
-	set, err := labels.ConvertSelectorToLabelsMap(s)
-	if err != nil {
-		panic(err)
-	}
-	return set
-}
-
 // startWatch watches every pod and stops the watch when the test ends.
 func (tc *testCacher) startWatch(t *testing.T, ctx context.Context, rv string, pred storage.SelectionPredicate) watch.Interface {
 	t.Helper()
@@ -328,96 +240,13 @@ func (tc *testCacher) startWatch(t *testing.T, ctx context.Context, rv string, p
 
 // Reading watches.
 
-func nextEvent(t *testing.T, w watch.Interface) watch.Event {
-	t.Helper()
-	select {
-	case ev, ok := <-w.ResultChan():
-		if !ok {
-			t.Fatalf("watch closed, want an event")
-		}
-		return ev
-	case <-time.After(waitFor):
-		t.Fatalf("no event within %v", waitFor)
-	}
-	return watch.Event{}
-}
-
-// expectQuiet checks that nothing has been delivered to w. Call it only
-// after a point that proves the cacher has acted (stepTicks returns once the
-// dispatcher has finished the tick and re-armed its timer; an idle
-// watcher's bookmark or event is in its channel by then), so it fails on a
-// bookmark the tick should not have sent, however slow the machine, instead
-// of passing because a grace period ran out first.
-func expectQuiet(t *testing.T, w watch.Interface, when string) {
-	t.Helper()
-	select {
-	case ev, ok := <-w.ResultChan():
-		if !ok {
-			t.Fatalf("%s: watch closed, want it open and quiet", when)
-		}
-		t.Fatalf("%s: got %s, want nothing", when, describe(ev))
-	default:
-	}
-}
-
-// drainUntilClosed returns what was still queued once the watch closes.
-func drainUntilClosed(t *testing.T, w watch.Interface) []watch.Event {
-	t.Helper()
-	var out []watch.Event
-	timeout := time.After(waitFor)
-	for {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return out
-			}
-			out = append(out, ev)
-		case <-timeout:
-			t.Fatalf("watch not closed within %v (drained %d events)", waitFor, len(out))
-		}
-	}
-}
-
-func eventRV(t *testing.T, ev watch.Event) uint64 {
-	t.Helper()
-	rv, err := storage.APIObjectVersioner{}.ObjectResourceVersion(ev.Object)
-	if err != nil {
-		t.Fatalf("RV of %s: %v", describe(ev), err)
-	}
-	return rv
-}
-
-func describe(ev watch.Event) string {
-	if m, err := meta.Accessor(ev.Object); err == nil {
-		return fmt.Sprintf("%s %s@%s labels=%v", ev.Type, m.GetName(), m.GetResourceVersion(), m.GetLabels())
-	}
-	if s, ok := ev.Object.(*metav1.Status); ok {
-		return fmt.Sprintf("%s status %d %s: %s", ev.Type, s.Code, s.Reason, s.Message)
-	}
-	return fmt.Sprintf("%s %T", ev.Type, ev.Object)
-}
-
-func errorStatus(t *testing.T, ev watch.Event) *metav1.Status {
-	t.Helper()
-	if ev.Type != watch.Error {
-		t.Fatalf("got %s, want an Error event", describe(ev))
-	}
-	s, ok := ev.Object.(*metav1.Status)
-	if !ok {
-		t.Fatalf("Error event carries %T, want *metav1.Status", ev.Object)
-	}
-	return s
-}
-
-func podName(i int) string { return fmt.Sprintf("pod-%02d", i) }
-
 // receivedAll is what w's channel holds now, described, without waiting.
 func receivedAll(w *watcher) []string {
 	var got []string
 	for {
 		select {
 		case ev := <-w.ResultChan():
-			got = append(got, strings.TrimSuffix(describe(ev), " labels=map[]"))
+			got = append(got, strings.TrimSuffix(cachertest.Describe(ev), " labels=map[]"))
 		default:
 			return got
 		}

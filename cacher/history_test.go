@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -437,19 +439,19 @@ func TestHistoryCutEvictingNothingKeepsStart(t *testing.T) {
 // window out: the metric counts each, and a watch from before them gets 410
 // while one from inside what is kept loses nothing.
 func TestHistoryCapacityUnderStorm(t *testing.T) {
-	fs := newFakeStorage(100)
+	fs := cachertest.NewFakeStorage(100)
 	c := newTestCacher(t, fs, func(cfg *Config) {
 		cfg.EventsHistoryWindow = time.Hour
 		cfg.HistoryCapacity = 3
 	})
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
+	sw, _ := fs.WaitWatch(t, 1)
 	before, err := testutil.GetCounterMetricValue(c.metrics.historyForcedEvictions)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for rv := uint64(101); rv <= 108; rv++ {
-		sw.send(t, watch.Added, newTestPod(podName(int(rv)), rv, nil, ""))
+		sw.Send(t, watch.Added, cachertest.NewPod(cachertest.PodName(int(rv)), rv, nil, ""))
 	}
 	c.waitRV(t, 108)
 
@@ -467,14 +469,14 @@ func TestHistoryCapacityUnderStorm(t *testing.T) {
 		t.Errorf("history keeps %d events from %d, want 3 after 105", kept, start)
 	}
 
-	w := c.startWatch(t, context.Background(), "104", everything(false))
-	if s := errorStatus(t, nextEvent(t, w)); s.Code != 410 || s.Reason != metav1.StatusReasonExpired {
+	w := c.startWatch(t, context.Background(), "104", cachertest.Everything(false))
+	if s := cachertest.ErrorStatus(t, cachertest.NextEvent(t, w)); s.Code != 410 || s.Reason != metav1.StatusReasonExpired {
 		t.Errorf("watch from a forced-out RV: status %d %s, want 410 Expired", s.Code, s.Reason)
 	}
-	w = c.startWatch(t, context.Background(), "105", everything(false))
+	w = c.startWatch(t, context.Background(), "105", cachertest.Everything(false))
 	for _, want := range []uint64{106, 107, 108} {
-		if ev := nextEvent(t, w); eventRV(t, ev) != want {
-			t.Fatalf("got %s, want @%d", describe(ev), want)
+		if ev := cachertest.NextEvent(t, w); cachertest.EventRV(t, ev) != want {
+			t.Fatalf("got %s, want @%d", cachertest.Describe(ev), want)
 		}
 	}
 }

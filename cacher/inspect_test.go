@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
@@ -18,38 +20,38 @@ import (
 func TestInspect(t *testing.T) {
 	// More pods than a client's channel holds: a WatchList client that
 	// reads nothing keeps its end bookmark queued, BookmarkReceived.
-	pods := []*example.Pod{newTestPod("a", 100, nil, "")}
+	pods := []*example.Pod{cachertest.NewPod("a", 100, nil, "")}
 	for i := 1; i <= resultBuffer; i++ {
-		pods = append(pods, newTestPod(podName(i), 100, nil, ""))
+		pods = append(pods, cachertest.NewPod(cachertest.PodName(i), 100, nil, ""))
 	}
-	fs := newFakeStorage(100, pods...)
+	fs := cachertest.NewFakeStorage(100, pods...)
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.BookmarkFrequency = 10 * time.Second })
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
+	sw, _ := fs.WaitWatch(t, 1)
 	// Two events a second apart, so the history's oldest and newest differ.
-	sw.send(t, watch.Modified, newTestPod("a", 101, nil, ""))
+	sw.Send(t, watch.Modified, cachertest.NewPod("a", 101, nil, ""))
 	c.waitRV(t, 101)
 	c.clk.Step(time.Second)
-	sw.send(t, watch.Modified, newTestPod("a", 102, nil, ""))
+	sw.Send(t, watch.Modified, cachertest.NewPod("a", 102, nil, ""))
 	c.waitRV(t, 102)
-	fs.setCurrentRV(105)
+	fs.SetCurrentRV(105)
 
 	// Three watchers with bookmarks filed 10s out, one without, and a
 	// WatchList watcher whose end bookmark is queued at once (the cache
 	// holds its floor) behind initial events its client does not read.
 	for range 3 {
-		c.startWatch(t, context.Background(), "102", everything(true))
+		c.startWatch(t, context.Background(), "102", cachertest.Everything(true))
 	}
-	c.startWatch(t, context.Background(), "102", everything(false))
+	c.startWatch(t, context.Background(), "102", cachertest.Everything(false))
 	wl, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{
-		ResourceVersion: "0", SendInitialEvents: ptr.To(true), Recursive: true, Predicate: everything(true),
+		ResourceVersion: "0", SendInitialEvents: ptr.To(true), Recursive: true, Predicate: cachertest.Everything(true),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(wl.Stop)
 	c.clk.Step(time.Second)
-	poll(t, "the WatchList watcher's channel to fill", func() bool { return len(wl.ResultChan()) == resultBuffer })
+	cachertest.Poll(t, "the WatchList watcher's channel to fill", func() bool { return len(wl.ResultChan()) == resultBuffer })
 
 	in := c.Inspect(context.Background())
 	if !in.Ready || in.GroupResource.Resource != "pods" || in.CacheRV != 102 || in.EtcdRV != 105 || in.EtcdErr != nil {

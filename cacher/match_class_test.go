@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
@@ -61,8 +63,8 @@ func (ct *classTest) watch(t *testing.T, key string, sel string) *watcher {
 
 // podA is pod a at rv, with its status field.
 func podA(rv uint64, status string) *object {
-	pod := newTestPod("a", rv, nil, "")
-	key, _ := testPodKey(pod)
+	pod := cachertest.NewPod("a", rv, nil, "")
+	key, _ := cachertest.PodKey(pod)
 	return &object{key: key, obj: pod, labels: labels.Set{}, fields: fields.Set{"metadata.name": "a", "status": status}}
 }
 

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -26,10 +28,10 @@ import (
 // reads: the integration test over /metrics checks it.)
 func TestUpstreamMetricsMeanWhatUpstreamsMean(t *testing.T) {
 	gr := schema.GroupResource{Group: "metrics.test", Resource: "pods"}
-	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""), newTestPod("b", 100, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""), cachertest.NewPod("b", 100, nil, ""))
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = gr })
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
+	sw, _ := fs.WaitWatch(t, 1)
 	g, r := gr.Group, gr.Resource
 	value := func(m compbasemetrics.CounterMetric) float64 {
 		t.Helper()
@@ -45,22 +47,22 @@ func TestUpstreamMetricsMeanWhatUpstreamsMean(t *testing.T) {
 
 	var ws []watch.Interface
 	for range 3 {
-		ws = append(ws, c.startWatch(t, context.Background(), "0", everything(false))) // 2 initial ADDED each
+		ws = append(ws, c.startWatch(t, context.Background(), "0", cachertest.Everything(false))) // 2 initial ADDED each
 	}
 	if got := value(initEvents) - i0; got != 6 {
 		t.Errorf("init_events_total +%v for 3 watches of 2 objects, want +6", got)
 	}
 	// One event delivered to all, then the count, so the list's progress
 	// (dispatched too, as upstream counts) is behind us; then one more.
-	sw.send(t, watch.Modified, newTestPod("a", 101, map[string]string{"v": "1"}, ""))
+	sw.Send(t, watch.Modified, cachertest.NewPod("a", 101, map[string]string{"v": "1"}, ""))
 	for _, w := range ws {
-		for ev := nextEvent(t, w); ev.Type == watch.Added; ev = nextEvent(t, w) {
+		for ev := cachertest.NextEvent(t, w); ev.Type == watch.Added; ev = cachertest.NextEvent(t, w) {
 		}
 	}
 	d1 := value(dispatched)
-	sw.send(t, watch.Modified, newTestPod("a", 102, map[string]string{"v": "2"}, ""))
+	sw.Send(t, watch.Modified, cachertest.NewPod("a", 102, map[string]string{"v": "2"}, ""))
 	for _, w := range ws {
-		nextEvent(t, w)
+		cachertest.NextEvent(t, w)
 	}
 	if got := value(dispatched) - d1; got != 1 {
 		t.Errorf("events_dispatched_total +%v for one event to 3 watchers, want +1", got)
@@ -73,8 +75,8 @@ func TestUpstreamMetricsMeanWhatUpstreamsMean(t *testing.T) {
 	lists0 := gathered(t, "apiserver_cache_list_total", series)
 	fetched0 := gathered(t, "apiserver_cache_list_fetched_objects_total", series)
 	returned0 := gathered(t, "apiserver_cache_list_returned_objects_total", series)
-	pred := everything(false)
-	pred.Label = labels.SelectorFromSet(mustParseSet("v=2"))
+	pred := cachertest.Everything(false)
+	pred.Label = labels.SelectorFromSet(cachertest.MustParseSet("v=2"))
 	list := &example.PodList{}
 	if err := c.GetList(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: pred}, list); err != nil {
 		t.Fatal(err)
@@ -129,7 +131,7 @@ func gathered(t *testing.T, name string, want map[string]string) float64 {
 // initializations_total.
 func TestInitializationDurationIsObserved(t *testing.T) {
 	gr := schema.GroupResource{Group: "metrics.test", Resource: "initpods"}
-	c := newTestCacher(t, newFakeStorage(100, newTestPod("a", 100, nil, "")), func(cfg *Config) { cfg.GroupResource = gr })
+	c := newTestCacher(t, cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, "")), func(cfg *Config) { cfg.GroupResource = gr })
 	c.waitReady(t)
 	inits, err := testutil.GetCounterMetricValue(upstream.WatchCacheInitializations.WithLabelValues(gr.Group, gr.Resource))
 	if err != nil {
@@ -165,62 +167,62 @@ func TestNotReadyTransitionsAreCountedByReason(t *testing.T) {
 		why string
 		// leave takes the ready cache out of service once and makes it
 		// ready again; it returns the number of transitions it caused.
-		leave func(t *testing.T, c *testCacher, fs *fakeStorage) int
+		leave func(t *testing.T, c *testCacher, fs *cachertest.FakeStorage) int
 	}{
-		{notReadyRelist, func(t *testing.T, c *testCacher, fs *fakeStorage) int {
-			sw, _ := fs.waitWatch(t, 1)
-			fs.setList(300)
-			fs.failLists(1)
-			sw.sendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
-			poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
+		{notReadyRelist, func(t *testing.T, c *testCacher, fs *cachertest.FakeStorage) int {
+			sw, _ := fs.WaitWatch(t, 1)
+			fs.SetList(300)
+			fs.FailLists(1)
+			sw.SendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
+			cachertest.Poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
 			c.clk.Step(time.Second)
 			// The failed relist puts the cache not ready again: still one
 			// transition.
-			poll(t, "the relist to fail and back off", func() bool { return fs.listCount() == 2 && c.clk.Waiters() == cacheTimers+1 })
+			cachertest.Poll(t, "the relist to fail and back off", func() bool { return fs.ListCount() == 2 && c.clk.Waiters() == cacheTimers+1 })
 			c.clk.Step(time.Second)
 			c.waitReady(t)
 			return 1
 		}},
-		{notReadyStorageSilent, func(t *testing.T, c *testCacher, fs *fakeStorage) int {
+		{notReadyStorageSilent, func(t *testing.T, c *testCacher, fs *cachertest.FakeStorage) int {
 			for i := range 2 {
-				fs.waitWatch(t, i+1)
+				fs.WaitWatch(t, i+1)
 				// What the liveness check does at the timeout.
 				c.feed.watchEnd.end(silentError(time.Second))
-				poll(t, "the cache to go not ready", func() bool { return !c.Ready() })
-				next, _ := fs.waitWatch(t, i+2)
-				next.sendBookmark(t, 100)
+				cachertest.Poll(t, "the cache to go not ready", func() bool { return !c.Ready() })
+				next, _ := fs.WaitWatch(t, i+2)
+				next.SendBookmark(t, 100)
 				c.waitReady(t)
 			}
 			return 2
 		}},
-		{notReadyStorageFailing, func(t *testing.T, c *testCacher, fs *fakeStorage) int {
+		{notReadyStorageFailing, func(t *testing.T, c *testCacher, fs *cachertest.FakeStorage) int {
 			// Transient failures, every 3s (the longest jittered backoff
 			// is 2s * 1.5), until they outlast the retry window.
 			n := 1
-			sw, _ := fs.waitWatch(t, n)
-			sw.sendError(t, noLeader)
+			sw, _ := fs.WaitWatch(t, n)
+			sw.SendError(t, noLeader)
 			for elapsed := time.Duration(0); c.Ready(); elapsed += 3 * time.Second {
 				if elapsed > 2*storageWatchRetryWindow {
 					t.Fatalf("still ready after failures for %v", elapsed)
 				}
 				n++
-				sw, _ = fs.waitWatch(t, n)
-				sw.sendError(t, noLeader)
+				sw, _ = fs.WaitWatch(t, n)
+				sw.SendError(t, noLeader)
 				c.waitWaiters(t, cacheTimers+1)
 				c.clk.Step(3 * time.Second)
 			}
-			sw, _ = fs.waitWatch(t, n+1)
-			sw.sendBookmark(t, 100)
+			sw, _ = fs.WaitWatch(t, n+1)
+			sw.SendBookmark(t, 100)
 			c.waitReady(t)
 			return 1
 		}},
-		{notReadyStopped, func(t *testing.T, c *testCacher, fs *fakeStorage) int {
+		{notReadyStopped, func(t *testing.T, c *testCacher, fs *cachertest.FakeStorage) int {
 			c.Stop()
 			return 1
 		}},
 	} {
 		t.Run(tc.why, func(t *testing.T) {
-			fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+			fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 			c := newTestCacher(t, fs, func(cfg *Config) {
 				cfg.GroupResource = schema.GroupResource{Group: "notready.test", Resource: tc.why}
 			})
@@ -261,10 +263,10 @@ func TestNotReadyTransitionsAreCountedByReason(t *testing.T) {
 // serves is not counted.
 func TestReadsToStorageAreCountedByReason(t *testing.T) {
 	gr := schema.GroupResource{Group: "reads.test", Resource: "pods"}
-	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = gr })
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
+	sw, _ := fs.WaitWatch(t, 1)
 	ctx := context.Background()
 	value := func(r storageRead) float64 {
 		t.Helper()
@@ -306,7 +308,7 @@ func TestReadsToStorageAreCountedByReason(t *testing.T) {
 	if err := c.Get(ctx, "/pods/ns/a", storage.GetOptions{ResourceVersion: "0"}, &example.Pod{}); err != nil {
 		t.Fatalf("Get at RV 0 from the ready cache: %v", err)
 	}
-	if err := list("0", everything(false)); err != nil {
+	if err := list("0", cachertest.Everything(false)); err != nil {
 		t.Fatal(err)
 	}
 	expect("reads the cache served", map[storageRead]float64{})
@@ -314,7 +316,7 @@ func TestReadsToStorageAreCountedByReason(t *testing.T) {
 	// A Get at RV "" is etcd's; so is a consistent list where etcd's
 	// progress requests are not supported (the delegator's decision).
 	_ = c.Get(ctx, "/pods/ns/a", storage.GetOptions{ResourceVersion: ""}, &example.Pod{})
-	if err := list("", everything(false)); err != nil {
+	if err := list("", cachertest.Everything(false)); err != nil {
 		t.Fatal(err)
 	}
 	expect("consistent reads", map[storageRead]float64{getConsistent: 1, listDelegated: 1})
@@ -322,26 +324,26 @@ func TestReadsToStorageAreCountedByReason(t *testing.T) {
 	// With progress requests supported the consistent list is the
 	// cache's, unless etcd's revision cannot be read: then it falls back.
 	withConsistentReads(t)
-	fs.setUnreachable(true)
-	if err := list("", everything(false)); err != nil {
+	fs.SetUnreachable(true)
+	if err := list("", cachertest.Everything(false)); err != nil {
 		t.Fatal(err)
 	}
-	fs.setUnreachable(false)
+	fs.SetUnreachable(false)
 	expect("a consistent list whose catch-up failed", map[storageRead]float64{getConsistent: 1, listDelegated: 1, listConsistentFallback: 1})
 
 	// Not ready (relisting, the relist failing): a Get at RV 0 and a
 	// paginated list without selectors go to etcd; an unpaginated list is
 	// a 429, nothing sent.
-	fs.failLists(1)
-	sw.sendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
-	poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
+	fs.FailLists(1)
+	sw.SendError(t, &apierrors.NewResourceExpired("compacted").ErrStatus)
+	cachertest.Poll(t, "the reflector to back off", func() bool { return !c.Ready() && c.clk.Waiters() == cacheTimers+1 })
 	c.clk.Step(time.Second)
-	poll(t, "the relist to fail and back off", func() bool { return fs.listCount() == 4 && c.clk.Waiters() == cacheTimers+1 })
+	cachertest.Poll(t, "the relist to fail and back off", func() bool { return fs.ListCount() == 4 && c.clk.Waiters() == cacheTimers+1 })
 	_ = c.Get(ctx, "/pods/ns/a", storage.GetOptions{ResourceVersion: "0"}, &example.Pod{})
-	if err := list("0", withLimit(everything(false), 10)); err != nil {
+	if err := list("0", withLimit(cachertest.Everything(false), 10)); err != nil {
 		t.Fatal(err)
 	}
-	if err := list("0", everything(false)); !apierrors.IsTooManyRequests(err) {
+	if err := list("0", cachertest.Everything(false)); !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("an unpaginated list while not ready: %v, want 429", err)
 	}
 	expect("reads while not ready", map[storageRead]float64{getConsistent: 1, listDelegated: 1, listConsistentFallback: 1, getNotReady: 1, listNotReady: 1})

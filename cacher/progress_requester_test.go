@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 )
 
 // A reader that begins waiting while the requester backs off for readers
@@ -16,33 +18,33 @@ func TestProgressRequesterNewWaiterIsNotHeldByTheBackoff(t *testing.T) {
 	p, clk, count, stop, wg := countingRequester()
 	defer func() { close(stop); wg.Wait() }()
 	defer p.wait()()
-	poll(t, "the first request", func() bool { return count() == 1 && clk.Waiters() == 1 })
+	cachertest.Poll(t, "the first request", func() bool { return count() == 1 && clk.Waiters() == 1 })
 	// The one waiter's requests back off to a second apart.
 	backoff := progressRequestPeriod
 	for want := 2; backoff < maxProgressBackoff; want++ {
 		clk.Step(backoff)
-		poll(t, fmt.Sprintf("request %d after %v", want, backoff), func() bool { return count() == want && clk.Waiters() == 1 })
+		cachertest.Poll(t, fmt.Sprintf("request %d after %v", want, backoff), func() bool { return count() == want && clk.Waiters() == 1 })
 		backoff = min(2*backoff, maxProgressBackoff)
 	}
 	before := count()
 	defer p.wait()()
-	poll(t, "the newcomer's request's timer", func() bool { return clk.Waiters() == 1 })
+	cachertest.Poll(t, "the newcomer's request's timer", func() bool { return clk.Waiters() == 1 })
 	clk.Step(newcomerRequestSpacing - time.Millisecond)
 	time.Sleep(10 * time.Millisecond)
 	if n := count(); n != before {
 		t.Fatalf("%d requests before %v, want %d", n, newcomerRequestSpacing, before)
 	}
 	clk.Step(time.Millisecond)
-	poll(t, "a request for the newcomer within "+newcomerRequestSpacing.String(), func() bool { return count() == before+1 })
+	cachertest.Poll(t, "a request for the newcomer within "+newcomerRequestSpacing.String(), func() bool { return count() == before+1 })
 	// With no one new, the backoff resumes from the second spacing.
-	poll(t, "the next request's timer", func() bool { return clk.Waiters() == 1 })
+	cachertest.Poll(t, "the next request's timer", func() bool { return clk.Waiters() == 1 })
 	clk.Step(2*progressRequestPeriod - time.Millisecond)
 	time.Sleep(10 * time.Millisecond)
 	if n := count(); n != before+1 {
 		t.Fatalf("%d requests before the backoff's %v, want %d", n, 2*progressRequestPeriod, before+1)
 	}
 	clk.Step(time.Millisecond)
-	poll(t, "the request after the backoff", func() bool { return count() == before+2 })
+	cachertest.Poll(t, "the request after the backoff", func() bool { return count() == before+2 })
 }
 
 // The requester alone, with a fake clock and a counting send: one request
@@ -52,7 +54,7 @@ func TestProgressRequesterNewWaiterIsNotHeldByTheBackoff(t *testing.T) {
 func TestProgressRequesterAlone(t *testing.T) {
 	p, clk, count, stop, wg := countingRequester()
 	releases := []func(){p.wait()}
-	poll(t, "the first request", func() bool { return count() == 1 && clk.Waiters() == 1 })
+	cachertest.Poll(t, "the first request", func() bool { return count() == 1 && clk.Waiters() == 1 })
 	for range 9 {
 		releases = append(releases, p.wait())
 	}
@@ -62,14 +64,14 @@ func TestProgressRequesterAlone(t *testing.T) {
 	backoff := progressRequestPeriod
 	for want := 2; want <= 6; want++ {
 		clk.Step(backoff)
-		poll(t, fmt.Sprintf("request %d after %v", want, backoff), func() bool { return count() == want && clk.Waiters() == 1 })
+		cachertest.Poll(t, fmt.Sprintf("request %d after %v", want, backoff), func() bool { return count() == want && clk.Waiters() == 1 })
 		backoff = min(2*backoff, maxProgressBackoff)
 	}
 	for _, release := range releases {
 		release()
 		release() // twice is harmless
 	}
-	poll(t, "the loop to end with the last waiter", func() bool {
+	cachertest.Poll(t, "the loop to end with the last waiter", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return !p.running && clk.Waiters() == 0

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -28,7 +30,7 @@ import (
 func TestCopyAllFitsItsHint(t *testing.T) {
 	var objs []*object
 	for i := range 5 {
-		objs = append(objs, &object{key: fmt.Sprintf("/pods/ns/p%d", i), obj: newTestPod(fmt.Sprintf("p%d", i), 10, nil, "")})
+		objs = append(objs, &object{key: fmt.Sprintf("/pods/ns/p%d", i), obj: cachertest.NewPod(fmt.Sprintf("p%d", i), 10, nil, "")})
 	}
 	for _, hint := range []int{1, 4, 5, 6, 50} {
 		list := &example.PodList{}
@@ -51,12 +53,12 @@ func TestCopyAllFitsItsHint(t *testing.T) {
 // an error of the cache's making; past 64 bytes, garbage gets a 400 that
 // quotes only a prefix of it (parseRV).
 func TestMalformedRVIsTheStoragesError(t *testing.T) {
-	c := newTestCacher(t, newFakeStorage(100, newTestPod("a", 100, nil, "")), nil)
+	c := newTestCacher(t, cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, "")), nil)
 	c.waitReady(t)
 	sendInitial := true
 	requests := map[string]func(rv string) error{
 		"get": func(rv string) error {
-			return c.Get(context.Background(), "/pods/"+testNamespace+"/a", storage.GetOptions{ResourceVersion: rv}, &example.Pod{})
+			return c.Get(context.Background(), "/pods/"+cachertest.Namespace+"/a", storage.GetOptions{ResourceVersion: rv}, &example.Pod{})
 		},
 		"watch": func(rv string) error { return watchErr(c, storage.ListOptions{ResourceVersion: rv}) },
 		"watchlist": func(rv string) error {
@@ -80,7 +82,7 @@ func TestMalformedRVIsTheStoragesError(t *testing.T) {
 // watchErr is the error of a watch of every pod with opts, failing if the
 // watch opened.
 func watchErr(c *testCacher, opts storage.ListOptions) error {
-	opts.Predicate, opts.Recursive = everything(true), true
+	opts.Predicate, opts.Recursive = cachertest.Everything(true), true
 	w, err := c.Watch(context.Background(), "/pods/", opts)
 	if w != nil {
 		w.Stop()
@@ -94,9 +96,9 @@ func watchErr(c *testCacher, opts storage.ListOptions) error {
 // and so does the cache, with the same internal error, so that a caller
 // learns of the mistake whichever storage it watches.
 func TestWatchWithoutPrevKVNeedsAnEmptyPredicate(t *testing.T) {
-	c := newTestCacher(t, newFakeStorage(100, newTestPod("a", 100, map[string]string{"app": "web"}, "n1")), nil)
+	c := newTestCacher(t, cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, map[string]string{"app": "web"}, "n1")), nil)
 	c.waitReady(t)
-	selective := everything(false)
+	selective := cachertest.Everything(false)
 	selective.Label = labels.SelectorFromSet(labels.Set{"app": "web"})
 	w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{
 		ResourceVersion: "100", Predicate: selective, Recursive: true, WatchWithoutPrevKV: true,
@@ -112,7 +114,7 @@ func TestWatchWithoutPrevKVNeedsAnEmptyPredicate(t *testing.T) {
 	// With an empty predicate the flag means nothing to the cache: the
 	// watch opens.
 	w, err = c.Watch(context.Background(), "/pods/", storage.ListOptions{
-		ResourceVersion: "100", Predicate: everything(false), Recursive: true, WatchWithoutPrevKV: true,
+		ResourceVersion: "100", Predicate: cachertest.Everything(false), Recursive: true, WatchWithoutPrevKV: true,
 	})
 	if err != nil {
 		t.Fatalf("watch without previous values, empty predicate: %v", err)
@@ -226,14 +228,14 @@ func apiStatusCode(err error) int32 {
 func BenchmarkListFromCache(b *testing.B) {
 	var pods []*example.Pod
 	for i := range 10_000 {
-		pods = append(pods, newTestPod(fmt.Sprintf("pod-%05d", i), uint64(10+i), map[string]string{"app": "web"}, "node1"))
+		pods = append(pods, cachertest.NewPod(fmt.Sprintf("pod-%05d", i), uint64(10+i), map[string]string{"app": "web"}, "node1"))
 	}
-	fs := newFakeStorage(20_000, pods...)
+	fs := cachertest.NewFakeStorage(20_000, pods...)
 	c := newTestCacher(b, fs, nil)
 	if err := c.WaitReady(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}
+	opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: cachertest.Everything(false)}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -255,15 +257,15 @@ func BenchmarkListAfterWrites(b *testing.B) {
 	for _, on := range []bool{false, true} {
 		b.Run(fmt.Sprintf("snapshots=%v", on), func(b *testing.B) {
 			featuregatetesting.SetFeatureGateDuringTest(b, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, on)
-			fs := newFakeStorage(100)
+			fs := cachertest.NewFakeStorage(100)
 			c := newTestCacher(b, fs, nil)
 			c.WaitReady(context.Background())
-			sw, _ := fs.waitWatch(b, 1)
+			sw, _ := fs.WaitWatch(b, 1)
 			for i := range 10_000 {
-				sw.send(b, watch.Added, newTestPod(fmt.Sprintf("pod-%05d", i), uint64(101+i), map[string]string{"app": "web"}, "node1"))
+				sw.Send(b, watch.Added, cachertest.NewPod(fmt.Sprintf("pod-%05d", i), uint64(101+i), map[string]string{"app": "web"}, "node1"))
 			}
-			poll(b, "applied", func() bool { return c.state.currentRV() >= 10_100 })
-			opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}
+			cachertest.Poll(b, "applied", func() bool { return c.state.currentRV() >= 10_100 })
+			opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: cachertest.Everything(false)}
 			b.ResetTimer()
 			for b.Loop() {
 				list := &example.PodList{}
@@ -281,18 +283,18 @@ func BenchmarkListAfterWrites(b *testing.B) {
 // compare, the current state at RV "0".
 func BenchmarkListPastRV(b *testing.B) {
 	featuregatetesting.SetFeatureGateDuringTest(b, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, true)
-	fs := newFakeStorage(100)
+	fs := cachertest.NewFakeStorage(100)
 	c := newTestCacher(b, fs, nil)
 	c.WaitReady(context.Background())
-	sw, _ := fs.waitWatch(b, 1)
+	sw, _ := fs.WaitWatch(b, 1)
 	const n, later = 10_000, 30
 	for i := range n + later {
-		sw.send(b, watch.Added, newTestPod(fmt.Sprintf("pod-%05d", i), uint64(101+i), map[string]string{"app": "web"}, "node1"))
+		sw.Send(b, watch.Added, cachertest.NewPod(fmt.Sprintf("pod-%05d", i), uint64(101+i), map[string]string{"app": "web"}, "node1"))
 	}
-	poll(b, "applied", func() bool { return c.state.currentRV() >= 100+n+later })
+	cachertest.Poll(b, "applied", func() bool { return c.state.currentRV() >= 100+n+later })
 	rv := fmt.Sprint(100 + n)
 	b.Run("rv0", func(b *testing.B) {
-		opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}
+		opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: cachertest.Everything(false)}
 		b.ReportAllocs()
 		for b.Loop() {
 			list := &example.PodList{}
@@ -302,7 +304,7 @@ func BenchmarkListPastRV(b *testing.B) {
 		}
 	})
 	b.Run("exact", func(b *testing.B) {
-		opts := storage.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact, Recursive: true, Predicate: everything(false)}
+		opts := storage.ListOptions{ResourceVersion: rv, ResourceVersionMatch: metav1.ResourceVersionMatchExact, Recursive: true, Predicate: cachertest.Everything(false)}
 		b.ReportAllocs()
 		for b.Loop() {
 			list := &example.PodList{}
@@ -316,7 +318,7 @@ func BenchmarkListPastRV(b *testing.B) {
 		for b.Loop() {
 			got, token := 0, ""
 			for first := true; first || token != ""; first = false {
-				pred := everything(false)
+				pred := cachertest.Everything(false)
 				pred.Limit, pred.Continue = 500, token
 				opts := storage.ListOptions{Recursive: true, Predicate: pred}
 				if first {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"google.golang.org/grpc/metadata"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -21,15 +23,15 @@ func TestEachResourceWatchesOnItsOwnStream(t *testing.T) {
 	streams := map[string]string{}
 	for _, resource := range []string{"pods", "widgets"} {
 		t.Run(resource, func(t *testing.T) { // each subtest owns its cacher
-			fs := newFakeStorage(100)
+			fs := cachertest.NewFakeStorage(100)
 			c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = schema.GroupResource{Resource: resource} })
 			c.waitReady(t)
-			fs.waitWatch(t, 1)
+			fs.WaitWatch(t, 1)
 			c.feed.progress.request()
-			poll(t, "a progress request", func() bool { return fs.progressCount() >= 1 })
-			fs.mu.Lock()
-			watchMD, progressMD := mdString(fs.watchMD[0]), mdString(fs.progressMD[0])
-			fs.mu.Unlock()
+			cachertest.Poll(t, "a progress request", func() bool { return fs.ProgressCount() >= 1 })
+			fs.Mu.Lock()
+			watchMD, progressMD := mdString(fs.WatchMD[0]), mdString(fs.ProgressMD[0])
+			fs.Mu.Unlock()
 			if watchMD != progressMD {
 				t.Errorf("%s: progress requests carry %s, the watch %s: etcd would answer on another stream", resource, progressMD, watchMD)
 			}
@@ -41,16 +43,16 @@ func TestEachResourceWatchesOnItsOwnStream(t *testing.T) {
 			streams[resource] = watchMD
 
 			// A resume from before the list backfills on a stream of its own.
-			fs.setList(90)
+			fs.SetList(90)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				defer cancel()
 				_ = c.backfill(ctx, 90)
 			}()
-			fs.waitWatch(t, 2)
-			fs.mu.Lock()
-			backfillMD := mdString(fs.watchMD[1])
-			fs.mu.Unlock()
+			fs.WaitWatch(t, 2)
+			fs.Mu.Lock()
+			backfillMD := mdString(fs.WatchMD[1])
+			fs.Mu.Unlock()
 			if backfillMD == watchMD {
 				t.Errorf("%s: the backfill watches on the cache's stream (%s)", resource, watchMD)
 			}

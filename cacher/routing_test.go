@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/features"
@@ -24,16 +26,16 @@ func TestContinueAtRVZeroIgnoresTheLimit(t *testing.T) {
 	withConsistentReads(t)
 	var pods []*example.Pod
 	for i := range 5 {
-		pods = append(pods, newTestPod(podName(i), 100, nil, ""))
+		pods = append(pods, cachertest.NewPod(cachertest.PodName(i), 100, nil, ""))
 	}
-	fs := newFakeStorage(100, pods...)
+	fs := cachertest.NewFakeStorage(100, pods...)
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
 	ctx := context.Background()
 
 	first := &example.PodList{}
 	if err := c.GetList(ctx, "/pods/", storage.ListOptions{
-		ResourceVersion: "0", Recursive: true, Predicate: withLimit(everything(false), 2),
+		ResourceVersion: "0", Recursive: true, Predicate: withLimit(cachertest.Everything(false), 2),
 	}, first); err != nil {
 		t.Fatal(err)
 	}
@@ -50,14 +52,14 @@ func TestContinueAtRVZeroIgnoresTheLimit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The token a first page ending at pod-01 hands out.
-			token, err := storage.EncodeContinue("/pods/ns/"+podName(1)+"\x00", "/pods/", tc.rv)
+			token, err := storage.EncodeContinue("/pods/ns/"+cachertest.PodName(1)+"\x00", "/pods/", tc.rv)
 			if err != nil {
 				t.Fatal(err)
 			}
-			listsBefore := fs.listCount()
+			listsBefore := fs.ListCount()
 			page := &example.PodList{}
 			if err := c.GetList(ctx, "/pods/", storage.ListOptions{
-				ResourceVersion: "0", Recursive: true, Predicate: withContinue(withLimit(everything(false), 2), token),
+				ResourceVersion: "0", Recursive: true, Predicate: withContinue(withLimit(cachertest.Everything(false), 2), token),
 			}, page); err != nil {
 				t.Fatal(err)
 			}
@@ -67,9 +69,9 @@ func TestContinueAtRVZeroIgnoresTheLimit(t *testing.T) {
 			}
 			if len(names) != 3 || page.Continue != "" {
 				t.Errorf("continue at RV 0 with limit 2: %v, continue %q; want the other 3 (%s, %s, %s) and no token",
-					names, page.Continue, podName(2), podName(3), podName(4))
+					names, page.Continue, cachertest.PodName(2), cachertest.PodName(3), cachertest.PodName(4))
 			}
-			if n := fs.listCount() - listsBefore; n != 0 {
+			if n := fs.ListCount() - listsBefore; n != 0 {
 				t.Errorf("%d lists went to etcd, want the cache to serve it", n)
 			}
 		})
@@ -116,19 +118,19 @@ func TestConsistentListTimeoutFallsBackUnlessTheGateSkipsIt(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ConsistentListFromCacheSkipTimeoutFallback, skip)
 			withConsistentReads(t)
-			fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+			fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 			c := newTestCacher(t, fs, nil)
 			c.waitReady(t)
-			fs.setCurrentRV(200) // etcd moved on; the cache hears nothing of it
+			fs.SetCurrentRV(200) // etcd moved on; the cache hears nothing of it
 			fallback := map[bool]string{false: fallbackYes, true: fallbackSkipped}[skip]
 			before := counter(t, upstream.ConsistentReadTotal.WithLabelValues("", "pods", "false", fallback))
 			beforeOK := counter(t, upstream.ConsistentReadTotal.WithLabelValues("", "pods", "true", fallback))
-			listsBefore := fs.listCount()
+			listsBefore := fs.ListCount()
 
 			done := make(chan error, 1)
 			go func() {
 				done <- c.GetList(context.Background(), "/pods/", storage.ListOptions{
-					ResourceVersion: "", Recursive: true, Predicate: everything(false),
+					ResourceVersion: "", Recursive: true, Predicate: cachertest.Everything(false),
 				}, &example.PodList{})
 			}()
 			// The list waits: the tick, its freshness timer, the progress
@@ -141,10 +143,10 @@ func TestConsistentListTimeoutFallsBackUnlessTheGateSkipsIt(t *testing.T) {
 			var err error
 			select {
 			case err = <-done:
-			case <-time.After(waitFor):
+			case <-time.After(cachertest.WaitFor):
 				t.Fatalf("the consistent list did not return after the freshness timeout")
 			}
-			etcdLists := fs.listCount() - listsBefore
+			etcdLists := fs.ListCount() - listsBefore
 			if !skip {
 				if err != nil || etcdLists != 1 {
 					t.Errorf("gate off: err %v and %d etcd lists, want the list served by etcd", err, etcdLists)
@@ -173,18 +175,18 @@ func TestConsistentListTimeoutFallsBackUnlessTheGateSkipsIt(t *testing.T) {
 func TestConsistentListWithoutEtcdRevisionSkipsTheFallbackWithTheGate(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ConsistentListFromCacheSkipTimeoutFallback, true)
 	withConsistentReads(t)
-	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
-	fs.setUnreachable(true)
-	listsBefore := fs.listCount()
+	fs.SetUnreachable(true)
+	listsBefore := fs.ListCount()
 	err := c.GetList(context.Background(), "/pods/", storage.ListOptions{
-		ResourceVersion: "", Recursive: true, Predicate: everything(false),
+		ResourceVersion: "", Recursive: true, Predicate: cachertest.Everything(false),
 	}, &example.PodList{})
 	if err == nil || !storage.IsUnreachable(err) {
 		t.Errorf("err %v, want etcd's unreachable error", err)
 	}
-	if n := fs.listCount() - listsBefore; n != 0 {
+	if n := fs.ListCount() - listsBefore; n != 0 {
 		t.Errorf("%d lists went to etcd with the gate on, want none", n)
 	}
 }

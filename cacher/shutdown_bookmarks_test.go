@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -15,18 +17,18 @@ import (
 func TestBookmarkAllQueuesABookmarkBehindEachWatchersEvents(t *testing.T) {
 	_, c, sw := cacherListedAt100(t)
 	ctx := context.Background()
-	behind := c.startWatch(t, ctx, "100", everything(true))
-	idle := c.startWatch(t, ctx, "100", everything(true))
-	plain := c.startWatch(t, ctx, "100", everything(false))
+	behind := c.startWatch(t, ctx, "100", cachertest.Everything(true))
+	idle := c.startWatch(t, ctx, "100", cachertest.Everything(true))
+	plain := c.startWatch(t, ctx, "100", cachertest.Everything(false))
 	// More events than a client's channel holds: the rest wait in the
 	// watchers' queues until their clients read.
 	const last = 100 + 2*resultBuffer
 	for rv := uint64(101); rv <= last; rv++ {
-		sw.send(t, watch.Added, newTestPod(podName(int(rv)), rv, nil, ""))
+		sw.Send(t, watch.Added, cachertest.NewPod(cachertest.PodName(int(rv)), rv, nil, ""))
 	}
 	for rv := uint64(101); rv <= last; rv++ {
-		if ev := nextEvent(t, idle); eventRV(t, ev) != rv {
-			t.Fatalf("idle watcher: %s, want the event at %d", describe(ev), rv)
+		if ev := cachertest.NextEvent(t, idle); cachertest.EventRV(t, ev) != rv {
+			t.Fatalf("idle watcher: %s, want the event at %d", cachertest.Describe(ev), rv)
 		}
 	}
 
@@ -36,8 +38,8 @@ func TestBookmarkAllQueuesABookmarkBehindEachWatchersEvents(t *testing.T) {
 		q, tk := c.BookmarkAll(ctx)
 		done <- result{q, tk}
 	}()
-	if ev := nextEvent(t, idle); ev.Type != watch.Bookmark || eventRV(t, ev) != last {
-		t.Fatalf("idle watcher: %s, want a bookmark at %d", describe(ev), last)
+	if ev := cachertest.NextEvent(t, idle); ev.Type != watch.Bookmark || cachertest.EventRV(t, ev) != last {
+		t.Fatalf("idle watcher: %s, want a bookmark at %d", cachertest.Describe(ev), last)
 	}
 	for range 5 {
 		c.clk.Step(bookmarkTakenPoll)
@@ -49,20 +51,20 @@ func TestBookmarkAllQueuesABookmarkBehindEachWatchersEvents(t *testing.T) {
 	default:
 	}
 	for rv := uint64(101); rv <= last; rv++ {
-		if ev := nextEvent(t, behind); eventRV(t, ev) != rv {
-			t.Fatalf("watcher behind: %s, want the event at %d", describe(ev), rv)
+		if ev := cachertest.NextEvent(t, behind); cachertest.EventRV(t, ev) != rv {
+			t.Fatalf("watcher behind: %s, want the event at %d", cachertest.Describe(ev), rv)
 		}
 	}
-	if ev := nextEvent(t, behind); ev.Type != watch.Bookmark || eventRV(t, ev) != last {
-		t.Fatalf("watcher behind: %s after its events, want a bookmark at %d", describe(ev), last)
+	if ev := cachertest.NextEvent(t, behind); ev.Type != watch.Bookmark || cachertest.EventRV(t, ev) != last {
+		t.Fatalf("watcher behind: %s after its events, want a bookmark at %d", cachertest.Describe(ev), last)
 	}
 	for rv := uint64(101); rv <= last; rv++ {
-		if ev := nextEvent(t, plain); eventRV(t, ev) != rv {
-			t.Fatalf("watcher without bookmarks: %s, want the event at %d", describe(ev), rv)
+		if ev := cachertest.NextEvent(t, plain); cachertest.EventRV(t, ev) != rv {
+			t.Fatalf("watcher without bookmarks: %s, want the event at %d", cachertest.Describe(ev), rv)
 		}
 	}
 	var r result
-	poll(t, "BookmarkAll to return once every client took its bookmark", func() bool {
+	cachertest.Poll(t, "BookmarkAll to return once every client took its bookmark", func() bool {
 		select {
 		case r = <-done:
 			return true
@@ -74,7 +76,7 @@ func TestBookmarkAllQueuesABookmarkBehindEachWatchersEvents(t *testing.T) {
 	if r != (result{2, 2}) {
 		t.Fatalf("BookmarkAll: %+v, want 2 queued and 2 taken", r)
 	}
-	expectQuiet(t, plain, "a watcher without bookmarks")
+	cachertest.ExpectQuiet(t, plain, "a watcher without bookmarks")
 }
 
 // A quiet resource's cache is behind etcd by the other resources' writes
@@ -85,23 +87,23 @@ func TestBookmarkAllQueuesABookmarkBehindEachWatchersEvents(t *testing.T) {
 func TestBookmarkAllCatchesUpWithEtcdFirst(t *testing.T) {
 	fs, c, sw := cacherListedAt100(t)
 	ctx := context.Background()
-	w := c.startWatch(t, ctx, "100", everything(true))
-	fs.setCurrentRV(5000)
-	before := fs.progressCount()
+	w := c.startWatch(t, ctx, "100", cachertest.Everything(true))
+	fs.SetCurrentRV(5000)
+	before := fs.ProgressCount()
 
 	done := make(chan int, 1)
 	go func() {
 		_, taken := c.BookmarkAll(ctx)
 		done <- taken
 	}()
-	poll(t, "a progress request to etcd", func() bool { return fs.progressCount() > before })
-	expectQuiet(t, w, "a watcher before etcd's progress notification")
-	sw.sendBookmark(t, 5000)
-	if ev := nextEvent(t, w); ev.Type != watch.Bookmark || eventRV(t, ev) != 5000 {
-		t.Fatalf("watcher: %s, want a bookmark at etcd's revision 5000", describe(ev))
+	cachertest.Poll(t, "a progress request to etcd", func() bool { return fs.ProgressCount() > before })
+	cachertest.ExpectQuiet(t, w, "a watcher before etcd's progress notification")
+	sw.SendBookmark(t, 5000)
+	if ev := cachertest.NextEvent(t, w); ev.Type != watch.Bookmark || cachertest.EventRV(t, ev) != 5000 {
+		t.Fatalf("watcher: %s, want a bookmark at etcd's revision 5000", cachertest.Describe(ev))
 	}
 	var taken int
-	poll(t, "BookmarkAll to return", func() bool {
+	cachertest.Poll(t, "BookmarkAll to return", func() bool {
 		select {
 		case taken = <-done:
 			return true
@@ -120,11 +122,11 @@ func TestBookmarkAllCatchesUpWithEtcdFirst(t *testing.T) {
 func TestBookmarkAllWithoutEtcdBookmarksAtTheCachesRV(t *testing.T) {
 	fs, c, _ := cacherListedAt100(t)
 	ctx := context.Background()
-	w := c.startWatch(t, ctx, "100", everything(true))
-	fs.setUnreachable(true)
+	w := c.startWatch(t, ctx, "100", cachertest.Everything(true))
+	fs.SetUnreachable(true)
 	go c.BookmarkAll(ctx)
-	if ev := nextEvent(t, w); ev.Type != watch.Bookmark || eventRV(t, ev) != 100 {
-		t.Fatalf("watcher: %s, want a bookmark at the cache's 100", describe(ev))
+	if ev := cachertest.NextEvent(t, w); ev.Type != watch.Bookmark || cachertest.EventRV(t, ev) != 100 {
+		t.Fatalf("watcher: %s, want a bookmark at the cache's 100", cachertest.Describe(ev))
 	}
 }
 
@@ -134,15 +136,15 @@ func TestBookmarkAllWithoutEtcdBookmarksAtTheCachesRV(t *testing.T) {
 func TestBookmarkAllCatchUpIsBounded(t *testing.T) {
 	fs, c, _ := cacherListedAt100(t)
 	ctx := context.Background()
-	w := c.startWatch(t, ctx, "100", everything(true))
-	fs.setCurrentRV(5000)
-	before := fs.progressCount()
+	w := c.startWatch(t, ctx, "100", cachertest.Everything(true))
+	fs.SetCurrentRV(5000)
+	before := fs.ProgressCount()
 	go c.BookmarkAll(ctx)
-	poll(t, "a progress request to etcd", func() bool { return fs.progressCount() > before })
+	cachertest.Poll(t, "a progress request to etcd", func() bool { return fs.ProgressCount() > before })
 	c.clk.Step(shutdownCatchUpTimeout - time.Millisecond)
-	expectQuiet(t, w, "a watcher before the catch-up's bound")
+	cachertest.ExpectQuiet(t, w, "a watcher before the catch-up's bound")
 	c.clk.Step(time.Millisecond)
-	if ev := nextEvent(t, w); ev.Type != watch.Bookmark || eventRV(t, ev) != 100 {
-		t.Fatalf("watcher: %s, want a bookmark at the cache's 100 once the catch-up gave up", describe(ev))
+	if ev := cachertest.NextEvent(t, w); ev.Type != watch.Bookmark || cachertest.EventRV(t, ev) != 100 {
+		t.Fatalf("watcher: %s, want a bookmark at the cache's 100 once the catch-up gave up", cachertest.Describe(ev))
 	}
 }

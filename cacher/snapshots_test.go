@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
@@ -35,12 +37,12 @@ func TestSnapshotsServeEveryState(t *testing.T) {
 	for i := range 20 {
 		name := fmt.Sprintf("pod-%03d", i)
 		model[name] = "0/" + webOrNot(i)
-		pods = append(pods, newTestPod(name, listRV, map[string]string{"v": "0", "app": webOrNot(i)}, ""))
+		pods = append(pods, cachertest.NewPod(name, listRV, map[string]string{"v": "0", "app": webOrNot(i)}, ""))
 	}
-	fs := newFakeStorage(listRV, pods...)
+	fs := cachertest.NewFakeStorage(listRV, pods...)
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
+	sw, _ := fs.WaitWatch(t, 1)
 
 	states := map[uint64]map[string]string{listRV: cloneState(model)}
 	rng := rand.New(rand.NewSource(1))
@@ -53,32 +55,32 @@ func TestSnapshotsServeEveryState(t *testing.T) {
 		name := fmt.Sprintf("pod-%03d", rng.Intn(40))
 		v := strconv.Itoa(step + 1)
 		app := webOrNot(rng.Intn(2))
-		pod := newTestPod(name, rv, map[string]string{"v": v, "app": app}, "")
+		pod := cachertest.NewPod(name, rv, map[string]string{"v": v, "app": app}, "")
 		_, exists := model[name]
 		switch {
 		case exists && rng.Intn(3) == 0, !exists && rng.Intn(6) == 0:
 			// A deletion; of a key the cache does not hold, too.
-			sw.send(t, watch.Deleted, pod)
+			sw.Send(t, watch.Deleted, pod)
 			delete(model, name)
 		case exists:
-			sw.send(t, watch.Modified, pod)
+			sw.Send(t, watch.Modified, pod)
 			model[name] = v + "/" + app
 		default:
-			sw.send(t, watch.Added, pod)
+			sw.Send(t, watch.Added, pod)
 			model[name] = v + "/" + app
 		}
 		states[rv] = cloneState(model)
 	}
 	c.waitRV(t, rv)
-	listsBefore := fs.listCount()
+	listsBefore := fs.ListCount()
 
 	for at := uint64(listRV); at <= rv; at++ {
 		want := states[at]
-		got := listedAt(t, c, at, 0, everything(false))
+		got := listedAt(t, c, at, 0, cachertest.Everything(false))
 		if !sameState(got, want) {
 			t.Fatalf("exact list at RV %d: got %v, want %v", at, got, want)
 		}
-		if got := listedAt(t, c, at, 7, everything(false)); !sameState(got, want) {
+		if got := listedAt(t, c, at, 7, cachertest.Everything(false)); !sameState(got, want) {
 			t.Fatalf("pages of 7 at RV %d: got %v, want %v", at, got, want)
 		}
 		web := map[string]string{}
@@ -87,11 +89,11 @@ func TestSnapshotsServeEveryState(t *testing.T) {
 				web[name] = va
 			}
 		}
-		if got := listedAt(t, c, at, 3, webPods()); !sameState(got, web) {
+		if got := listedAt(t, c, at, 3, cachertest.WebPods()); !sameState(got, web) {
 			t.Fatalf("pages of 3 of the web pods at RV %d: got %v, want %v", at, got, web)
 		}
 	}
-	if n := fs.listCount() - listsBefore; n != 0 {
+	if n := fs.ListCount() - listsBefore; n != 0 {
 		t.Errorf("%d lists went to etcd; every state is in memory", n)
 	}
 }
@@ -205,10 +207,10 @@ func TestSnapshotsKeepCheckpointsOnly(t *testing.T) {
 // the race detector checks, and every list is one state, in key order.
 func TestSnapshotListsDuringWrites(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, true)
-	fs := newFakeStorage(100)
+	fs := cachertest.NewFakeStorage(100)
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
+	sw, _ := fs.WaitWatch(t, 1)
 	const writes = 20 * checkpointEvery
 	done := make(chan struct{})
 	errs := make(chan error, 2)
@@ -221,7 +223,7 @@ func TestSnapshotListsDuringWrites(t *testing.T) {
 					return
 				default:
 				}
-				opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}
+				opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: cachertest.Everything(false)}
 				if rv := c.state.currentRV(); exact && rv > 105 {
 					opts.ResourceVersion, opts.ResourceVersionMatch = strconv.FormatUint(rv-5, 10), metav1.ResourceVersionMatchExact
 				}
@@ -246,7 +248,7 @@ func TestSnapshotListsDuringWrites(t *testing.T) {
 		}()
 	}
 	for i := range writes {
-		sw.send(t, watch.Added, newTestPod(fmt.Sprintf("pod-%05d", i), uint64(101+i), nil, ""))
+		sw.Send(t, watch.Added, cachertest.NewPod(fmt.Sprintf("pod-%05d", i), uint64(101+i), nil, ""))
 	}
 	c.waitRV(t, 100+writes)
 	close(done)
@@ -295,14 +297,14 @@ func BenchmarkSnapshotMemory(b *testing.B) {
 			featuregatetesting.SetFeatureGateDuringTest(b, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, on)
 			var pods []*example.Pod
 			for i := range 10_000 {
-				pods = append(pods, newTestPod(fmt.Sprintf("pod-%05d", i), 100, nil, "node1"))
+				pods = append(pods, cachertest.NewPod(fmt.Sprintf("pod-%05d", i), 100, nil, "node1"))
 			}
-			fs := newFakeStorage(100, pods...)
+			fs := cachertest.NewFakeStorage(100, pods...)
 			c := newTestCacher(b, fs, func(cfg *Config) { cfg.EventsHistoryWindow = 75 * time.Second })
 			if err := c.WaitReady(context.Background()); err != nil {
 				b.Fatal(err)
 			}
-			sw, _ := fs.waitWatch(b, 1)
+			sw, _ := fs.WaitWatch(b, 1)
 			heap := func() uint64 {
 				var m runtime.MemStats
 				runtime.GC()
@@ -314,12 +316,12 @@ func BenchmarkSnapshotMemory(b *testing.B) {
 				rv := uint64(100)
 				for i := range 750 {
 					rv++
-					sw.send(b, watch.Modified, newTestPod(fmt.Sprintf("pod-%05d", (i*7919)%10_000), rv, map[string]string{"i": fmt.Sprint(i)}, "node1"))
+					sw.Send(b, watch.Modified, cachertest.NewPod(fmt.Sprintf("pod-%05d", (i*7919)%10_000), rv, map[string]string{"i": fmt.Sprint(i)}, "node1"))
 					if i%10 == 9 {
 						c.clk.Step(time.Second)
 					}
 				}
-				poll(b, "the writes to be applied", func() bool { return c.state.currentRV() >= rv })
+				cachertest.Poll(b, "the writes to be applied", func() bool { return c.state.currentRV() >= rv })
 				b.ReportMetric(float64(heap()-before)/(1<<20), "MiB-kept")
 				c.state.mu.RLock()
 				b.ReportMetric(float64(c.state.snapshots.len()), "snapshots")

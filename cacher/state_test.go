@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
@@ -27,8 +29,8 @@ func TestCacheStateInvariants(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	s := newCacheState("/pods/", nil, time.Hour, 10_000, true, newResourceMetrics(schema.GroupResource{Resource: "pods"}), now)
 	obj := func(name string, rv uint64) *object {
-		pod := newTestPod(name, rv, map[string]string{"rv": fmt.Sprint(rv)}, "")
-		return &object{key: "/pods/" + testNamespace + "/" + name, obj: pod}
+		pod := cachertest.NewPod(name, rv, map[string]string{"rv": fmt.Sprint(rv)}, "")
+		return &object{key: "/pods/" + cachertest.Namespace + "/" + name, obj: pod}
 	}
 
 	model := map[string]*object{} // key -> the object held
@@ -208,8 +210,8 @@ func newFilledState(tb testing.TB, n int, window time.Duration, now time.Time) *
 	f := &filledState{s: s, held: make([]*object, n), rv: 100}
 	list := make([]any, n)
 	for i := range f.held {
-		pod := newTestPod(podName(i), 100, nil, "")
-		f.held[i] = &object{key: "/pods/" + testNamespace + "/" + pod.Name, obj: pod}
+		pod := cachertest.NewPod(cachertest.PodName(i), 100, nil, "")
+		f.held[i] = &object{key: "/pods/" + cachertest.Namespace + "/" + pod.Name, obj: pod}
 		list[i] = f.held[i]
 	}
 	s.mu.Lock()
@@ -278,7 +280,7 @@ func TestStateClonesOnlyForReaders(t *testing.T) {
 		t.Errorf("a write nobody read made %.1f allocations, want at most 4: it copied more of the tree than its leaf", got)
 	}
 
-	opts := storage.ListOptions{Recursive: true, Predicate: everything(false)}
+	opts := storage.ListOptions{Recursive: true, Predicate: cachertest.Everything(false)}
 	walk := func() (tree orderedObjects, got int) {
 		w, _, _, _ := s.listCurrent(context.Background(), "/pods/", "/pods/", opts)
 		for range w {

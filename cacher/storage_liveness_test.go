@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
@@ -19,19 +21,19 @@ import (
 // storage answers again.
 func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	const timeout = 9 * time.Second
-	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.StorageSilenceTimeout = timeout })
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
-	w := c.startWatch(t, context.Background(), "100", everything(false))
+	sw, _ := fs.WaitWatch(t, 1)
+	w := c.startWatch(t, context.Background(), "100", cachertest.Everything(false))
 
 	// Answered progress keeps the cache ready however long the quiet lasts.
 	for range 3 {
-		before := fs.progressCount()
+		before := fs.ProgressCount()
 		c.stepTicks(t, 3, nil)
-		poll(t, "a progress request after 3s of silence", func() bool { return fs.progressCount() > before })
-		sw.sendBookmark(t, 100)
-		poll(t, "the progress notification to be heard", func() bool {
+		cachertest.Poll(t, "a progress request after 3s of silence", func() bool { return fs.ProgressCount() > before })
+		sw.SendBookmark(t, 100)
+		cachertest.Poll(t, "the progress notification to be heard", func() bool {
 			return time.Duration(c.clk.Now().UnixNano()-c.feed.heardNanos.Load()) == 0
 		})
 	}
@@ -47,14 +49,14 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	// The check of etcd's revision ran and took the answer as word from
 	// etcd: it restarted the silence clock (nothing else could, storage
 	// sent nothing).
-	poll(t, "the revision check to conclude", func() bool {
+	cachertest.Poll(t, "the revision check to conclude", func() bool {
 		return !c.feed.verifying.Load() && c.feed.heardNanos.Load() > quietFrom
 	})
 	if !c.Ready() {
 		t.Fatal("the cache went not ready on an idle etcd that answers")
 	}
-	sw.sendBookmark(t, 100)
-	poll(t, "the progress notification to be heard", func() bool {
+	sw.SendBookmark(t, 100)
+	cachertest.Poll(t, "the progress notification to be heard", func() bool {
 		return time.Duration(c.clk.Now().UnixNano()-c.feed.heardNanos.Load()) == 0
 	})
 
@@ -63,17 +65,17 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	// the cache goes not ready and re-opens it from its RV, keeping its
 	// state, its history and its watchers (no relist: etcd's client would
 	// resume the watch where it was, and every client's resume stays good).
-	fs.setUnreachable(true)
+	fs.SetUnreachable(true)
 	c.stepTicks(t, int(timeout/time.Second)-1, nil)
 	if !c.Ready() {
 		t.Fatal("the cache went not ready before the timeout")
 	}
 	c.clk.Step(time.Second)
-	poll(t, "the cache to go not ready", func() bool { return !c.Ready() })
-	if got := fs.progressCount(); got < 3+2 {
+	cachertest.Poll(t, "the cache to go not ready", func() bool { return !c.Ready() })
+	if got := fs.ProgressCount(); got < 3+2 {
 		t.Errorf("progress requests: %d, want at least one per quiet third after the first three", got)
 	}
-	err := c.GetList(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: everything(false)}, &example.PodList{})
+	err := c.GetList(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: cachertest.Everything(false)}, &example.PodList{})
 	if !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("list from cache while storage is silent: %v, want 429", err)
 	}
@@ -83,16 +85,16 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	if c.ReadinessCheck() == nil {
 		t.Fatal("ReadinessCheck passes while storage is silent")
 	}
-	sw2, opts := fs.waitWatch(t, 2)
+	sw2, opts := fs.WaitWatch(t, 2)
 	if opts.ResourceVersion != "100" {
 		t.Errorf("the watch was re-opened from %q, want the cache's RV 100", opts.ResourceVersion)
 	}
-	expectQuiet(t, w, "while storage is silent")
+	cachertest.ExpectQuiet(t, w, "while storage is silent")
 
 	// Storage comes back, idle: the re-opened watch starts above etcd's
 	// revision and says nothing, but the next tick reads the revision,
 	// finds nothing new and the cache is ready again.
-	fs.setUnreachable(false)
+	fs.SetUnreachable(false)
 	back := c.clk.Now()
 	for !c.Ready() {
 		// A tick may find the last check still running and skip the
@@ -107,11 +109,11 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	}
 	// The re-opened watch carries on from the cache's RV, and so does the
 	// client's watch.
-	sw2.send(t, watch.Modified, newTestPod("a", 101, nil, ""))
-	if ev := nextEvent(t, w); ev.Type != watch.Modified || eventRV(t, ev) != 101 {
-		t.Fatalf("after recovery got %s, want MODIFIED a@101", describe(ev))
+	sw2.Send(t, watch.Modified, cachertest.NewPod("a", 101, nil, ""))
+	if ev := cachertest.NextEvent(t, w); ev.Type != watch.Modified || cachertest.EventRV(t, ev) != 101 {
+		t.Fatalf("after recovery got %s, want MODIFIED a@101", cachertest.Describe(ev))
 	}
-	if n := fs.listCount(); n != 1 {
+	if n := fs.ListCount(); n != 1 {
 		t.Errorf("the cache listed %d times, want once: a silence is mended by a re-watch", n)
 	}
 }
@@ -123,11 +125,11 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 // silent through that is lost.
 func TestSilenceCheckWaitsForAnAnswerWhenEtcdIsAhead(t *testing.T) {
 	const timeout = 9 * time.Second
-	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.StorageSilenceTimeout = timeout })
 	c.waitReady(t)
-	sw, _ := fs.waitWatch(t, 1)
-	w := c.startWatch(t, context.Background(), "100", everything(false))
+	sw, _ := fs.WaitWatch(t, 1)
+	w := c.startWatch(t, context.Background(), "100", cachertest.Everything(false))
 
 	// silentThrough steps the clock through a whole timeout of silence,
 	// to the tick that starts the check, and waits for its answer wait to
@@ -137,7 +139,7 @@ func TestSilenceCheckWaitsForAnAnswerWhenEtcdIsAhead(t *testing.T) {
 		c.stepTicks(t, int(timeout/time.Second)-1, nil)
 		c.waitWaiters(t, cacheTimers)
 		c.clk.Step(time.Second)
-		poll(t, "the silence check to wait for an answer", func() bool {
+		cachertest.Poll(t, "the silence check to wait for an answer", func() bool {
 			return !c.Ready() || c.feed.verifying.Load() && c.clk.Waiters() >= cacheTimers+2
 		})
 		if !c.Ready() {
@@ -147,7 +149,7 @@ func TestSilenceCheckWaitsForAnAnswerWhenEtcdIsAhead(t *testing.T) {
 
 	// Other resources wrote; this one's progress requests go unanswered
 	// for a timeout and more, then one is answered.
-	fs.setCurrentRV(200)
+	fs.SetCurrentRV(200)
 	silentThrough()
 	for range int(timeout/time.Second) - 1 {
 		c.clk.Step(time.Second)
@@ -155,7 +157,7 @@ func TestSilenceCheckWaitsForAnAnswerWhenEtcdIsAhead(t *testing.T) {
 			t.Fatal("the cache went not ready while it still waited for an answer")
 		}
 	}
-	sw.sendBookmark(t, 200)
+	sw.SendBookmark(t, 200)
 	for c.feed.verifying.Load() {
 		c.clk.Step(progressRequestPeriod)
 		time.Sleep(time.Millisecond)
@@ -163,10 +165,10 @@ func TestSilenceCheckWaitsForAnAnswerWhenEtcdIsAhead(t *testing.T) {
 	if !c.Ready() {
 		t.Fatal("the cache went not ready although its watch answered within the wait")
 	}
-	expectQuiet(t, w, "after an answered silence")
+	cachertest.ExpectQuiet(t, w, "after an answered silence")
 
 	// A watch that stays silent through the wait is lost.
-	fs.setCurrentRV(300)
+	fs.SetCurrentRV(300)
 	silentThrough()
 	for range int(timeout/time.Second) - 1 {
 		c.clk.Step(time.Second)
@@ -175,9 +177,9 @@ func TestSilenceCheckWaitsForAnAnswerWhenEtcdIsAhead(t *testing.T) {
 		t.Fatal("the cache went not ready before the answer wait ended")
 	}
 	c.clk.Step(2 * time.Second)
-	poll(t, "the cache to go not ready", func() bool { return !c.Ready() })
-	fs.waitWatch(t, 2) // re-opened from its RV
-	expectQuiet(t, w, "while the watch is re-opened")
+	cachertest.Poll(t, "the cache to go not ready", func() bool { return !c.Ready() })
+	fs.WaitWatch(t, 2) // re-opened from its RV
+	cachertest.ExpectQuiet(t, w, "while the watch is re-opened")
 }
 
 // With a staleness bound, the tick asks etcd for progress when bookmarks are
@@ -195,36 +197,36 @@ func TestFreshBookmarks(t *testing.T) {
 		{"off", 0, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := newFakeStorage(100)
+			fs := cachertest.NewFakeStorage(100)
 			c := newTestCacher(t, fs, func(cfg *Config) {
 				cfg.BookmarkFrequency = 10 * time.Second
 				cfg.BookmarkMaxStaleness = tc.maxStaleness
 			})
 			c.waitReady(t)
-			sw, _ := fs.waitWatch(t, 1)
-			w := c.startWatch(t, context.Background(), "100", everything(true))
+			sw, _ := fs.WaitWatch(t, 1)
+			w := c.startWatch(t, context.Background(), "100", cachertest.Everything(true))
 			// Another resource is written meanwhile: etcd is at 150, but only a
 			// progress notification tells this cache.
-			fs.setCurrentRV(150)
+			fs.SetCurrentRV(150)
 			var firstProbe int
 			c.stepTicks(t, 10, func(step int) {
-				if firstProbe == 0 && fs.progressCount() > 0 {
+				if firstProbe == 0 && fs.ProgressCount() > 0 {
 					firstProbe = step
-					sw.sendBookmark(t, 150)
+					sw.SendBookmark(t, 150)
 					c.waitRV(t, 150)
 				}
 			})
 			switch {
-			case tc.maxStaleness == 0 && fs.progressCount() != 0:
-				t.Errorf("%d progress requests with the bound off", fs.progressCount())
+			case tc.maxStaleness == 0 && fs.ProgressCount() != 0:
+				t.Errorf("%d progress requests with the bound off", fs.ProgressCount())
 			case tc.maxStaleness > 0 && firstProbe != 8:
 				// Due at 10s; the tick at 8s is the first that sees it within
 				// two granularities, with 8s of quiet past the 3s bound.
 				t.Errorf("first progress request on tick %d, want 8", firstProbe)
 			}
-			ev := nextEvent(t, w)
-			if ev.Type != watch.Bookmark || eventRV(t, ev) != tc.wantRV {
-				t.Fatalf("got %s, want a bookmark at %d", describe(ev), tc.wantRV)
+			ev := cachertest.NextEvent(t, w)
+			if ev.Type != watch.Bookmark || cachertest.EventRV(t, ev) != tc.wantRV {
+				t.Fatalf("got %s, want a bookmark at %d", cachertest.Describe(ev), tc.wantRV)
 			}
 		})
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -51,21 +53,21 @@ func TestWatchFromStateFoldsChangesWhileTheStateIsBuilt(t *testing.T) {
 	// in is a pod the watch selects (labelled app=web, on node n1), out one
 	// it does not.
 	in := func(name string, rv uint64) *example.Pod {
-		return newTestPod(name, rv, map[string]string{"app": "web", "rv": strconv.FormatUint(rv, 10)}, "n1")
+		return cachertest.NewPod(name, rv, map[string]string{"app": "web", "rv": strconv.FormatUint(rv, 10)}, "n1")
 	}
 	out := func(name string, rv uint64) *example.Pod {
-		return newTestPod(name, rv, map[string]string{"app": "db"}, "n2")
+		return cachertest.NewPod(name, rv, map[string]string{"app": "db"}, "n2")
 	}
 	// block makes a selector's first match wait (blockingSelector).
 	type block func(labels.Selector) labels.Selector
 	byLabel := func(block block) storage.SelectionPredicate {
-		p := everything(false)
+		p := cachertest.Everything(false)
 		p.Label = block(labels.SelectorFromSet(labels.Set{"app": "web"}))
 		return p
 	}
 	// A kubelet's WatchList: its node's pods, read from the index.
 	byNode := func(block block) storage.SelectionPredicate {
-		p := everything(false)
+		p := cachertest.Everything(false)
 		p.Label = block(labels.Everything())
 		p.Field = fields.OneTermEqualSelector("spec.nodeName", "n1")
 		p.IndexFields = []string{"spec.nodeName"}
@@ -83,12 +85,12 @@ func TestWatchFromStateFoldsChangesWhileTheStateIsBuilt(t *testing.T) {
 		{"watch from rv 0", nil, false, byLabel},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := newFakeStorage(100, in("a", 90), in("b", 95), in("c", 98), out("x", 100))
+			fs := cachertest.NewFakeStorage(100, in("a", 90), in("b", 95), in("c", 98), out("x", 100))
 			c := newTestCacher(t, fs, func(cfg *Config) {
 				cfg.Indexers = &cache.Indexers{fixtures.NodeNameIndex: fixtures.NodeNameIndexFunc}
 			})
 			c.waitReady(t)
-			sw, _ := fs.waitWatch(t, 1)
+			sw, _ := fs.WaitWatch(t, 1)
 			entered, unblock := make(chan struct{}), make(chan struct{})
 			release := sync.OnceFunc(func() { close(unblock) })
 			t.Cleanup(release) // before the cacher's Stop: a failed wait must not leave the watch blocked
@@ -109,14 +111,14 @@ func TestWatchFromStateFoldsChangesWhileTheStateIsBuilt(t *testing.T) {
 			<-entered
 			// The state at 100 is being built: the reflector applies changes
 			// meanwhile.
-			sw.send(t, watch.Modified, in("a", 101))
-			sw.send(t, watch.Modified, out("b", 102))
-			sw.send(t, watch.Deleted, in("c", 103))
-			sw.send(t, watch.Added, in("d", 104))
-			sw.send(t, watch.Modified, in("x", 105))
-			sw.send(t, watch.Added, in("e", 106))
-			sw.send(t, watch.Deleted, in("e", 107))
-			sw.send(t, watch.Modified, in("a", 108))
+			sw.Send(t, watch.Modified, in("a", 101))
+			sw.Send(t, watch.Modified, out("b", 102))
+			sw.Send(t, watch.Deleted, in("c", 103))
+			sw.Send(t, watch.Added, in("d", 104))
+			sw.Send(t, watch.Modified, in("x", 105))
+			sw.Send(t, watch.Added, in("e", 106))
+			sw.Send(t, watch.Deleted, in("e", 107))
+			sw.Send(t, watch.Modified, in("a", 108))
 			// Wait aside: with a watch that held the lock while building
 			// its state, the wait itself would block on it.
 			applied := make(chan struct{})
@@ -128,7 +130,7 @@ func TestWatchFromStateFoldsChangesWhileTheStateIsBuilt(t *testing.T) {
 			}()
 			select {
 			case <-applied:
-			case <-time.After(waitFor):
+			case <-time.After(cachertest.WaitFor):
 				release()
 				<-applied
 				t.Fatalf("the reflector could not apply an event while a watch's initial state was being built")
@@ -145,11 +147,11 @@ func TestWatchFromStateFoldsChangesWhileTheStateIsBuilt(t *testing.T) {
 			}
 			// A live change after the state follows it, and nothing else
 			// came between.
-			sw.send(t, watch.Modified, in("d", 109))
+			sw.Send(t, watch.Modified, in("d", 109))
 			want = append(want, "MODIFIED d@109")
 			var got []string
 			for len(got) < len(want) {
-				got = append(got, shortEvent(t, nextEvent(t, w)))
+				got = append(got, shortEvent(t, cachertest.NextEvent(t, w)))
 			}
 			if strings.Join(got, ", ") != strings.Join(want, ", ") {
 				t.Errorf("stream\n  %s\nwant\n  %s", strings.Join(got, ", "), strings.Join(want, ", "))
@@ -164,7 +166,7 @@ func shortEvent(t *testing.T, ev watch.Event) string {
 	t.Helper()
 	m, err := meta.Accessor(ev.Object)
 	if err != nil {
-		return describe(ev)
+		return cachertest.Describe(ev)
 	}
 	if ev.Type == watch.Bookmark {
 		s := "BOOKMARK @" + m.GetResourceVersion()
@@ -199,23 +201,23 @@ func TestExpiredWatchNamesTheOldestResumableRV(t *testing.T) {
 		{name: "every event evicted, the cache's RV moved since", drop: 106, progress: 110, want: 110},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := newFakeStorage(100)
+			fs := cachertest.NewFakeStorage(100)
 			c := newTestCacher(t, fs, nil)
 			c.waitReady(t)
-			sw, _ := fs.waitWatch(t, 1)
+			sw, _ := fs.WaitWatch(t, 1)
 			for _, rv := range []uint64{101, 105, 106} {
-				sw.send(t, watch.Added, newTestPod(podName(int(rv)), rv, nil, ""))
+				sw.Send(t, watch.Added, cachertest.NewPod(cachertest.PodName(int(rv)), rv, nil, ""))
 			}
 			c.waitRV(t, 106)
 			if tc.drop > 0 {
 				c.DropHistoryThrough(tc.drop)
 			}
 			if tc.progress > 0 {
-				sw.sendBookmark(t, tc.progress)
+				sw.SendBookmark(t, tc.progress)
 				c.waitRV(t, tc.progress)
 			}
-			w := c.startWatch(t, context.Background(), "50", everything(false))
-			s := errorStatus(t, nextEvent(t, w))
+			w := c.startWatch(t, context.Background(), "50", cachertest.Everything(false))
+			s := cachertest.ErrorStatus(t, cachertest.NextEvent(t, w))
 			if want := fmt.Sprintf("too old resource version: 50 (%d)", tc.want); s.Code != 410 || s.Message != want {
 				t.Errorf("got %d %q, want 410 %q", s.Code, s.Message, want)
 			}

@@ -9,6 +9,8 @@ import (
 	"time"
 	"weak"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
@@ -36,7 +38,7 @@ func newLoneWatcher(buffer int) (*watcher, *sync.WaitGroup, chan struct{}) {
 }
 
 func podEvent(i int) watch.Event {
-	return watch.Event{Type: watch.Modified, Object: newTestPod(podName(i), uint64(100+i), nil, "")}
+	return watch.Event{Type: watch.Modified, Object: cachertest.NewPod(cachertest.PodName(i), uint64(100+i), nil, "")}
 }
 
 // Handed straight to the channel while it has room, queued behind it (a
@@ -57,7 +59,7 @@ func TestWatcherAloneDeliversInOrderWithinItsBuffer(t *testing.T) {
 	}
 	for i := range resultBuffer + buffer {
 		ev := <-w.ResultChan()
-		if got := eventRV(t, ev); got != uint64(100+i) {
+		if got := cachertest.EventRV(t, ev); got != uint64(100+i) {
 			t.Fatalf("event %d arrived at RV %d, want %d", i, got, 100+i)
 		}
 	}
@@ -66,9 +68,9 @@ func TestWatcherAloneDeliversInOrderWithinItsBuffer(t *testing.T) {
 	select {
 	case ev, ok := <-w.ResultChan():
 		if ok {
-			t.Fatalf("got %s after Stop, want the channel closed", describe(ev))
+			t.Fatalf("got %s after Stop, want the channel closed", cachertest.Describe(ev))
 		}
-	case <-time.After(waitFor):
+	case <-time.After(cachertest.WaitFor):
 		t.Fatal("the channel is open after Stop")
 	}
 }
@@ -98,7 +100,7 @@ func TestWatcherAloneSlowClientTimeout(t *testing.T) {
 		w.deliver(podEvent(i), now)
 	}
 	<-w.ResultChan()
-	poll(t, "the pump to hand the client a queued event", func() bool {
+	cachertest.Poll(t, "the pump to hand the client a queued event", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return w.taken == 1
@@ -115,14 +117,14 @@ func TestWatcherAloneSlowClientTimeout(t *testing.T) {
 // handed over, and reports a watcher whose buffer is full as too slow.
 func TestDispatcherAlone(t *testing.T) {
 	all, _, _ := newLoneWatcher(100)
-	all.key, all.recursive, all.pred, all.startRV = "/pods/", true, everything(false), 100
+	all.key, all.recursive, all.pred, all.startRV = "/pods/", true, cachertest.Everything(false), 100
 	other, _, _ := newLoneWatcher(100)
-	other.key, other.pred, other.startRV = "/pods/ns/other", everything(false), 100
+	other.key, other.pred, other.startRV = "/pods/ns/other", cachertest.Everything(false), 100
 	late, _, _ := newLoneWatcher(100)
 	// Started from a state at the event's RV: it has the event already.
-	late.key, late.recursive, late.pred, late.startRV = "/pods/", true, everything(false), 150
+	late.key, late.recursive, late.pred, late.startRV = "/pods/", true, cachertest.Everything(false), 150
 	full, _, _ := newLoneWatcher(0)
-	full.key, full.recursive, full.pred, full.startRV = "/pods/", true, everything(false), 100
+	full.key, full.recursive, full.pred, full.startRV = "/pods/", true, cachertest.Everything(false), 100
 	for i := range resultBuffer { // its channel is full, and it may queue nothing
 		full.deliver(podEvent(i), testEpoch.UnixNano())
 	}
@@ -137,20 +139,20 @@ func TestDispatcherAlone(t *testing.T) {
 		tooSlow:    func(w *watcher) { slow = append(slow, w) },
 		dispatched: func() { dispatched++ },
 	}}
-	pod := newTestPod("a", 150, nil, "")
-	key, _ := testPodKey(pod)
+	pod := cachertest.NewPod("a", 150, nil, "")
+	key, _ := cachertest.PodKey(pod)
 	cur := &object{key: key, obj: pod, labels: labels.Set{}, fields: fields.Set{}}
 	d.dispatch(&event{typ: watch.Added, rv: 150, cur: cur})
 	if dispatched != 1 || len(slow) != 1 || slow[0] != full {
 		t.Fatalf("counted %d events dispatched, %d watchers too slow; want 1 (once per event) and the full one", dispatched, len(slow))
 	}
-	if ev := <-all.ResultChan(); ev.Type != watch.Added || eventRV(t, ev) != 150 {
-		t.Fatalf("got %s, want ADDED a@150", describe(ev))
+	if ev := <-all.ResultChan(); ev.Type != watch.Added || cachertest.EventRV(t, ev) != 150 {
+		t.Fatalf("got %s, want ADDED a@150", cachertest.Describe(ev))
 	}
 	for name, w := range map[string]*watcher{"another key": other, "started at the event's RV": late} {
 		select {
 		case ev := <-w.ResultChan():
-			t.Errorf("%s: got %s, want nothing", name, describe(ev))
+			t.Errorf("%s: got %s, want nothing", name, cachertest.Describe(ev))
 		default:
 		}
 	}
@@ -166,7 +168,7 @@ func TestDispatcherAlone(t *testing.T) {
 func TestDispatcherBatch(t *testing.T) {
 	newWatcher := func(key string, recursive bool, startRV uint64, buffer int) *watcher {
 		w, _, _ := newLoneWatcher(buffer)
-		w.key, w.recursive, w.pred, w.startRV = key, recursive, everything(false), startRV
+		w.key, w.recursive, w.pred, w.startRV = key, recursive, cachertest.Everything(false), startRV
 		return w
 	}
 	all := newWatcher("/pods/", true, 100, 100)
@@ -189,8 +191,8 @@ func TestDispatcherBatch(t *testing.T) {
 		dispatched: func() { dispatched++ },
 	}}
 	obj := func(name string, rv uint64) *object {
-		pod := newTestPod(name, rv, nil, "")
-		key, _ := testPodKey(pod)
+		pod := cachertest.NewPod(name, rv, nil, "")
+		key, _ := cachertest.PodKey(pod)
 		return &object{key: key, obj: pod, labels: labels.Set{}, fields: fields.Set{}}
 	}
 	d.dispatch(
@@ -249,18 +251,18 @@ type payloadKey struct{}
 // its request at once: the request's context, and all a real request
 // hangs off it, must be collectable while the watcher waits in its slot.
 func TestClosedWatcherLetsGoOfItsRequest(t *testing.T) {
-	fs := newFakeStorage(100, newTestPod("a", 100, nil, ""))
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.BookmarkFrequency = time.Minute })
 	c.waitReady(t)
-	fs.waitWatch(t, 1)
+	fs.WaitWatch(t, 1)
 
 	ref, w := func() (weak.Pointer[[1 << 16]byte], interface{ Stop() }) {
 		payload := new([1 << 16]byte)
 		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), payloadKey{}, payload))
 		_ = cancel // the client ends the watch with Stop, not by cancelling
-		w := c.startWatch(t, ctx, "0", everything(true))
-		if ev := nextEvent(t, w); eventRV(t, ev) != 100 {
-			t.Fatalf("got %s, want the initial a@100", describe(ev))
+		w := c.startWatch(t, ctx, "0", cachertest.Everything(true))
+		if ev := cachertest.NextEvent(t, w); cachertest.EventRV(t, ev) != 100 {
+			t.Fatalf("got %s, want the initial a@100", cachertest.Describe(ev))
 		}
 		return weak.Make(payload), w
 	}()
