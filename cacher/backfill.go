@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"google.golang.org/grpc/metadata"
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,26 +161,26 @@ func (c *Cacher) fillHistory(ctx context.Context, rv uint64, afterList bool) err
 
 // linkBackfill replays events on state, etcd's at their start, so each
 // knows the object it changed.
-func (c *Cacher) linkBackfill(events []*event, state map[string]*object) {
+func (c *Cacher) linkBackfill(events []*objects.Event, state map[string]*objects.Object) {
 	for _, e := range events {
-		c.linkPrev(e, state[e.cur.key])
-		if e.typ == watch.Deleted {
-			delete(state, e.cur.key)
+		c.linkPrev(e, state[e.Cur.Key])
+		if e.Type == watch.Deleted {
+			delete(state, e.Cur.Key)
 		} else {
-			state[e.cur.key] = e.cur
+			state[e.Cur.Key] = e.Cur
 		}
 	}
 }
 
 // stateAt is etcd's state of the whole resource at rv, by key.
-func (c *Cacher) stateAt(ctx context.Context, rv uint64) (map[string]*object, error) {
+func (c *Cacher) stateAt(ctx context.Context, rv uint64) (map[string]*objects.Object, error) {
 	objs, _, err := c.listStorage(ctx, c.cfg.ResourcePrefix, exactRead(rv, true))
 	if err != nil {
 		return nil, err
 	}
-	state := make(map[string]*object, len(objs))
+	state := make(map[string]*objects.Object, len(objs))
 	for _, o := range objs {
-		state[o.key] = o
+		state[o.Key] = o
 	}
 	return state, nil
 }
@@ -196,7 +198,7 @@ func exactRead(rv uint64, recursive bool) storage.ListOptions {
 // handing each to each as it comes.
 // It asks for progress until it has seen to, since a quiet resource sends
 // no event past it. At most the history's capacity is read.
-func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, each func(*event)) ([]*event, error) {
+func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, each func(*objects.Event)) ([]*objects.Event, error) {
 	w, err := c.storage.Watch(ctx, c.cfg.ResourcePrefix, c.storageWatchOptions(from))
 	if err != nil {
 		return nil, err
@@ -204,7 +206,7 @@ func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, each func(*
 	defer w.Stop()
 	progress := c.clock.NewTicker(progressRequestPeriod)
 	defer progress.Stop()
-	var events []*event
+	var events []*objects.Event
 	now := c.clock.Now()
 	for {
 		select {
@@ -232,7 +234,7 @@ func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, each func(*
 			if err != nil {
 				return nil, err
 			}
-			if e.rv > to {
+			if e.RV > to {
 				return events, nil
 			}
 			if len(events) == c.cfg.HistoryCapacity {
@@ -240,7 +242,7 @@ func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, each func(*
 			}
 			events = append(events, e)
 			each(e)
-			if e.rv == to {
+			if e.RV == to {
 				return events, nil
 			}
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -46,7 +48,7 @@ type pastStateReader struct {
 	seen    map[string]bool
 	pending []string
 	workers int
-	state   map[string]*object
+	state   map[string]*objects.Object
 	read    stateRead
 	err     error
 }
@@ -70,19 +72,19 @@ func (c *Cacher) newPastStateReader(ctx context.Context, rv uint64) *pastStateRe
 	return &pastStateReader{
 		c: c, rv: rv, parent: ctx, ctx: keysCtx, cancel: cancel,
 		wholeAbove: c.state.objectCount() / 2,
-		seen:       map[string]bool{}, state: map[string]*object{},
+		seen:       map[string]bool{}, state: map[string]*objects.Object{},
 	}
 }
 
 // add takes the backfill's events in order, as eventsBetween reads them.
-func (r *pastStateReader) add(e *event) {
+func (r *pastStateReader) add(e *objects.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.seen[e.cur.key] {
+	if r.seen[e.Cur.Key] {
 		return
 	}
-	r.seen[e.cur.key] = true
-	if e.typ != watch.Modified {
+	r.seen[e.Cur.Key] = true
+	if e.Type != watch.Modified {
 		return
 	}
 	r.read.objects++
@@ -97,7 +99,7 @@ func (r *pastStateReader) add(e *event) {
 		r.pending = nil
 		return
 	}
-	r.pending = append(r.pending, e.cur.key)
+	r.pending = append(r.pending, e.Cur.Key)
 	if r.workers < backfillKeyReads {
 		r.workers++
 		r.wg.Go(r.work)
@@ -143,7 +145,7 @@ func (r *pastStateReader) work() {
 // the state they read, by key; or, for many keys, reads the whole
 // resource. eventsRead false (the events' read failed): it only stops the
 // key reads.
-func (r *pastStateReader) result(eventsRead bool) (map[string]*object, stateRead, error) {
+func (r *pastStateReader) result(eventsRead bool) (map[string]*objects.Object, stateRead, error) {
 	if !eventsRead {
 		r.cancel()
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 
 	"k8s.io/apimachinery/pkg/api/errors"
@@ -42,7 +44,7 @@ func TestHistoryPrepend(t *testing.T) {
 			for i, rv := range tc.held {
 				h.add(historyEvent(rv, at(time.Duration(i+1)*time.Second)), at(0))
 			}
-			var events []*event
+			var events []*objects.Event
 			for _, rv := range tc.prepend {
 				events = append(events, historyEvent(rv, at(time.Hour)))
 			}
@@ -51,8 +53,8 @@ func TestHistoryPrepend(t *testing.T) {
 				t.Fatalf("after prepend: %v from %d, want %v from %d", got, h.startRV, tc.wantRVs, tc.wantStart)
 			}
 			// Prepended events age out no later than what followed them.
-			if h.len() > 0 && len(tc.held) > 0 && h.oldest().recordedNanos > at(time.Second).UnixNano() {
-				t.Errorf("the oldest event is stamped %v, after the first held one", time.Unix(0, h.oldest().recordedNanos))
+			if h.len() > 0 && len(tc.held) > 0 && h.oldest().RecordedNanos > at(time.Second).UnixNano() {
+				t.Errorf("the oldest event is stamped %v, after the first held one", time.Unix(0, h.oldest().RecordedNanos))
 			}
 			// Growing after a prepend keeps order.
 			h.add(historyEvent(200, at(20*time.Second)), at(20*time.Second))

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"google.golang.org/grpc/metadata"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/features"
@@ -35,7 +37,7 @@ type Cacher struct {
 	// the schedule's settings.
 	cfg     Config
 	storage storage.Interface
-	trigger *trigger
+	trigger *objects.Trigger
 	clock   clock.WithTicker
 	metrics *resourceMetrics
 	// logger carries the resource; every log line of the cache uses it.
@@ -47,7 +49,7 @@ type Cacher struct {
 	wg     sync.WaitGroup
 	life   lifecycle
 	// incoming is the applied events the dispatcher has not taken yet.
-	incoming chan *event
+	incoming chan *objects.Event
 	// dropLog limits the log of what could not be built (dropped.go).
 	dropLog dropLog
 
@@ -90,7 +92,7 @@ func New(cfg Config) (*Cacher, error) {
 	if err := cfg.complete(); err != nil {
 		return nil, err
 	}
-	trig, err := newTrigger(cfg.IndexerFuncs)
+	trig, err := objects.NewTrigger(cfg.IndexerFuncs)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +105,7 @@ func New(cfg Config) (*Cacher, error) {
 		metrics:  metrics,
 		logger:   klog.Background().WithValues("resource", cfg.GroupResource.String()),
 		stopCh:   make(chan struct{}),
-		incoming: make(chan *event, incomingBuffer),
+		incoming: make(chan *objects.Event, incomingBuffer),
 		fan:      fanOut{bookmarkAll: make(chan bookmarkAllRequest)},
 		state: newCacheState(cfg.ResourcePrefix, cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
 			utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot), metrics, cfg.Clock.Now()),

@@ -362,8 +362,8 @@ func TestMovedOutDeleteDoesNotMutateCache(t *testing.T) {
 	// Replaying from 100 converts the same history event again; the old
 	// object the first conversion copied must still be at 90.
 	for _, e := range mustSince(t, c.state.history, 100) {
-		if e.prev != nil {
-			if rv, _ := c.cfg.Versioner.ObjectResourceVersion(e.prev.obj); rv != 90 {
+		if e.Prev != nil {
+			if rv, _ := c.cfg.Versioner.ObjectResourceVersion(e.Prev.Obj); rv != 90 {
 				t.Errorf("the cached previous object's RV is %d after conversion, want 90", rv)
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage/cacher/consistency"
@@ -70,7 +72,7 @@ func (c *Cacher) checkConsistency(ctx context.Context) error {
 	if !ready {
 		return fmt.Errorf("watch cache of %v not ready", c.cfg.GroupResource)
 	}
-	var etcd map[string]*object
+	var etcd map[string]*objects.Object
 	if err == nil {
 		etcd, err = c.stateAt(ctx, rv)
 	}
@@ -81,7 +83,7 @@ func (c *Cacher) checkConsistency(ctx context.Context) error {
 	}
 	var differ []string
 	for key, o := range etcd {
-		etcdRV, err := c.cfg.Versioner.ObjectResourceVersion(o.obj)
+		etcdRV, err := c.cfg.Versioner.ObjectResourceVersion(o.Obj)
 		switch cacheRV, ok := cached[key]; {
 		case !ok:
 			differ = append(differ, fmt.Sprintf("%s (not in the cache, etcd rv %d)", key, etcdRV))

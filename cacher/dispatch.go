@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"github.com/watchkeeper/watchkeeper/bookmarks"
 	"k8s.io/utils/clock"
 )
@@ -55,10 +57,10 @@ type dispatchEnv struct {
 	clock clock.PassiveClock
 	// candidates appends to dst the watchers that may want e (by trigger);
 	// it takes the cache's read lock.
-	candidates func(dst []*watcher, e *event) []*watcher
+	candidates func(dst []*watcher, e *objects.Event) []*watcher
 	// objects builds what each watcher is sent of e, once per event, which
 	// the dispatcher took at dispatchedNanos.
-	objects func(e *event, dispatchedNanos int64) eventObjects
+	objects func(e *objects.Event, dispatchedNanos int64) eventObjects
 	// tooSlow closes a watcher that cannot keep up.
 	tooSlow func(w *watcher)
 	// dispatched counts an event dispatched, once whatever the watchers.
@@ -70,7 +72,7 @@ type dispatchEnv struct {
 func (c *Cacher) newDispatcher() *dispatcher {
 	return &dispatcher{env: dispatchEnv{
 		clock: c.clock,
-		candidates: func(dst []*watcher, e *event) []*watcher {
+		candidates: func(dst []*watcher, e *objects.Event) []*watcher {
 			dst, filtered := c.hub.candidates(dst, e)
 			if filtered > 0 {
 				c.metrics.shardFiltered.Add(float64(filtered))
@@ -89,7 +91,7 @@ func (c *Cacher) newDispatcher() *dispatcher {
 func (c *Cacher) dispatchLoop() {
 	defer c.wg.Done()
 	d := c.newDispatcher()
-	batch := make([]*event, 0, dispatchBatch)
+	batch := make([]*objects.Event, 0, dispatchBatch)
 	tick := bookmarks.NewTick(c.clock, c.cfg.BookmarkGranularity, c.cfg.BookmarkJitter)
 	defer tick.Stop()
 	// Shutdown bookmarks waiting for the dispatcher to reach their RV: one
@@ -126,13 +128,13 @@ func (c *Cacher) dispatchLoop() {
 // every interested watcher: each watcher gets its share at once, in order.
 // It never waits for a client: a busy one has the events queued, a stalled
 // one is closed.
-func (d *dispatcher) dispatch(events ...*event) {
+func (d *dispatcher) dispatch(events ...*objects.Event) {
 	start := d.env.clock.Now().UnixNano()
 	for j, e := range events {
-		if e.rv > d.rv {
-			d.rv = e.rv
+		if e.RV > d.rv {
+			d.rv = e.RV
 		}
-		if e.isProgress() {
+		if e.IsProgress() {
 			continue
 		}
 		// Once per event, however many watchers get it, and never for a
@@ -146,7 +148,7 @@ func (d *dispatcher) dispatch(events ...*event) {
 		for _, w := range d.candidates {
 			// A watcher that started from a state at or after this event
 			// already has it.
-			if e.rv <= w.startRV {
+			if e.RV <= w.startRV {
 				continue
 			}
 			sel := selectionFor(w, e, seq)
@@ -216,13 +218,13 @@ func (c *Cacher) tick(rv uint64, due [][]*watcher) [][]*watcher {
 
 // sharedBookmark builds, when first called, one bookmark object at rv for
 // every watcher offered one, encoded once per encoder.
-func (c *Cacher) sharedBookmark(rv uint64) func() *sharedObject {
-	var shared *sharedObject
-	return func() *sharedObject {
+func (c *Cacher) sharedBookmark(rv uint64) func() *objects.SharedObject {
+	var shared *objects.SharedObject
+	return func() *objects.SharedObject {
 		if shared == nil {
 			obj, err := c.bookmarkObject(rv)
 			if err == nil {
-				shared, err = share(obj)
+				shared, err = objects.Share(obj)
 			}
 			if err != nil {
 				// Each watcher then builds its own, and reports it failing.

@@ -1,6 +1,7 @@
 package cacher
 
 import (
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -25,24 +26,16 @@ type dispatchLatency struct {
 	stages *resourceStages
 }
 
-// eventTimes are the points one event passed before fan-out; dispatched
-// is 0 for an event sent from the history as an initial event.
-type eventTimes struct {
-	decoded, received, dispatched int64
-}
-
-func (t eventTimes) live() bool { return t.dispatched != 0 }
-
 // timedObject is ev's shared object if ev is a live event.
-func timedObject(ev watch.Event) *sharedObject {
+func timedObject(ev watch.Event) *objects.SharedObject {
 	if ev.Type == watch.Bookmark {
 		return nil
 	}
-	o, ok := ev.Object.(*cacheableObject)
-	if !ok || !o.shared.times.live() {
+	o, ok := ev.Object.(*objects.CacheableObject)
+	if !ok || !o.Shared.Times.Live() {
 		return nil
 	}
-	return o.shared
+	return o.Shared
 }
 
 // sent observes one delivery of ev, queued for the watcher at queuedNanos,
@@ -53,7 +46,7 @@ func (l *dispatchLatency) sent(ev watch.Event, queuedNanos, dequeuedNanos, sentN
 		return
 	}
 	if s := timedObject(ev); s != nil {
-		l.stages.observe(s.times, queuedNanos, dequeuedNanos, sentNanos, 1)
+		l.stages.observe(s.Times, queuedNanos, dequeuedNanos, sentNanos, 1)
 	}
 }
 
@@ -61,7 +54,7 @@ func (l *dispatchLatency) sent(ev watch.Event, queuedNanos, dequeuedNanos, sentN
 // clients' channels took straight from the dispatcher at nowNanos: the
 // dispatcher counts them over its batch (dispatcher.atOnce) and observes
 // them in one step, as they share every point.
-func (l *dispatchLatency) sentAtOnce(t eventTimes, n uint32, nowNanos int64) {
+func (l *dispatchLatency) sentAtOnce(t objects.EventTimes, n uint32, nowNanos int64) {
 	if l == nil {
 		return
 	}

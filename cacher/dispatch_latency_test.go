@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -13,14 +15,14 @@ import (
 
 // liveEvent is event i as the dispatcher sends it: a shared object with
 // the times the event passed before fan-out.
-func liveEvent(t *testing.T, i int, times eventTimes) watch.Event {
+func liveEvent(t *testing.T, i int, times objects.EventTimes) watch.Event {
 	t.Helper()
-	s, err := share(cachertest.NewPod(cachertest.PodName(i), uint64(100+i), nil, ""))
+	s, err := objects.Share(cachertest.NewPod(cachertest.PodName(i), uint64(100+i), nil, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.times = times
-	return watch.Event{Type: watch.Modified, Object: s.forWatcher()}
+	s.Times = times
+	return watch.Event{Type: watch.Modified, Object: s.ForWatcher()}
 }
 
 // stageCounts is what a stage has observed: how many, and their sum.
@@ -45,10 +47,10 @@ func TestEachDeliveryTimedByStage(t *testing.T) {
 	w.env.latency = &dispatchLatency{stages: newResourceStages(schema.GroupResource{Resource: "pods"}, []int64{int64(time.Millisecond), int64(time.Second)})}
 	stages := w.env.latency.stages
 	t0 := testEpoch.UnixNano()
-	times := eventTimes{decoded: t0 - int64(3*time.Millisecond), received: t0 - int64(2*time.Millisecond), dispatched: t0 - int64(time.Millisecond)}
+	times := objects.EventTimes{Decoded: t0 - int64(3*time.Millisecond), Received: t0 - int64(2*time.Millisecond), Dispatched: t0 - int64(time.Millisecond)}
 
 	// An initial event first: it is not timed.
-	w.start(t.Context(), []watch.Event{liveEvent(t, 0, eventTimes{})})
+	w.start(t.Context(), []watch.Event{liveEvent(t, 0, objects.EventTimes{})})
 	<-w.ResultChan()
 	cachertest.Poll(t, "the initial event to be taken", func() bool {
 		w.mu.Lock()
@@ -61,9 +63,9 @@ func TestEachDeliveryTimedByStage(t *testing.T) {
 	// then two events behind it, and a bookmark.
 	var objs [dispatchBatch]eventObjects
 	objs[0] = eventObjects{
-		e: &event{typ: watch.Modified, rv: 101, cur: &object{key: "/pods/ns/" + cachertest.PodName(1), obj: cachertest.NewPod(cachertest.PodName(1), 101, nil, "")},
-			decodedNanos: times.decoded, recordedNanos: times.received},
-		dispatchedNanos: times.dispatched,
+		e: &objects.Event{Type: watch.Modified, RV: 101, Cur: &objects.Object{Key: "/pods/ns/" + cachertest.PodName(1), Obj: cachertest.NewPod(cachertest.PodName(1), 101, nil, "")},
+			DecodedNanos: times.Decoded, RecordedNanos: times.Received},
+		dispatchedNanos: times.Dispatched,
 	}
 	var sels batchSelections
 	sels[0] = selectsCur | selectsPrev

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -77,12 +79,12 @@ func (r *resourceStages) add(stage int, d time.Duration, n uint64) {
 
 // observe adds n deliveries of an event that passed t, queued for each
 // watcher at queued, dequeued at dequeued and sent at sent (UnixNano).
-func (r *resourceStages) observe(t eventTimes, queued, dequeued, sent int64, n uint64) {
-	if t.decoded != 0 {
-		r.add(stageStorageToCache, time.Duration(t.received-t.decoded), n)
-		r.add(stageTotal, time.Duration(sent-t.decoded), n)
+func (r *resourceStages) observe(t objects.EventTimes, queued, dequeued, sent int64, n uint64) {
+	if t.Decoded != 0 {
+		r.add(stageStorageToCache, time.Duration(t.Received-t.Decoded), n)
+		r.add(stageTotal, time.Duration(sent-t.Decoded), n)
 	}
-	r.add(stageCacherQueue, time.Duration(t.dispatched-t.received), n)
+	r.add(stageCacherQueue, time.Duration(t.Dispatched-t.Received), n)
 	r.add(stageWatcherQueue, time.Duration(dequeued-queued), n)
 	r.add(stageWatcherToClient, time.Duration(sent-dequeued), n)
 }

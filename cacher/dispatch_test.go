@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 
 	"k8s.io/apimachinery/pkg/watch"
@@ -46,7 +48,7 @@ func BenchmarkDispatch(b *testing.B) {
 	rv := uint64(101)
 	for b.Loop() {
 		rv++
-		d.dispatch(&event{typ: watch.Modified, rv: rv, cur: obj, prev: obj})
+		d.dispatch(&objects.Event{Type: watch.Modified, RV: rv, Cur: obj, Prev: obj})
 	}
 }
 
@@ -104,11 +106,11 @@ func BenchmarkBookmarkTick(b *testing.B) {
 // write to a random object per op. The index by key makes a write cost the
 // watchers of that object, not all of them.
 func BenchmarkDispatchExactKeyWatchers(b *testing.B) {
-	const objects = 10_000
+	const nObjects = 10_000
 	for _, watchers := range []int{1_000, 10_000, 100_000} {
 		b.Run(fmt.Sprintf("watchers=%d", watchers), func(b *testing.B) {
 			var pods []*example.Pod
-			for i := range objects {
+			for i := range nObjects {
 				pods = append(pods, cachertest.NewPod(cachertest.PodName(i), 100, nil, ""))
 			}
 			fs := cachertest.NewFakeStorage(100, pods...)
@@ -118,7 +120,7 @@ func BenchmarkDispatchExactKeyWatchers(b *testing.B) {
 			}
 			var delivered atomic.Int64
 			for i := range watchers {
-				w, err := c.Watch(context.Background(), "/pods/"+pods[i%objects].Namespace+"/"+pods[i%objects].Name,
+				w, err := c.Watch(context.Background(), "/pods/"+pods[i%nObjects].Namespace+"/"+pods[i%nObjects].Name,
 					storage.ListOptions{ResourceVersion: "100", Predicate: cachertest.Everything(false)})
 				if err != nil {
 					b.Fatal(err)
@@ -130,7 +132,7 @@ func BenchmarkDispatchExactKeyWatchers(b *testing.B) {
 				}()
 				defer w.Stop()
 			}
-			objs := make([]*object, objects)
+			objs := make([]*objects.Object, nObjects)
 			var err error
 			for i, p := range pods {
 				if objs[i], err = c.newObject(p); err != nil {
@@ -143,11 +145,11 @@ func BenchmarkDispatchExactKeyWatchers(b *testing.B) {
 			rv := uint64(100)
 			for i := 0; b.Loop(); i++ {
 				rv++
-				o := objs[(i*7919)%objects]
-				d.dispatch(&event{typ: watch.Modified, rv: rv, cur: o, prev: o})
+				o := objs[(i*7919)%nObjects]
+				d.dispatch(&objects.Event{Type: watch.Modified, RV: rv, Cur: o, Prev: o})
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(watchers)/objects, "watchers/write")
+			b.ReportMetric(float64(watchers)/nObjects, "watchers/write")
 		})
 	}
 }

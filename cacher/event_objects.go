@@ -1,6 +1,7 @@
 package cacher
 
 import (
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
@@ -11,24 +12,24 @@ import (
 // the change, and, for watchers the change moved out of their selector, the
 // object before it at the event's RV (a DELETED).
 type eventObjects struct {
-	e         *event
+	e         *objects.Event
 	versioner storage.Versioner
 	dropped   func(what string, rv uint64, err error, keysAndValues ...any)
 	// dispatchedNanos is when the dispatcher took the event.
 	dispatchedNanos int64
-	cur             *sharedObject
-	movedOut        *sharedObject
+	cur             *objects.SharedObject
+	movedOut        *objects.SharedObject
 	// curFailed and movedOutFailed: building it failed, was reported once,
 	// and is not tried again for the next watcher.
 	curFailed, movedOutFailed bool
 }
 
-func (c *Cacher) objectsOf(e *event, dispatchedNanos int64) eventObjects {
+func (c *Cacher) objectsOf(e *objects.Event, dispatchedNanos int64) eventObjects {
 	return eventObjects{e: e, versioner: c.cfg.Versioner, dropped: c.dropped, dispatchedNanos: dispatchedNanos}
 }
 
-func (x *eventObjects) times() eventTimes {
-	return eventTimes{decoded: x.e.decodedNanos, received: x.e.recordedNanos, dispatched: x.dispatchedNanos}
+func (x *eventObjects) times() objects.EventTimes {
+	return objects.EventTimes{Decoded: x.e.DecodedNanos, Received: x.e.RecordedNanos, Dispatched: x.dispatchedNanos}
 }
 
 // forSelection is the event as a client whose watcher selects sel of it
@@ -36,11 +37,11 @@ func (x *eventObjects) times() eventTimes {
 // an ADDED, one that moved it out a DELETED of the old object at the new RV.
 func (x *eventObjects) forSelection(sel selection) (watch.Event, bool) {
 	e := x.e
-	curOK := e.typ != watch.Deleted && sel&selectsCur != 0
+	curOK := e.Type != watch.Deleted && sel&selectsCur != 0
 	prevOK := sel&selectsPrev != 0
 	var typ watch.EventType
 	switch {
-	case e.typ == watch.Deleted && prevOK:
+	case e.Type == watch.Deleted && prevOK:
 		typ = watch.Deleted
 	case curOK && prevOK:
 		typ = watch.Modified
@@ -52,40 +53,40 @@ func (x *eventObjects) forSelection(sel selection) (watch.Event, bool) {
 		return watch.Event{}, false
 	}
 	if x.cur == nil && !x.curFailed {
-		s, err := share(e.cur.obj)
+		s, err := objects.Share(e.Cur.Obj)
 		if err != nil {
 			x.curFailed = true
-			x.dropped(dropEvent, e.rv, err, "key", e.cur.key)
+			x.dropped(dropEvent, e.RV, err, "key", e.Cur.Key)
 			return watch.Event{}, false
 		}
-		s.times = x.times()
+		s.Times = x.times()
 		x.cur = s
 	}
 	if x.curFailed {
 		return watch.Event{}, false
 	}
-	return watch.Event{Type: typ, Object: x.cur.forWatcher()}, true
+	return watch.Event{Type: typ, Object: x.cur.ForWatcher()}, true
 }
 
 func (x *eventObjects) movedOutEvent() (watch.Event, bool) {
 	if x.movedOut == nil && !x.movedOutFailed {
-		old := x.e.prev.obj.DeepCopyObject()
-		s, err := share(old)
+		old := x.e.Prev.Obj.DeepCopyObject()
+		s, err := objects.Share(old)
 		if err == nil {
-			err = x.versioner.UpdateObject(old, x.e.rv)
+			err = x.versioner.UpdateObject(old, x.e.RV)
 		}
 		if err != nil {
 			x.movedOutFailed = true
-			x.dropped(dropMovedOut, x.e.rv, err, "key", x.e.prev.key)
+			x.dropped(dropMovedOut, x.e.RV, err, "key", x.e.Prev.Key)
 			return watch.Event{}, false
 		}
-		s.times = x.times()
+		s.Times = x.times()
 		x.movedOut = s
 	}
 	if x.movedOutFailed {
 		return watch.Event{}, false
 	}
-	return watch.Event{Type: watch.Deleted, Object: x.movedOut.forWatcher()}, true
+	return watch.Event{Type: watch.Deleted, Object: x.movedOut.ForWatcher()}, true
 }
 
 // bookmarkObject is an empty object of the resource's type at rv, as a

@@ -1,6 +1,10 @@
 package cacher
 
-import "time"
+import (
+	"time"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+)
 
 // minHistory is the fewest events the history keeps, however old they are
 // (upstream's watch cache keeps at least its lower bound, 100).
@@ -30,7 +34,7 @@ type history struct {
 	// capacity.
 	limit int
 
-	ring  []*event
+	ring  []*objects.Event
 	head  int // index of the oldest event
 	count int
 	// startRV is the RV just before the oldest retained event: the RV of the
@@ -58,7 +62,7 @@ func (h *history) reset(rv uint64) {
 // back to from. Within the capacity the newest are kept. They take the
 // recorded time of the oldest event held (or now), so the window ages them
 // out no later than what followed them.
-func (h *history) prepend(events []*event, from uint64, now time.Time) {
+func (h *history) prepend(events []*objects.Event, from uint64, now time.Time) {
 	if len(events) == 0 {
 		h.startRV = min(h.startRV, from)
 		return
@@ -68,15 +72,15 @@ func (h *history) prepend(events []*event, from uint64, now time.Time) {
 		if over >= len(events) {
 			return
 		}
-		from, events = events[over-1].rv, events[over:]
+		from, events = events[over-1].RV, events[over:]
 	}
 	stamp := now.UnixNano()
 	if h.count > 0 {
-		stamp = h.oldest().recordedNanos
+		stamp = h.oldest().RecordedNanos
 	}
-	out := make([]*event, min(max(16, len(events)+h.count), h.capacity))
+	out := make([]*objects.Event, min(max(16, len(events)+h.count), h.capacity))
 	for i, e := range events {
-		e.recordedNanos = stamp
+		e.RecordedNanos = stamp
 		out[i] = e
 	}
 	for i := range h.count {
@@ -89,10 +93,10 @@ func (h *history) prepend(events []*event, from uint64, now time.Time) {
 // add appends e, evicting the oldest event when the history is at its
 // bound. It reports whether that eviction took an event younger than the
 // window, which means clients lose resumability the operator asked for.
-func (h *history) add(e *event, now time.Time) (forced bool) {
+func (h *history) add(e *objects.Event, now time.Time) (forced bool) {
 	h.adapt(now)
 	if h.count == h.limit {
-		forced = now.UnixNano()-h.oldest().recordedNanos < int64(h.window)
+		forced = now.UnixNano()-h.oldest().RecordedNanos < int64(h.window)
 		h.evictOldest()
 	}
 	if h.count == len(h.ring) {
@@ -111,11 +115,11 @@ func (h *history) adapt(now time.Time) {
 		return
 	}
 	nowNanos, window := now.UnixNano(), int64(h.window)
-	if nowNanos-h.oldest().recordedNanos < window {
+	if nowNanos-h.oldest().RecordedNanos < window {
 		h.limit = min(2*h.limit, h.capacity)
 		return
 	}
-	if nowNanos-h.at(h.count-max(h.limit/4, 1)).recordedNanos > window {
+	if nowNanos-h.at(h.count-max(h.limit/4, 1)).RecordedNanos > window {
 		smaller := max(h.limit/2, min(minHistory, h.capacity))
 		for h.count > smaller {
 			h.evictOldest()
@@ -129,7 +133,7 @@ func (h *history) adapt(now time.Time) {
 
 // resize moves the events into a ring of n slots, oldest at index 0.
 func (h *history) resize(n int) {
-	out := make([]*event, n)
+	out := make([]*objects.Event, n)
 	for i := range h.count {
 		out[i] = h.at(i)
 	}
@@ -141,17 +145,17 @@ func (h *history) resize(n int) {
 func (h *history) forget(rv uint64) {
 	// Only what was evicted moves the start: with no event at or below rv,
 	// every resume servable before stays servable.
-	for h.count > 0 && h.oldest().rv <= rv {
+	for h.count > 0 && h.oldest().RV <= rv {
 		h.evictOldest()
 	}
 }
 
-func (h *history) oldest() *event { return h.ring[h.head] }
+func (h *history) oldest() *objects.Event { return h.ring[h.head] }
 
 func (h *history) evictOldest() {
 	e := h.ring[h.head]
 	h.ring[h.head] = nil
-	h.startRV = e.rv
+	h.startRV = e.RV
 	h.fromList = false
 	h.head = (h.head + 1) % len(h.ring)
 	h.count--
@@ -159,7 +163,7 @@ func (h *history) evictOldest() {
 
 // since returns the events after rv, oldest first, and false when rv is
 // older than the history covers.
-func (h *history) since(rv uint64) ([]*event, bool) {
+func (h *history) since(rv uint64) ([]*objects.Event, bool) {
 	if rv < h.startRV {
 		return nil, false
 	}
@@ -167,25 +171,25 @@ func (h *history) since(rv uint64) ([]*event, bool) {
 	lo, hi := 0, h.count
 	for lo < hi {
 		mid := (lo + hi) / 2
-		if h.at(mid).rv <= rv {
+		if h.at(mid).RV <= rv {
 			lo = mid + 1
 		} else {
 			hi = mid
 		}
 	}
-	out := make([]*event, 0, h.count-lo)
+	out := make([]*objects.Event, 0, h.count-lo)
 	for i := lo; i < h.count; i++ {
 		out = append(out, h.at(i))
 	}
 	return out, true
 }
 
-func (h *history) at(i int) *event { return h.ring[(h.head+i)%len(h.ring)] }
+func (h *history) at(i int) *objects.Event { return h.ring[(h.head+i)%len(h.ring)] }
 
 func (h *history) len() int { return h.count }
 
 // span reports the oldest and newest retained events, for debugging.
-func (h *history) span() (oldest, newest *event) {
+func (h *history) span() (oldest, newest *objects.Event) {
 	if h.count == 0 {
 		return nil, nil
 	}

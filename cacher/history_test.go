@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 
 	"github.com/google/go-cmp/cmp"
@@ -17,14 +19,14 @@ import (
 
 var historyEpoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func historyEvent(rv uint64, at time.Time) *event {
-	return &event{typ: watch.Modified, rv: rv, recordedNanos: at.UnixNano()}
+func historyEvent(rv uint64, at time.Time) *objects.Event {
+	return &objects.Event{Type: watch.Modified, RV: rv, RecordedNanos: at.UnixNano()}
 }
 
-func eventRVs(events []*event) []uint64 {
+func eventRVs(events []*objects.Event) []uint64 {
 	var out []uint64
 	for _, e := range events {
-		out = append(out, e.rv)
+		out = append(out, e.RV)
 	}
 	return out
 }
@@ -246,8 +248,8 @@ func TestHistoryForget(t *testing.T) {
 			}
 			// Nothing at or below the cut may be served any more.
 			for _, e := range mustSince(t, h, h.startRV) {
-				if e.rv <= tc.cutRV {
-					t.Errorf("event %d at or below the cut %d is still served", e.rv, tc.cutRV)
+				if e.RV <= tc.cutRV {
+					t.Errorf("event %d at or below the cut %d is still served", e.RV, tc.cutRV)
 				}
 			}
 			if _, ok := h.since(99); ok {
@@ -257,7 +259,7 @@ func TestHistoryForget(t *testing.T) {
 	}
 }
 
-func mustSince(t *testing.T, h *history, rv uint64) []*event {
+func mustSince(t *testing.T, h *history, rv uint64) []*objects.Event {
 	t.Helper()
 	events, ok := h.since(rv)
 	if !ok {
@@ -322,8 +324,8 @@ func TestHistoryRingWrapAround(t *testing.T) {
 				}
 			}
 			oldest, newest := h.span()
-			if oldest.rv != total-uint64(capacity)+1 || newest.rv != total {
-				t.Errorf("span() = %d..%d, want %d..%d", oldest.rv, newest.rv, total-uint64(capacity)+1, total)
+			if oldest.RV != total-uint64(capacity)+1 || newest.RV != total {
+				t.Errorf("span() = %d..%d, want %d..%d", oldest.RV, newest.RV, total-uint64(capacity)+1, total)
 			}
 		})
 	}

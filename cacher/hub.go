@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"k8s.io/utils/clock"
 
 	"github.com/watchkeeper/watchkeeper/bookmarks"
@@ -105,7 +107,7 @@ func (h *hub) each(f func(w *watcher)) {
 }
 
 // candidates is watcherSet.candidatesAndShardFiltered under the lock.
-func (h *hub) candidates(dst []*watcher, e *event) ([]*watcher, int) {
+func (h *hub) candidates(dst []*watcher, e *objects.Event) ([]*watcher, int) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.watchers.candidatesAndShardFiltered(dst, e)

@@ -3,6 +3,8 @@ package cacher
 import (
 	"context"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 )
@@ -24,7 +26,7 @@ import (
 // matches and the shared objects are built outside it, so an informer start
 // storm does not hold up the reflector, lists and Gets for the length of a
 // full scan each.
-func (c *Cacher) initialState(ctx context.Context, key string, opts storage.ListOptions) ([]watch.Event, []*object, uint64, error) {
+func (c *Cacher) initialState(ctx context.Context, key string, opts storage.ListOptions) ([]watch.Event, []*objects.Object, uint64, error) {
 	objs, rv, since, ok := c.state.startingState(ctx, key, opts)
 	if !ok {
 		return nil, nil, 0, notReadyError(c.clock.Now(), since)
@@ -38,10 +40,10 @@ func (c *Cacher) initialState(ctx context.Context, key string, opts storage.List
 // sent, aligned with the events (objs is filtered in place: every caller
 // passes a slice of its own). No copy of an object is made: the client's
 // handle copies on its first change.
-func (c *Cacher) initialAdded(objs []*object, pred storage.SelectionPredicate, rv uint64) ([]watch.Event, []*object) {
+func (c *Cacher) initialAdded(objs []*objects.Object, pred storage.SelectionPredicate, rv uint64) ([]watch.Event, []*objects.Object) {
 	out := make([]watch.Event, 0, len(objs))
 	sent := objs[:0]
-	selected := matcherFor(pred)
+	selected := objects.MatcherFor(pred)
 	for _, o := range objs {
 		if !selected(o) {
 			continue
@@ -54,13 +56,13 @@ func (c *Cacher) initialAdded(objs []*object, pred storage.SelectionPredicate, r
 	return out, sent
 }
 
-func (c *Cacher) addedEvent(o *object, rv uint64) (watch.Event, bool) {
-	s, err := share(o.obj)
+func (c *Cacher) addedEvent(o *objects.Object, rv uint64) (watch.Event, bool) {
+	s, err := objects.Share(o.Obj)
 	if err != nil {
-		c.dropped(dropInitialEvent, rv, err, "key", o.key)
+		c.dropped(dropInitialEvent, rv, err, "key", o.Key)
 		return watch.Event{}, false
 	}
-	return watch.Event{Type: watch.Added, Object: s.forWatcher()}, true
+	return watch.Event{Type: watch.Added, Object: s.ForWatcher()}, true
 }
 
 // fold brings a state read earlier (events and the objects they carry,
@@ -70,10 +72,10 @@ func (c *Cacher) addedEvent(o *object, rv uint64) (watch.Event, bool) {
 // move into the selector adds one in key order. The result is the state at
 // the newest change's RV, as ADDED events. It costs one pass over changes,
 // and one over the state only when a change concerns w.
-func (c *Cacher) fold(events []watch.Event, objs []*object, w *watcher, changes []*event) []watch.Event {
+func (c *Cacher) fold(events []watch.Event, objs []*objects.Object, w *watcher, changes []*objects.Event) []watch.Event {
 	// now is each changed key's object as w sees it after the changes, nil
 	// where w sees none.
-	var now map[string]*object
+	var now map[string]*objects.Object
 	for _, e := range changes {
 		sel := w.selects(e)
 		if sel == 0 {
@@ -82,12 +84,12 @@ func (c *Cacher) fold(events []watch.Event, objs []*object, w *watcher, changes 
 			continue
 		}
 		if now == nil {
-			now = make(map[string]*object)
+			now = make(map[string]*objects.Object)
 		}
-		if e.typ != watch.Deleted && sel&selectsCur != 0 {
-			now[e.cur.key] = e.cur
+		if e.Type != watch.Deleted && sel&selectsCur != 0 {
+			now[e.Cur.Key] = e.Cur
 		} else {
-			now[e.prev.key] = nil
+			now[e.Prev.Key] = nil
 		}
 	}
 	if now == nil {
@@ -95,19 +97,19 @@ func (c *Cacher) fold(events []watch.Event, objs []*object, w *watcher, changes 
 	}
 	// One merge of two lists sorted by key: the state, and the objects w
 	// sees after the changes.
-	upserts := make([]*object, 0, len(now))
+	upserts := make([]*objects.Object, 0, len(now))
 	for _, o := range now {
 		if o != nil {
 			upserts = append(upserts, o)
 		}
 	}
 	sortObjects(upserts)
-	rv := changes[len(changes)-1].rv
+	rv := changes[len(changes)-1].RV
 	out := make([]watch.Event, 0, len(events)+len(upserts))
 	i, j := 0, 0
 	for i < len(objs) || j < len(upserts) {
-		if j < len(upserts) && (i == len(objs) || upserts[j].key <= objs[i].key) {
-			if i < len(objs) && objs[i].key == upserts[j].key {
+		if j < len(upserts) && (i == len(objs) || upserts[j].Key <= objs[i].Key) {
+			if i < len(objs) && objs[i].Key == upserts[j].Key {
 				i++ // its newer version replaces it
 			}
 			if ev, ok := c.addedEvent(upserts[j], rv); ok {
@@ -118,7 +120,7 @@ func (c *Cacher) fold(events []watch.Event, objs []*object, w *watcher, changes 
 		}
 		// A changed key still here was deleted for w: a replaced one went
 		// with its upsert above.
-		if _, changed := now[objs[i].key]; !changed {
+		if _, changed := now[objs[i].Key]; !changed {
 			out = append(out, events[i])
 		}
 		i++

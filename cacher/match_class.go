@@ -2,6 +2,8 @@ package cacher
 
 import (
 	"fmt"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // selection is what a watcher's key and selectors make of one event: whether
@@ -41,7 +43,7 @@ type matchClass struct {
 func matchSignature(w *watcher) string {
 	shard := ""
 	if w.shard != nil {
-		shard = w.shard.text
+		shard = w.shard.Text
 	}
 	return fmt.Sprintf("%s\x00%t\x00%T\x00%s\x00%T\x00%s\x00%s",
 		w.key, w.recursive, w.pred.Label, selectorString(w.pred.Label), w.pred.Field, selectorString(w.pred.Field), shard)
@@ -57,7 +59,7 @@ func selectorString(s fmt.Stringer) string {
 // selectionFor is what w selects of e, the dispatcher's event number seq:
 // from the memo of w's class when another watcher of the class already
 // worked it out for this event.
-func selectionFor(w *watcher, e *event, seq uint64) selection {
+func selectionFor(w *watcher, e *objects.Event, seq uint64) selection {
 	c := w.class
 	if c == nil {
 		return w.selects(e)

@@ -4,12 +4,17 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -36,8 +41,8 @@ func newClassTest() *classTest {
 	ct := &classTest{set: newWatcherSet()}
 	ct.d = &dispatcher{env: dispatchEnv{
 		clock:      testingclock.NewFakeClock(testEpoch),
-		candidates: func(dst []*watcher, e *event) []*watcher { return ct.set.candidates(dst, e) },
-		objects: func(e *event, _ int64) eventObjects {
+		candidates: func(dst []*watcher, e *objects.Event) []*watcher { return ct.set.candidates(dst, e) },
+		objects: func(e *objects.Event, _ int64) eventObjects {
 			return eventObjects{e: e, versioner: storage.APIObjectVersioner{}, dropped: func(string, uint64, error, ...any) {}}
 		},
 		tooSlow:    func(*watcher) {},
@@ -62,10 +67,10 @@ func (ct *classTest) watch(t *testing.T, key string, sel string) *watcher {
 }
 
 // podA is pod a at rv, with its status field.
-func podA(rv uint64, status string) *object {
+func podA(rv uint64, status string) *objects.Object {
 	pod := cachertest.NewPod("a", rv, nil, "")
 	key, _ := cachertest.PodKey(pod)
-	return &object{key: key, obj: pod, labels: labels.Set{}, fields: fields.Set{"metadata.name": "a", "status": status}}
+	return &objects.Object{Key: key, Obj: pod, Labels: labels.Set{}, Fields: fields.Set{"metadata.name": "a", "status": status}}
 }
 
 // Ten watchers of one Secret with one selector (kubelets' shape) cost one
@@ -77,13 +82,13 @@ func TestMatchClassSelectsOncePerEvent(t *testing.T) {
 	a := podA(150, "on")
 	var same []*watcher
 	for range 10 {
-		same = append(same, ct.watch(t, a.key, "metadata.name=a"))
+		same = append(same, ct.watch(t, a.Key, "metadata.name=a"))
 	}
-	other := ct.watch(t, a.key, "status=on")
+	other := ct.watch(t, a.Key, "status=on")
 	if len(ct.set.classes) != 2 {
 		t.Fatalf("%d match classes, want 2: one per key and selector", len(ct.set.classes))
 	}
-	ct.d.dispatch(&event{typ: watch.Modified, rv: 151, cur: podA(151, "on"), prev: a})
+	ct.d.dispatch(&objects.Event{Type: watch.Modified, RV: 151, Cur: podA(151, "on"), Prev: a})
 	if ct.calls != 4 {
 		t.Errorf("%d selector matches for 11 watchers in 2 classes, want 4 (before and after, once per class)", ct.calls)
 	}
@@ -100,12 +105,12 @@ func TestMatchClassSelectsOncePerEvent(t *testing.T) {
 func TestMatchClassMemoIsPerEvent(t *testing.T) {
 	ct := newClassTest()
 	a := podA(150, "on")
-	w1 := ct.watch(t, a.key, "status=on")
-	w2 := ct.watch(t, a.key, "status=on")
+	w1 := ct.watch(t, a.Key, "status=on")
+	w2 := ct.watch(t, a.Key, "status=on")
 	on := podA(151, "on")
 	ct.d.dispatch(
-		&event{typ: watch.Modified, rv: 151, cur: on, prev: a},
-		&event{typ: watch.Modified, rv: 152, cur: podA(152, "off"), prev: on},
+		&objects.Event{Type: watch.Modified, RV: 151, Cur: on, Prev: a},
+		&objects.Event{Type: watch.Modified, RV: 152, Cur: podA(152, "off"), Prev: on},
 	)
 	for i, w := range []*watcher{w1, w2} {
 		if got := fmt.Sprint(receivedAll(w)); got != "[MODIFIED a@151 DELETED a@152]" {
@@ -161,5 +166,17 @@ func TestMatchClassInterning(t *testing.T) {
 	ct.set.remove(w2)
 	if len(ct.set.classes) != 0 {
 		t.Errorf("%d classes after every watcher left, want 0", len(ct.set.classes))
+	}
+}
+
+// Two watches alike but for their shard are two match classes: the
+// dispatcher's per-class memo must not hand one the other's selection.
+func TestShardIsPartOfTheMatchSignature(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ShardedListAndWatch, true)
+	a := &watcher{key: "/pods/", recursive: true}
+	b := &watcher{key: "/pods/", recursive: true}
+	b.shard, _ = objects.NewShardFilter(cachertest.ShardPred(t, cachertest.ShardRange(objects.ShardFieldUID, 0, 2)))
+	if matchSignature(a) == matchSignature(b) {
+		t.Fatal("a sharded and an unsharded watch share a match class")
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"iter"
 	"strings"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"k8s.io/utils/third_party/forked/golang/btree"
 )
 
@@ -12,16 +14,16 @@ import (
 // of copying and sorting every object of the resource (upstream's cache keeps
 // a B-tree for the same reason). cacheState.mu guards it: writers hold the
 // lock, lists the read lock.
-type orderedObjects struct{ tree *btree.BTree[*object] }
+type orderedObjects struct{ tree *btree.BTree[*objects.Object] }
 
 const orderedDegree = 32
 
 func newOrderedObjects() orderedObjects {
-	return orderedObjects{tree: btree.New[*object](orderedDegree, func(a, b *object) bool { return a.key < b.key })}
+	return orderedObjects{tree: btree.New[*objects.Object](orderedDegree, func(a, b *objects.Object) bool { return a.Key < b.Key })}
 }
 
-func (o orderedObjects) set(obj *object)    { o.tree.ReplaceOrInsert(obj) }
-func (o orderedObjects) delete(obj *object) { o.tree.Delete(obj) }
+func (o orderedObjects) set(obj *objects.Object)    { o.tree.ReplaceOrInsert(obj) }
+func (o orderedObjects) delete(obj *objects.Object) { o.tree.Delete(obj) }
 
 // clone is a copy-on-write copy, O(1): it may be read without the cache's
 // lock while the original takes writes. Taking it writes the original's
@@ -32,7 +34,7 @@ func (o orderedObjects) clone() orderedObjects { return orderedObjects{tree: o.t
 func (o *orderedObjects) reset(objs []any) {
 	*o = newOrderedObjects()
 	for _, obj := range objs {
-		o.set(obj.(*object))
+		o.set(obj.(*objects.Object))
 	}
 }
 
@@ -40,23 +42,23 @@ func (o orderedObjects) len() int { return o.tree.Len() }
 
 // ascend yields the objects whose key starts with prefix, from the key
 // start on, in key order, without collecting them.
-func (o orderedObjects) ascend(prefix, start string) iter.Seq[*object] {
-	return func(yield func(*object) bool) {
-		o.tree.AscendGreaterOrEqual(&object{key: start}, func(obj *object) bool {
-			return strings.HasPrefix(obj.key, prefix) && yield(obj)
+func (o orderedObjects) ascend(prefix, start string) iter.Seq[*objects.Object] {
+	return func(yield func(*objects.Object) bool) {
+		o.tree.AscendGreaterOrEqual(&objects.Object{Key: start}, func(obj *objects.Object) bool {
+			return strings.HasPrefix(obj.Key, prefix) && yield(obj)
 		})
 	}
 }
 
 // under returns the objects whose key starts with prefix, in key order.
-func (o orderedObjects) under(prefix string) []*object { return o.from(prefix, prefix) }
+func (o orderedObjects) under(prefix string) []*objects.Object { return o.from(prefix, prefix) }
 
 // from returns the objects whose key starts with prefix, from the key start
 // on (a continue token's), in key order.
-func (o orderedObjects) from(prefix, start string) []*object {
-	var out []*object
-	o.tree.AscendGreaterOrEqual(&object{key: start}, func(obj *object) bool {
-		if !strings.HasPrefix(obj.key, prefix) {
+func (o orderedObjects) from(prefix, start string) []*objects.Object {
+	var out []*objects.Object
+	o.tree.AscendGreaterOrEqual(&objects.Object{Key: start}, func(obj *objects.Object) bool {
+		if !strings.HasPrefix(obj.Key, prefix) {
 			return false
 		}
 		out = append(out, obj)

@@ -3,18 +3,20 @@ package cacher
 import (
 	"slices"
 	"testing"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 func TestOrderedObjectsUnder(t *testing.T) {
 	keys := []string{"/pods/ns10/a", "/pods/ns1/b", "/pods/ns1/a", "/pods/ns2/a", "/podsx/ns1/a", "/pod/ns1/a"}
 	var objs []any
 	for _, k := range keys {
-		objs = append(objs, &object{key: k})
+		objs = append(objs, &objects.Object{Key: k})
 	}
 	var o orderedObjects
 	o.reset(objs)
-	o.delete(&object{key: "/pods/ns2/a"})
-	o.set(&object{key: "/pods/ns3/a"})
+	o.delete(&objects.Object{Key: "/pods/ns2/a"})
+	o.set(&objects.Object{Key: "/pods/ns3/a"})
 	for _, tc := range []struct {
 		prefix string
 		want   []string
@@ -27,7 +29,7 @@ func TestOrderedObjectsUnder(t *testing.T) {
 	} {
 		var got []string
 		for _, obj := range o.under(tc.prefix) {
-			got = append(got, obj.key)
+			got = append(got, obj.Key)
 		}
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("under(%q) = %q, want %q", tc.prefix, got, tc.want)

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"sort"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/conversion"
@@ -48,7 +50,7 @@ func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.Lis
 // sizeHint of them, 0 if unknown) that match the predicate, at most limit
 // of them (0: all), with the list's RV and, when more match, the continue
 // token that resumes after the last one at the same RV.
-func (c *Cacher) fillList(listObj runtime.Object, objs iter.Seq[*object], sizeHint int, index, key string, rv uint64, limit int64, opts storage.ListOptions) error {
+func (c *Cacher) fillList(listObj runtime.Object, objs iter.Seq[*objects.Object], sizeHint int, index, key string, rv uint64, limit int64, opts storage.ListOptions) error {
 	listPtr, err := meta.GetItemsPtr(listObj)
 	if err != nil {
 		return err
@@ -94,17 +96,17 @@ type listPage struct {
 // copied as the walk reaches it: no pointers collected for a second pass
 // over thousands of objects, each a cache miss again (upstream's cacher
 // also copies at once when everything matches).
-func copyAll(listVal reflect.Value, objs iter.Seq[*object], sizeHint int) listPage {
+func copyAll(listVal reflect.Value, objs iter.Seq[*objects.Object], sizeHint int) listPage {
 	listVal.Set(reflect.MakeSlice(listVal.Type(), sizeHint, sizeHint))
 	var p listPage
 	for o := range objs {
 		if p.fetched < sizeHint {
-			listVal.Index(p.fetched).Set(reflect.ValueOf(o.obj).Elem())
+			listVal.Index(p.fetched).Set(reflect.ValueOf(o.Obj).Elem())
 		} else {
-			listVal.Set(reflect.Append(listVal, reflect.ValueOf(o.obj).Elem()))
+			listVal.Set(reflect.Append(listVal, reflect.ValueOf(o.Obj).Elem()))
 		}
 		p.fetched++
-		p.lastKey = o.key
+		p.lastKey = o.Key
 	}
 	listVal.SetLen(p.fetched)
 	p.total = p.fetched
@@ -113,14 +115,14 @@ func copyAll(listVal reflect.Value, objs iter.Seq[*object], sizeHint int) listPa
 
 // selectPage puts into the slice listVal the objects of objs that match
 // pred, at most limit of them (0: all).
-func selectPage(listVal reflect.Value, objs iter.Seq[*object], sizeHint int, pred storage.SelectionPredicate, limit int64) listPage {
+func selectPage(listVal reflect.Value, objs iter.Seq[*objects.Object], sizeHint int, pred storage.SelectionPredicate, limit int64) listPage {
 	if limit > 0 {
 		sizeHint = min(sizeHint, int(min(limit, 1<<20)))
 	}
-	selected := make([]*object, 0, sizeHint)
+	selected := make([]*objects.Object, 0, sizeHint)
 	var p listPage
 	countAll := pred.Empty()
-	match := matcherFor(pred)
+	match := objects.MatcherFor(pred)
 	for o := range objs {
 		p.total++
 		if limit > 0 && int64(len(selected)) >= limit {
@@ -137,8 +139,8 @@ func selectPage(listVal reflect.Value, objs iter.Seq[*object], sizeHint int, pre
 	}
 	listVal.Set(reflect.MakeSlice(listVal.Type(), len(selected), len(selected)))
 	for i, o := range selected {
-		listVal.Index(i).Set(reflect.ValueOf(o.obj).Elem())
-		p.lastKey = o.key
+		listVal.Index(i).Set(reflect.ValueOf(o.Obj).Elem())
+		p.lastKey = o.Key
 	}
 	return p
 }
@@ -195,6 +197,6 @@ func setObject(objPtr, obj runtime.Object) error {
 	return nil
 }
 
-func sortObjects(objs []*object) {
-	sort.Slice(objs, func(i, j int) bool { return objs[i].key < objs[j].key })
+func sortObjects(objs []*objects.Object) {
+	sort.Slice(objs, func(i, j int) bool { return objs[i].Key < objs[j].Key })
 }

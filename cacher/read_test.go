@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,9 +30,9 @@ import (
 // the walk found: a past state may hold fewer or more objects than the
 // checkpoint the hint was read from.
 func TestCopyAllFitsItsHint(t *testing.T) {
-	var objs []*object
+	var objs []*objects.Object
 	for i := range 5 {
-		objs = append(objs, &object{key: fmt.Sprintf("/pods/ns/p%d", i), obj: cachertest.NewPod(fmt.Sprintf("p%d", i), 10, nil, "")})
+		objs = append(objs, &objects.Object{Key: fmt.Sprintf("/pods/ns/p%d", i), Obj: cachertest.NewPod(fmt.Sprintf("p%d", i), 10, nil, "")})
 	}
 	for _, hint := range []int{1, 4, 5, 6, 50} {
 		list := &example.PodList{}

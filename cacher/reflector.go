@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"google.golang.org/grpc/metadata"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -157,7 +159,7 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	}); err != nil {
 		return 0, err
 	}
-	c.push(progress(rv))
+	c.push(objects.Progress(rv))
 	c.logger.Info("Watch cache listed", "objects", len(objs), "resourceVersion", rv, "took", c.clock.Since(start))
 	c.backfillAfterList(rv)
 	return rv, nil
@@ -165,7 +167,7 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 
 // listStorage lists key (the resource's prefix, or one object's key) from
 // the wrapped storage with opts and returns its objects and the list's RV.
-func (c *Cacher) listStorage(ctx context.Context, key string, opts storage.ListOptions) ([]*object, uint64, error) {
+func (c *Cacher) listStorage(ctx context.Context, key string, opts storage.ListOptions) ([]*objects.Object, uint64, error) {
 	list := c.cfg.NewListFunc()
 	if err := c.storage.GetList(ctx, key, opts, list); err != nil {
 		return nil, 0, err
@@ -186,7 +188,7 @@ func (c *Cacher) listStorage(ctx context.Context, key string, opts storage.ListO
 	if err != nil {
 		return nil, 0, err
 	}
-	objs := make([]*object, 0, len(items))
+	objs := make([]*objects.Object, 0, len(items))
 	for _, item := range items {
 		o, err := c.newObject(item)
 		if err != nil {
@@ -253,7 +255,7 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 				}
 				c.metrics.storageBookmarks.Inc()
 				c.state.advance(next)
-				c.push(progress(next))
+				c.push(objects.Progress(next))
 				rv = max(rv, next)
 				if !delivered {
 					c.answered()
@@ -291,21 +293,21 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	cur, rv := e.cur, e.rv
+	cur, rv := e.Cur, e.RV
 
 	// Only this goroutine writes the state, so the object the event
 	// replaces can be read before the lock, and the event linked to it:
 	// nobody sees the event before the state holds it.
-	prev := c.state.peek(cur.key)
-	if e.typ == watch.Deleted && c.cfg.StorageWatchWithoutPrevKV {
+	prev := c.state.peek(cur.Key)
+	if e.Type == watch.Deleted && c.cfg.StorageWatchWithoutPrevKV {
 		// Without previous values a DELETE names the object only: clients
 		// are sent the cached object at the delete's RV, as etcd's
 		// previous value would have been.
-		if e.cur, err = c.deletedObject(prev, cur, rv); err != nil {
+		if e.Cur, err = c.deletedObject(prev, cur, rv); err != nil {
 			return 0, err
 		}
 	} else if prev != nil {
-		cur.shareUnchanged(prev)
+		cur.ShareUnchanged(prev)
 	}
 	c.linkPrev(e, prev)
 	forced, err := c.state.apply(e, now)
@@ -329,21 +331,21 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 // carries: the cached object prev, copied at the delete's rv. stub, the
 // object the storage watch named, stands when the cache does not hold the
 // key, which it always should; that is logged.
-func (c *Cacher) deletedObject(prev, stub *object, rv uint64) (*object, error) {
+func (c *Cacher) deletedObject(prev, stub *objects.Object, rv uint64) (*objects.Object, error) {
 	if prev == nil {
-		c.logger.Info("Watch cache got a DELETE of an object it does not hold; clients are sent its name only", "key", stub.key, "resourceVersion", rv)
+		c.logger.Info("Watch cache got a DELETE of an object it does not hold; clients are sent its name only", "key", stub.Key, "resourceVersion", rv)
 		return stub, nil
 	}
-	obj := prev.obj.DeepCopyObject()
+	obj := prev.Obj.DeepCopyObject()
 	if err := c.cfg.Versioner.UpdateObject(obj, rv); err != nil {
 		return nil, err
 	}
-	return &object{key: prev.key, obj: obj, labels: prev.labels, fields: prev.fields}, nil
+	return &objects.Object{Key: prev.Key, Obj: obj, Labels: prev.Labels, Fields: prev.Fields}, nil
 }
 
 // newEvent turns a storage watch event into a cached one, all but what it
 // changed from (linkPrev).
-func (c *Cacher) newEvent(ev watch.Event, now time.Time) (*event, error) {
+func (c *Cacher) newEvent(ev watch.Event, now time.Time) (*objects.Event, error) {
 	obj := ev.Object
 	var decoded int64
 	if wrapped, ok := obj.(storage.WatchEventWithRecordTime); ok {
@@ -357,35 +359,35 @@ func (c *Cacher) newEvent(ev watch.Event, now time.Time) (*event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &event{typ: ev.Type, rv: rv, cur: cur, recordedNanos: now.UnixNano(), decodedNanos: decoded}, nil
+	return &objects.Event{Type: ev.Type, RV: rv, Cur: cur, RecordedNanos: now.UnixNano(), DecodedNanos: decoded}, nil
 }
 
 // linkPrev records the object e changed (nil for an addition) and the
 // trigger values before and after.
-func (c *Cacher) linkPrev(e *event, prev *object) {
-	e.prev = prev
-	if e.typ == watch.Deleted && e.prev == nil {
-		e.prev = e.cur
+func (c *Cacher) linkPrev(e *objects.Event, prev *objects.Object) {
+	e.Prev = prev
+	if e.Type == watch.Deleted && e.Prev == nil {
+		e.Prev = e.Cur
 	}
 	if c.trigger != nil {
-		e.curTrigger = c.trigger.value(e.cur.obj)
-		if e.prev != nil {
-			e.prevTrigger = c.trigger.value(e.prev.obj)
+		e.CurTrigger = c.trigger.Value(e.Cur.Obj)
+		if e.Prev != nil {
+			e.PrevTrigger = c.trigger.Value(e.Prev.Obj)
 		} else {
-			e.prevTrigger = e.curTrigger
+			e.PrevTrigger = e.CurTrigger
 		}
 	}
 }
 
 // push hands an applied event to the dispatcher, waiting when it is behind.
-func (c *Cacher) push(e *event) {
+func (c *Cacher) push(e *objects.Event) {
 	select {
 	case c.incoming <- e:
 	case <-c.stopCh:
 	}
 }
 
-func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
+func (c *Cacher) newObject(obj runtime.Object) (*objects.Object, error) {
 	key, err := c.cfg.KeyFunc(obj)
 	if err != nil {
 		return nil, fmt.Errorf("computing the key of %T: %w", obj, err)
@@ -394,5 +396,5 @@ func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("computing the attributes of %s: %w", key, err)
 	}
-	return &object{key: key, obj: obj, labels: l, fields: f}, nil
+	return &objects.Object{Key: key, Obj: obj, Labels: l, Fields: f}, nil
 }

@@ -45,11 +45,11 @@ func (c *Cacher) unchangedSinceLocked(key, name string, rv uint64) bool {
 		return false
 	}
 	if name != "" {
-		if m, err := meta.Accessor(o.obj); err != nil || m.GetName() != name {
+		if m, err := meta.Accessor(o.Obj); err != nil || m.GetName() != name {
 			return false
 		}
 	}
-	objRV, err := c.cfg.Versioner.ObjectResourceVersion(o.obj)
+	objRV, err := c.cfg.Versioner.ObjectResourceVersion(o.Obj)
 	return err == nil && objRV <= rv
 }
 

@@ -51,7 +51,7 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 		}
 		return storage.NewKeyNotFoundError(key, int64(cacheRV))
 	}
-	return setObject(objPtr, o.obj)
+	return setObject(objPtr, o.Obj)
 }
 
 // GetList implements storage.Interface. Lists the cache can serve exactly

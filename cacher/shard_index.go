@@ -1,10 +1,6 @@
 package cacher
 
-// shardBucketBits is how many top bits of a hash pick its bucket: 256
-// buckets, so with N watchers each on 1/N of the hash space an event is
-// matched against about N/256 + 1 of them rather than N (upstream hashes
-// every event against every watcher).
-const shardBucketBits = 8
+import "github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 
 // shardBuckets files the sharded watchers of one prefix and shard field by
 // the buckets their ranges overlap. A watcher stands once in each bucket it
@@ -12,35 +8,17 @@ const shardBucketBits = 8
 // watcher at most once, and the exact range check (shardFilter.contains)
 // is left to the watcher's selection.
 type shardBuckets struct {
-	buckets  [1 << shardBucketBits][]*watcher
+	buckets  [1 << objects.ShardBucketBits][]*watcher
 	watchers int
 }
 
-func bucketOf(h uint64) int { return int(h >> (64 - shardBucketBits)) }
-
-// eachBucket calls fn with each bucket f's ranges overlap, once each, in
-// order (the ranges are sorted by their start).
-func (f *shardFilter) eachBucket(fn func(b int)) {
-	last := -1
-	for _, r := range f.ranges {
-		end, ok := r.lastHash()
-		if !ok {
-			continue
-		}
-		for b := max(bucketOf(r.lo), last+1); b <= bucketOf(end); b++ {
-			fn(b)
-			last = b
-		}
-	}
-}
-
 func (s *shardBuckets) add(w *watcher) {
-	w.shard.eachBucket(func(b int) { s.buckets[b] = append(s.buckets[b], w) })
+	w.shard.EachBucket(func(b int) { s.buckets[b] = append(s.buckets[b], w) })
 	s.watchers++
 }
 
 func (s *shardBuckets) remove(w *watcher) {
-	w.shard.eachBucket(func(b int) {
+	w.shard.EachBucket(func(b int) {
 		list := s.buckets[b]
 		for i, x := range list {
 			if x == w {

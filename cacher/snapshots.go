@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // checkpointEvery is how many applied RVs apart the snapshots keep a clone
@@ -159,14 +161,14 @@ type pastState struct {
 
 type keyState struct {
 	key string
-	obj *object
+	obj *objects.Object
 }
 
 // undoSince lists what the events after rv changed, as it was at rv: events
 // holds them, oldest first. An event's prev is the object the cache held
 // before it (nil: none), except that a DELETED of a key the cache did not
 // hold has prev set to the deleted object itself (linkPrev).
-func undoSince(events []*event) []keyState {
+func undoSince(events []*objects.Event) []keyState {
 	if len(events) == 0 {
 		return nil
 	}
@@ -176,16 +178,16 @@ func undoSince(events []*event) []keyState {
 	// rv found.
 	for i := len(events) - 1; i >= 0; i-- {
 		e := events[i]
-		before := e.prev
-		if before == e.cur {
+		before := e.Prev
+		if before == e.Cur {
 			before = nil
 		}
-		if j, ok := index[e.cur.key]; ok {
+		if j, ok := index[e.Cur.Key]; ok {
 			out[j].obj = before
 			continue
 		}
-		index[e.cur.key] = len(out)
-		out = append(out, keyState{key: e.cur.key, obj: before})
+		index[e.Cur.Key] = len(out)
+		out = append(out, keyState{key: e.Cur.Key, obj: before})
 	}
 	slices.SortFunc(out, func(a, b keyState) int { return strings.Compare(a.key, b.key) })
 	return out
@@ -193,11 +195,11 @@ func undoSince(events []*event) []keyState {
 
 // ascend yields the objects of the state whose key starts with prefix,
 // from the key start on, in key order.
-func (p pastState) ascend(prefix, start string) iter.Seq[*object] {
+func (p pastState) ascend(prefix, start string) iter.Seq[*objects.Object] {
 	if len(p.undo) == 0 {
 		return p.tree.ascend(prefix, start)
 	}
-	return func(yield func(*object) bool) {
+	return func(yield func(*objects.Object) bool) {
 		undo := p.undo[sort.Search(len(p.undo), func(i int) bool { return p.undo[i].key >= start }):]
 		// next yields the undone keys below key (all of them when last),
 		// where the key existed at the RV; false once yield says stop.
@@ -212,16 +214,16 @@ func (p pastState) ascend(prefix, start string) iter.Seq[*object] {
 			return true
 		}
 		stopped := false
-		p.tree.tree.AscendGreaterOrEqual(&object{key: start}, func(o *object) bool {
-			if !strings.HasPrefix(o.key, prefix) {
+		p.tree.tree.AscendGreaterOrEqual(&objects.Object{Key: start}, func(o *objects.Object) bool {
+			if !strings.HasPrefix(o.Key, prefix) {
 				return false
 			}
-			if len(undo) > 0 && undo[0].key <= o.key {
-				if !next(o.key, false) {
+			if len(undo) > 0 && undo[0].key <= o.Key {
+				if !next(o.Key, false) {
 					stopped = true
 					return false
 				}
-				if len(undo) > 0 && undo[0].key == o.key {
+				if len(undo) > 0 && undo[0].key == o.Key {
 					// The key changed after the RV: what it held then.
 					u := undo[0]
 					undo = undo[1:]

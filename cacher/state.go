@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"k8s.io/apimachinery/pkg/watch"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	"k8s.io/client-go/tools/cache"
@@ -125,30 +127,30 @@ func newCacheState(prefix string, indexers *cache.Indexers, window time.Duration
 // the ordered index, the history and the snapshots, and moves rv to it.
 // forced reports an eviction of an event younger than the window to make
 // room (history.add).
-func (s *cacheState) apply(e *event, now time.Time) (forced bool, err error) {
+func (s *cacheState) apply(e *objects.Event, now time.Time) (forced bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e.typ == watch.Deleted {
-		err = s.store.Delete(e.cur)
+	if e.Type == watch.Deleted {
+		err = s.store.Delete(e.Cur)
 	} else {
-		err = s.store.Update(e.cur)
+		err = s.store.Update(e.Cur)
 	}
 	if err != nil {
 		return false, err
 	}
-	if e.typ == watch.Deleted {
-		s.ordered.delete(e.cur)
+	if e.Type == watch.Deleted {
+		s.ordered.delete(e.Cur)
 	} else {
-		s.ordered.set(e.cur)
+		s.ordered.set(e.Cur)
 	}
 	s.current = orderedObjects{}
 	bound := s.history.limit
 	forced = s.history.add(e, now)
-	s.snapshotLocked(e.rv, now)
+	s.snapshotLocked(e.RV, now)
 	if s.history.limit != bound {
 		s.metrics.historyBoundChanged(bound, s.history.limit)
 	}
-	s.setRVLocked(e.rv)
+	s.setRVLocked(e.RV)
 	return forced, nil
 }
 
@@ -305,7 +307,7 @@ var errHistoryMoved = errors.New("the history moved while it was being backfille
 // prependHistory puts a backfill's events, etcd's in (from, start], in
 // front of the history, if it still starts at the list at start and the
 // state is ready (history.prepend).
-func (s *cacheState) prependHistory(events []*event, from, start uint64, now time.Time) error {
+func (s *cacheState) prependHistory(events []*objects.Event, from, start uint64, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.history.startRV != start || !s.history.fromList || s.ready.state != stateReady {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 )
@@ -67,9 +69,9 @@ func (s *cacheState) progress() (rv uint64, advanced <-chan struct{}) {
 // indexer's own lock makes the read consistent in itself, but it may be one
 // applied event ahead of or behind rv. The reflector, the one writer, reads
 // exactly what it last applied; a write's hint (suggestion) accepts either.
-func (s *cacheState) peek(key string) *object {
+func (s *cacheState) peek(key string) *objects.Object {
 	if item, ok, _ := s.store.GetByKey(key); ok {
-		return item.(*object)
+		return item.(*objects.Object)
 	}
 	return nil
 }
@@ -78,21 +80,21 @@ func (s *cacheState) peek(key string) *object {
 func (s *cacheState) keys() []string { return s.store.ListKeys() }
 
 // get is the object held under key and the RV of the state it was read in.
-func (s *cacheState) get(key string) (*object, bool, uint64) {
+func (s *cacheState) get(key string) (*objects.Object, bool, uint64) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	item, ok, _ := s.store.GetByKey(key)
 	if !ok {
 		return nil, false, s.rv
 	}
-	return item.(*object), true, s.rv
+	return item.(*objects.Object), true, s.rv
 }
 
 // listCurrent is what a list of the current state under key, from the key
 // start on, walks: the objects in key order (about hint of them, 0 if
 // unknown), the index that narrowed them ("" if none), and the state's RV.
 // Read under the read lock; the walk is done after it.
-func (s *cacheState) listCurrent(ctx context.Context, key, start string, opts storage.ListOptions) (walk iter.Seq[*object], hint int, index string, rv uint64) {
+func (s *cacheState) listCurrent(ctx context.Context, key, start string, opts storage.ListOptions) (walk iter.Seq[*objects.Object], hint int, index string, rv uint64) {
 	s.mu.RLock()
 	objs, index := s.indexedLocked(ctx, key, opts)
 	switch {
@@ -107,14 +109,14 @@ func (s *cacheState) listCurrent(ctx context.Context, key, start string, opts st
 	default:
 		// No snapshots (ListFromCacheSnapshot off): the objects are
 		// collected under the lock.
-		objs = slices.AppendSeq(make([]*object, 0, s.sizeHint(key, s.ordered)), s.ordered.ascend(key, start))
+		objs = slices.AppendSeq(make([]*objects.Object, 0, s.sizeHint(key, s.ordered)), s.ordered.ascend(key, start))
 		start = key
 	}
 	rv = s.rv
 	s.mu.RUnlock()
 	if walk == nil {
 		if start != key {
-			objs = objs[sort.Search(len(objs), func(i int) bool { return objs[i].key >= start }):]
+			objs = objs[sort.Search(len(objs), func(i int) bool { return objs[i].Key >= start }):]
 		}
 		walk, hint = slices.Values(objs), len(objs)
 	}
@@ -131,13 +133,13 @@ func (s *cacheState) sizeHint(key string, tree orderedObjects) int {
 }
 
 // objectsLocked returns the objects held under key, sorted by key.
-func (s *cacheState) objectsLocked(key string, recursive bool) []*object {
+func (s *cacheState) objectsLocked(key string, recursive bool) []*objects.Object {
 	if !recursive {
 		item, ok, _ := s.store.GetByKey(key)
 		if !ok {
 			return nil
 		}
-		return []*object{item.(*object)}
+		return []*objects.Object{item.(*objects.Object)}
 	}
 	return s.ordered.under(key)
 }
@@ -148,7 +150,7 @@ func (s *cacheState) objectsLocked(key string, recursive bool) []*object {
 // runs on what it returns.
 //
 // It returns the objects and the index's name, "" when no index applies.
-func (s *cacheState) indexedLocked(ctx context.Context, key string, opts storage.ListOptions) ([]*object, string) {
+func (s *cacheState) indexedLocked(ctx context.Context, key string, opts storage.ListOptions) ([]*objects.Object, string) {
 	if !opts.Recursive {
 		return nil, ""
 	}
@@ -161,9 +163,9 @@ func (s *cacheState) indexedLocked(ctx context.Context, key string, opts storage
 		if err != nil {
 			return nil, ""
 		}
-		out := make([]*object, 0, len(items))
+		out := make([]*objects.Object, 0, len(items))
 		for _, item := range items {
-			if o := item.(*object); strings.HasPrefix(o.key, key) {
+			if o := item.(*objects.Object); strings.HasPrefix(o.Key, key) {
 				out = append(out, o)
 			}
 		}
@@ -182,7 +184,7 @@ func (s *cacheState) indexedLocked(ctx context.Context, key string, opts storage
 // pods are read), or for a single key; the walk under the prefix is done
 // outside it, so an informer start storm does not hold up the reflector,
 // lists and Gets for the length of a full scan each.
-func (s *cacheState) startingState(ctx context.Context, key string, opts storage.ListOptions) (objs []*object, rv uint64, since time.Time, ok bool) {
+func (s *cacheState) startingState(ctx context.Context, key string, opts storage.ListOptions) (objs []*objects.Object, rv uint64, since time.Time, ok bool) {
 	s.mu.RLock()
 	if s.ready.state != stateReady {
 		s.mu.RUnlock()
@@ -219,11 +221,11 @@ func (s *cacheState) historyStartLocked() uint64 { return s.history.startRV }
 
 // sinceLocked returns the history's events after rv, oldest first, and
 // false when rv is older than the history covers.
-func (s *cacheState) sinceLocked(rv uint64) ([]*event, bool) { return s.history.since(rv) }
+func (s *cacheState) sinceLocked(rv uint64) ([]*objects.Event, bool) { return s.history.since(rv) }
 
 // eventsBetweenLocked returns the history's events above after and at or
 // below upTo, oldest first; false if the history no longer holds them all.
-func (s *cacheState) eventsBetweenLocked(after, upTo uint64) ([]*event, bool) {
+func (s *cacheState) eventsBetweenLocked(after, upTo uint64) ([]*objects.Event, bool) {
 	h := s.history
 	if after < h.startRV {
 		return nil, false
@@ -231,9 +233,9 @@ func (s *cacheState) eventsBetweenLocked(after, upTo uint64) ([]*event, bool) {
 	if after >= upTo {
 		return nil, true
 	}
-	first := sort.Search(h.count, func(i int) bool { return h.at(i).rv > after })
-	end := first + sort.Search(h.count-first, func(i int) bool { return h.at(first+i).rv > upTo })
-	out := make([]*event, end-first)
+	first := sort.Search(h.count, func(i int) bool { return h.at(i).RV > after })
+	end := first + sort.Search(h.count-first, func(i int) bool { return h.at(first+i).RV > upTo })
+	out := make([]*objects.Event, end-first)
 	for i := range out {
 		out[i] = h.at(first + i)
 	}
@@ -289,7 +291,7 @@ func (s *cacheState) objectRVs(rvOf func(runtime.Object) (uint64, error)) (map[s
 	cached := map[string]uint64{}
 	var err error
 	for _, o := range s.ordered.under(s.prefix) {
-		if cached[o.key], err = rvOf(o.obj); err != nil {
+		if cached[o.Key], err = rvOf(o.Obj); err != nil {
 			break
 		}
 	}
@@ -304,8 +306,8 @@ func (s *cacheState) inspect() (ready bool, rv uint64, hi HistoryInspection) {
 	hi = HistoryInspection{Events: h.len(), Capacity: h.capacity, Bound: h.limit, Window: h.window, StartRV: h.startRV,
 		Snapshots: s.snapshots.len()}
 	if oldest, newest := h.span(); oldest != nil {
-		hi.OldestRV, hi.NewestRV = oldest.rv, newest.rv
-		hi.OldestAt, hi.NewestAt = time.Unix(0, oldest.recordedNanos), time.Unix(0, newest.recordedNanos)
+		hi.OldestRV, hi.NewestRV = oldest.RV, newest.RV
+		hi.OldestAt, hi.NewestAt = time.Unix(0, oldest.RecordedNanos), time.Unix(0, newest.RecordedNanos)
 	}
 	return s.ready.state == stateReady, s.rv, hi
 }
@@ -324,15 +326,15 @@ func (s *cacheState) objectCount() int {
 // would otherwise wait for a backfill or get its 410: the scan is bounded
 // by the history's capacity, and after a (re)list the history holds only
 // what came since.
-func (s *cacheState) atHistoryStartLocked(key string) *object {
+func (s *cacheState) atHistoryStartLocked(key string) *objects.Object {
 	h := s.history
 	for i := range h.count {
-		if e := h.at(i); e.cur.key == key {
-			return e.prev
+		if e := h.at(i); e.Cur.Key == key {
+			return e.Prev
 		}
 	}
 	if item, ok, _ := s.store.GetByKey(key); ok {
-		return item.(*object)
+		return item.(*objects.Object)
 	}
 	return nil
 }

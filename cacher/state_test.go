@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -28,16 +30,16 @@ func TestCacheStateInvariants(t *testing.T) {
 	const listRV = 100
 	now := time.Unix(1_700_000_000, 0)
 	s := newCacheState("/pods/", nil, time.Hour, 10_000, true, newResourceMetrics(schema.GroupResource{Resource: "pods"}), now)
-	obj := func(name string, rv uint64) *object {
+	obj := func(name string, rv uint64) *objects.Object {
 		pod := cachertest.NewPod(name, rv, map[string]string{"rv": fmt.Sprint(rv)}, "")
-		return &object{key: "/pods/" + cachertest.Namespace + "/" + name, obj: pod}
+		return &objects.Object{Key: "/pods/" + cachertest.Namespace + "/" + name, Obj: pod}
 	}
 
-	model := map[string]*object{} // key -> the object held
+	model := map[string]*objects.Object{} // key -> the object held
 	var list []any
 	for i := range 10 {
 		o := obj(fmt.Sprintf("pod-%02d", i), listRV)
-		model[o.key] = o
+		model[o.Key] = o
 		list = append(list, o)
 	}
 	s.mu.Lock()
@@ -45,8 +47,8 @@ func TestCacheStateInvariants(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.mu.Unlock()
-	states := map[uint64]map[string]*object{listRV: maps.Clone(model)}
-	var applied []*event // every event since the list, in order
+	states := map[uint64]map[string]*objects.Object{listRV: maps.Clone(model)}
+	var applied []*objects.Event // every event since the list, in order
 
 	rng := rand.New(rand.NewSource(1))
 	rv := uint64(listRV)
@@ -67,21 +69,21 @@ func TestCacheStateInvariants(t *testing.T) {
 				rv++
 			}
 			cur := obj(fmt.Sprintf("pod-%02d", rng.Intn(20)), rv)
-			e := &event{typ: watch.Modified, rv: rv, cur: cur, recordedNanos: now.UnixNano()}
-			_, held := model[cur.key]
+			e := &objects.Event{Type: watch.Modified, RV: rv, Cur: cur, RecordedNanos: now.UnixNano()}
+			_, held := model[cur.Key]
 			switch {
 			case held && rng.Intn(3) == 0, !held && rng.Intn(5) == 0:
-				e.typ = watch.Deleted
-				delete(model, cur.key)
+				e.Type = watch.Deleted
+				delete(model, cur.Key)
 			case !held:
-				e.typ = watch.Added
-				model[cur.key] = cur
+				e.Type = watch.Added
+				model[cur.Key] = cur
 			default:
-				model[cur.key] = cur
+				model[cur.Key] = cur
 			}
 			// linkPrev, without a trigger.
-			if e.prev = s.peek(cur.key); e.typ == watch.Deleted && e.prev == nil {
-				e.prev = e.cur
+			if e.Prev = s.peek(cur.Key); e.Type == watch.Deleted && e.Prev == nil {
+				e.Prev = e.Cur
 			}
 			if _, err := s.apply(e, now); err != nil {
 				t.Fatalf("step %d: %v", step, err)
@@ -119,7 +121,7 @@ func TestCacheStateInvariants(t *testing.T) {
 }
 
 // checkHeld checks that store and ordered hold the same objects, model's.
-func checkHeld(t *testing.T, step int, s *cacheState, model map[string]*object) {
+func checkHeld(t *testing.T, step int, s *cacheState, model map[string]*objects.Object) {
 	t.Helper()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -128,16 +130,16 @@ func checkHeld(t *testing.T, step int, s *cacheState, model map[string]*object) 
 		t.Fatalf("step %d: ordered holds %d (len %d), store %d, want %d", step, len(ordered), s.ordered.len(), len(s.store.ListKeys()), len(model))
 	}
 	for _, o := range ordered {
-		item, ok, _ := s.store.GetByKey(o.key)
-		if !ok || item.(*object) != o || model[o.key] != o {
-			t.Fatalf("step %d: %s: ordered and store or the model hold different objects", step, o.key)
+		item, ok, _ := s.store.GetByKey(o.Key)
+		if !ok || item.(*objects.Object) != o || model[o.Key] != o {
+			t.Fatalf("step %d: %s: ordered and store or the model hold different objects", step, o.Key)
 		}
 	}
 }
 
 // checkHistory checks that the history holds the applied events of
 // (startRV, rv], in order, with what each changed from.
-func checkHistory(t *testing.T, step int, s *cacheState, applied []*event) {
+func checkHistory(t *testing.T, step int, s *cacheState, applied []*objects.Event) {
 	t.Helper()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -146,17 +148,17 @@ func checkHistory(t *testing.T, step int, s *cacheState, applied []*event) {
 	if !ok {
 		t.Fatalf("step %d: the history does not cover its own start %d", step, start)
 	}
-	var want []*event
+	var want []*objects.Event
 	for _, e := range applied {
-		if e.rv > start {
+		if e.RV > start {
 			want = append(want, e)
 		}
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("step %d: the history from %d holds %d events, want %d", step, start, len(got), len(want))
 	}
-	if len(got) > 0 && got[len(got)-1].rv > s.rvLocked() {
-		t.Fatalf("step %d: the history holds rv %d above the state's %d", step, got[len(got)-1].rv, s.rvLocked())
+	if len(got) > 0 && got[len(got)-1].RV > s.rvLocked() {
+		t.Fatalf("step %d: the history holds rv %d above the state's %d", step, got[len(got)-1].RV, s.rvLocked())
 	}
 	if _, ok := s.sinceLocked(start - 1); ok && start > 0 {
 		t.Fatalf("step %d: the history claims RV %d, below its start %d", step, start-1, start)
@@ -174,7 +176,7 @@ func listed(t *testing.T, s *cacheState, rv uint64, past bool) []string {
 			t.Fatalf("no snapshot at %d, which hasStateAt claims", rv)
 		}
 		for o := range state.ascend("/pods/", "/pods/") {
-			keys = append(keys, o.key+"@"+o.obj.(interface{ GetResourceVersion() string }).GetResourceVersion())
+			keys = append(keys, o.Key+"@"+o.Obj.(interface{ GetResourceVersion() string }).GetResourceVersion())
 		}
 		return keys
 	}
@@ -183,15 +185,15 @@ func listed(t *testing.T, s *cacheState, rv uint64, past bool) []string {
 		t.Fatalf("the current list is at %d, want %d", at, rv)
 	}
 	for o := range walk {
-		keys = append(keys, o.key+"@"+o.obj.(interface{ GetResourceVersion() string }).GetResourceVersion())
+		keys = append(keys, o.Key+"@"+o.Obj.(interface{ GetResourceVersion() string }).GetResourceVersion())
 	}
 	return keys
 }
 
-func sortedKeys(state map[string]*object) []string {
+func sortedKeys(state map[string]*objects.Object) []string {
 	var keys []string
 	for _, k := range slices.Sorted(maps.Keys(state)) {
-		keys = append(keys, k+"@"+state[k].obj.(interface{ GetResourceVersion() string }).GetResourceVersion())
+		keys = append(keys, k+"@"+state[k].Obj.(interface{ GetResourceVersion() string }).GetResourceVersion())
 	}
 	return keys
 }
@@ -201,17 +203,17 @@ func sortedKeys(state map[string]*object) []string {
 // the i-th write's pod (a fixed stride over them) at the next RV.
 type filledState struct {
 	s    *cacheState
-	held []*object
+	held []*objects.Object
 	rv   uint64
 }
 
 func newFilledState(tb testing.TB, n int, window time.Duration, now time.Time) *filledState {
 	s := newCacheState("/pods/", nil, window, 100_000, true, newResourceMetrics(schema.GroupResource{Resource: "pods"}), now)
-	f := &filledState{s: s, held: make([]*object, n), rv: 100}
+	f := &filledState{s: s, held: make([]*objects.Object, n), rv: 100}
 	list := make([]any, n)
 	for i := range f.held {
 		pod := cachertest.NewPod(cachertest.PodName(i), 100, nil, "")
-		f.held[i] = &object{key: "/pods/" + cachertest.Namespace + "/" + pod.Name, obj: pod}
+		f.held[i] = &objects.Object{Key: "/pods/" + cachertest.Namespace + "/" + pod.Name, Obj: pod}
 		list[i] = f.held[i]
 	}
 	s.mu.Lock()
@@ -226,8 +228,8 @@ func (f *filledState) update(tb testing.TB, i int, now time.Time) {
 	f.rv++
 	k := (i * 7919) % len(f.held)
 	prev := f.held[k]
-	cur := &object{key: prev.key, obj: prev.obj}
-	if _, err := f.s.apply(&event{typ: watch.Modified, rv: f.rv, cur: cur, prev: prev, recordedNanos: now.UnixNano()}, now); err != nil {
+	cur := &objects.Object{Key: prev.Key, Obj: prev.Obj}
+	if _, err := f.s.apply(&objects.Event{Type: watch.Modified, RV: f.rv, Cur: cur, Prev: prev, RecordedNanos: now.UnixNano()}, now); err != nil {
 		tb.Fatal(err)
 	}
 	f.held[k] = cur
@@ -296,7 +298,7 @@ func TestStateClonesOnlyForReaders(t *testing.T) {
 		t.Fatalf("two lists with no write between took clones %p and %p, want one shared", first.tree, second.tree)
 	}
 	prev := f.held[0]
-	s.apply(&event{typ: watch.Deleted, rv: f.rv + 1, cur: prev, prev: prev, recordedNanos: now.UnixNano()}, now)
+	s.apply(&objects.Event{Type: watch.Deleted, RV: f.rv + 1, Cur: prev, Prev: prev, RecordedNanos: now.UnixNano()}, now)
 	if after, got := walk(); after.tree == first.tree || got != n-1 {
 		t.Fatalf("a list after a deletion walked %d objects (clone %p, before %p), want %d from a new clone", got, after.tree, first.tree, n-1)
 	}

@@ -3,6 +3,8 @@ package cacher
 import (
 	"fmt"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -20,19 +22,19 @@ func newStore(indexers *cache.Indexers) cache.Indexer {
 }
 
 func objectKey(obj any) (string, error) {
-	o, ok := obj.(*object)
+	o, ok := obj.(*objects.Object)
 	if !ok {
 		return "", fmt.Errorf("watch cache store holds %T, not *object", obj)
 	}
-	return o.key, nil
+	return o.Key, nil
 }
 
 func unwrapIndexFunc(f cache.IndexFunc) cache.IndexFunc {
 	return func(obj any) ([]string, error) {
-		o, ok := obj.(*object)
+		o, ok := obj.(*objects.Object)
 		if !ok {
 			return nil, fmt.Errorf("watch cache store holds %T, not *object", obj)
 		}
-		return f(o.obj)
+		return f(o.Obj)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -94,10 +96,10 @@ func (c *Cacher) parseWatch(ctx context.Context, key string, opts storage.ListOp
 		result:    make(chan watch.Event, resultBuffer),
 	}
 	w.deadline, _ = ctx.Deadline()
-	if w.shard, err = newShardFilter(opts.Predicate); err != nil {
+	if w.shard, err = objects.NewShardFilter(opts.Predicate); err != nil {
 		return nil, errors.NewBadRequest(err.Error())
 	}
-	w.triggerValue, w.triggered = c.trigger.valueFor(opts.Predicate)
+	w.triggerValue, w.triggered = c.trigger.ValueFor(opts.Predicate)
 	req.w, req.sig = w, matchSignature(w)
 	return req, nil
 }
@@ -176,7 +178,7 @@ func (c *Cacher) register(ctx context.Context, req *watchRequest) (watch.Interfa
 // outside the lock: its events, its objects and its RV.
 type startingState struct {
 	initial []watch.Event
-	objs    []*object
+	objs    []*objects.Object
 	rv      uint64
 }
 
@@ -255,7 +257,7 @@ func (c *Cacher) startLocked(ctx context.Context, req *watchRequest, start start
 }
 
 // appendInterested appends what w is sent of events, those that concern it.
-func (c *Cacher) appendInterested(out []watch.Event, w *watcher, events []*event) []watch.Event {
+func (c *Cacher) appendInterested(out []watch.Event, w *watcher, events []*objects.Event) []watch.Event {
 	for _, e := range events {
 		if sel := w.selects(e); sel != 0 {
 			objs := c.objectsOf(e, 0) // not dispatched: initial events are not timed
@@ -310,7 +312,7 @@ func (c *Cacher) resumableFromLocked() uint64 {
 	case h.fromList:
 		return h.startRV
 	case h.len() > 0:
-		return h.oldest().rv - 1
+		return h.oldest().RV - 1
 	default:
 		return c.state.rvLocked()
 	}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
@@ -47,7 +49,7 @@ type watcher struct {
 	key       string // exact key, or prefix when recursive
 	recursive bool
 	// shard is the watch's shard selector compiled, nil when not sharded.
-	shard    *shardFilter
+	shard    *objects.ShardFilter
 	deadline time.Time
 	// triggerValue is the trigger field's value the watcher's selector pins,
 	// when triggered; see watcherSet.
@@ -136,27 +138,27 @@ func (w *watcher) Stop() { w.env.forget(w, false) }
 // selects is what of e concerns this watcher: nothing unless the key is
 // its, and then whether its selector matches the object after the change,
 // and before it.
-func (w *watcher) selects(e *event) selection {
-	o := e.cur
+func (w *watcher) selects(e *objects.Event) selection {
+	o := e.Cur
 	if o == nil {
-		o = e.prev
+		o = e.Prev
 	}
 	if w.recursive {
-		if !strings.HasPrefix(o.key, w.key) {
+		if !strings.HasPrefix(o.Key, w.key) {
 			return 0
 		}
-	} else if o.key != w.key {
+	} else if o.Key != w.key {
 		return 0
 	}
-	if w.shard != nil && !w.shard.selects(o) {
+	if w.shard != nil && !w.shard.Selects(o) {
 		// cur and prev are in one shard: the shard key is immutable.
 		return 0
 	}
 	var sel selection
-	if matchesAttrs(w.pred, e.cur) {
+	if objects.MatchesAttrs(w.pred, e.Cur) {
 		sel |= selectsCur
 	}
-	if matchesAttrs(w.pred, e.prev) {
+	if objects.MatchesAttrs(w.pred, e.Prev) {
 		sel |= selectsPrev
 	}
 	return sel
@@ -428,7 +430,7 @@ func (w *watcher) closeLocked() {
 // shared is the tick's bookmark at the dispatched RV, used when no
 // initial-events-end marker is due. It reports whether a bookmark was
 // queued.
-func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject, nowNanos int64, behindEvents bool) bool {
+func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *objects.SharedObject, nowNanos int64, behindEvents bool) bool {
 	rv := max(dispatchedRV, w.startRV)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -449,7 +451,7 @@ func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *sharedObject
 	var obj runtime.Object
 	if before == watchlist.BookmarkSent && rv == dispatchedRV {
 		if s := shared(); s != nil {
-			obj = s.forWatcher()
+			obj = s.ForWatcher()
 		}
 	}
 	if obj == nil {

@@ -2,6 +2,8 @@ package cacher
 
 import (
 	"slices"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // watcherSet is every open watcher, filed so an event costs work only for
@@ -81,7 +83,7 @@ func (s *watcherSet) add(w *watcher, sig string) {
 	class.refs++
 	w.class = class
 	if w.byShard() {
-		k := shardKey{w.key, w.shard.field}
+		k := shardKey{w.key, w.shard.Field}
 		b := s.byShard[k]
 		if b == nil {
 			b = &shardBuckets{}
@@ -107,7 +109,7 @@ func (s *watcherSet) remove(w *watcher) {
 		}
 	}
 	if w.byShard() {
-		k := shardKey{w.key, w.shard.field}
+		k := shardKey{w.key, w.shard.Field}
 		b := s.byShard[k]
 		b.remove(w)
 		if b.watchers == 0 {
@@ -143,7 +145,7 @@ func (s *watcherSet) remove(w *watcher) {
 // key, under a prefix of its key, or, sharded, under a prefix with a range
 // holding its shard key's hash. Each watcher is filed once, so none comes
 // twice.
-func (s *watcherSet) candidates(dst []*watcher, e *event) []*watcher {
+func (s *watcherSet) candidates(dst []*watcher, e *objects.Event) []*watcher {
 	dst, _ = s.candidatesAndShardFiltered(dst, e)
 	return dst
 }
@@ -152,16 +154,16 @@ func (s *watcherSet) candidates(dst []*watcher, e *event) []*watcher {
 // of the event's prefixes its shard key left out (upstream's
 // apiserver_watch_filtered_events_total counts those, after label and
 // field selection, which the index does not look at).
-func (s *watcherSet) candidatesAndShardFiltered(dst []*watcher, e *event) ([]*watcher, int) {
-	dst = append(dst, s.byValue[e.curTrigger]...)
-	if e.prevTrigger != e.curTrigger {
-		dst = append(dst, s.byValue[e.prevTrigger]...)
+func (s *watcherSet) candidatesAndShardFiltered(dst []*watcher, e *objects.Event) ([]*watcher, int) {
+	dst = append(dst, s.byValue[e.CurTrigger]...)
+	if e.PrevTrigger != e.CurTrigger {
+		dst = append(dst, s.byValue[e.PrevTrigger]...)
 	}
-	o := e.cur
+	o := e.Cur
 	if o == nil {
-		o = e.prev
+		o = e.Prev
 	}
-	key := o.key
+	key := o.Key
 	dst = append(dst, s.byKey[key]...)
 	if len(s.byPrefix) > 0 {
 		for i := 0; i < len(key); i++ {
@@ -180,11 +182,11 @@ func (s *watcherSet) candidatesAndShardFiltered(dst []*watcher, e *event) ([]*wa
 // shardCandidates appends the sharded watchers of o's prefixes whose
 // ranges hold o's shard key hash, and counts those whose do not. cur and
 // prev hash alike: the shard key is immutable.
-func (s *watcherSet) shardCandidates(dst []*watcher, o *object) ([]*watcher, int) {
-	key := o.key
+func (s *watcherSet) shardCandidates(dst []*watcher, o *objects.Object) ([]*watcher, int) {
+	key := o.Key
 	filtered := 0
 	for field := range s.shardFields {
-		h, ok := shardHash(o.obj, field)
+		h, ok := objects.ShardHash(o.Obj, field)
 		for i := 0; i < len(key); i++ {
 			if key[i] != '/' {
 				continue
@@ -195,8 +197,8 @@ func (s *watcherSet) shardCandidates(dst []*watcher, o *object) ([]*watcher, int
 			}
 			in := 0
 			if ok {
-				for _, w := range sb.buckets[bucketOf(h)] {
-					if w.shard.contains(h) {
+				for _, w := range sb.buckets[objects.BucketOf(h)] {
+					if w.shard.Contains(h) {
 						dst = append(dst, w)
 						in++
 					}

@@ -6,6 +6,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+
+	"k8s.io/apiserver/pkg/features"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
 )
 
 // An event's candidates are the watchers filed under its key, under a
@@ -31,7 +39,7 @@ func TestWatcherSetCandidates(t *testing.T) {
 	} {
 		s.add(w, matchSignature(w))
 	}
-	names := func(e *event) string {
+	names := func(e *objects.Event) string {
 		var out []string
 		for _, w := range s.candidates(nil, e) {
 			out = append(out, named[w])
@@ -39,16 +47,16 @@ func TestWatcherSetCandidates(t *testing.T) {
 		slices.Sort(out)
 		return strings.Join(out, ", ")
 	}
-	a := &object{key: "/pods/ns1/a"}
+	a := &objects.Object{Key: "/pods/ns1/a"}
 	for _, tc := range []struct {
-		e    *event
+		e    *objects.Event
 		want string
 	}{
-		{&event{cur: a, curTrigger: "node-1", prevTrigger: "node-1"}, "all pods, namespace ns1, node-1, ns1/a by name"},
+		{&objects.Event{Cur: a, CurTrigger: "node-1", PrevTrigger: "node-1"}, "all pods, namespace ns1, node-1, ns1/a by name"},
 		// Moved from node-1 to node-2: both hear of it.
-		{&event{cur: a, curTrigger: "node-2", prevTrigger: "node-1"}, "all pods, namespace ns1, node-1, node-2, ns1/a by name"},
+		{&objects.Event{Cur: a, CurTrigger: "node-2", PrevTrigger: "node-1"}, "all pods, namespace ns1, node-1, node-2, ns1/a by name"},
 		// A delete carries the object as prev.
-		{&event{prev: &object{key: "/pods/ns2/z"}, curTrigger: "", prevTrigger: ""}, "all pods, namespace ns2"},
+		{&objects.Event{Prev: &objects.Object{Key: "/pods/ns2/z"}, CurTrigger: "", PrevTrigger: ""}, "all pods, namespace ns2"},
 	} {
 		if got := names(tc.e); got != tc.want {
 			t.Errorf("candidates of %s: %s; want %s", describeKey(tc.e), got, tc.want)
@@ -63,11 +71,11 @@ func TestWatcherSetCandidates(t *testing.T) {
 	}
 }
 
-func describeKey(e *event) string {
-	if e.cur != nil {
-		return e.cur.key
+func describeKey(e *objects.Event) string {
+	if e.Cur != nil {
+		return e.Cur.Key
 	}
-	return fmt.Sprintf("deleted %s", e.prev.key)
+	return fmt.Sprintf("deleted %s", e.Prev.Key)
 }
 
 // Watchers leave their list in any order, each taking only itself out: the
@@ -87,7 +95,7 @@ func TestWatcherSetRemoveInAnyOrder(t *testing.T) {
 		open[w] = true
 		ws = append(ws, w)
 	}
-	e := &event{cur: &object{key: "/pods/ns1/a"}}
+	e := &objects.Event{Cur: &objects.Object{Key: "/pods/ns1/a"}}
 	for step, i := range rand.New(rand.NewPCG(1, 2)).Perm(n) {
 		s.remove(ws[i])
 		delete(open, ws[i])
@@ -108,5 +116,77 @@ func TestWatcherSetRemoveInAnyOrder(t *testing.T) {
 	}
 	if len(s.all)+len(s.byKey)+len(s.byPrefix)+len(s.byValue) != 0 {
 		t.Errorf("after removing every watcher: %d all, %d keys, %d prefixes, %d values", len(s.all), len(s.byKey), len(s.byPrefix), len(s.byValue))
+	}
+}
+
+// Sharded watchers are filed by the buckets of their ranges: an event's
+// candidates are exactly the sharded watchers of its prefixes whose shard
+// holds it (never one twice), the others are counted as filtered, and the
+// index empties as they leave, in any order.
+func TestWatcherSetFilesShardedWatchersByRange(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ShardedListAndWatch, true)
+	const shards = 16
+	s := newWatcherSet()
+	var ws []*watcher
+	add := func(key, expr string) {
+		w := &watcher{key: key, recursive: true}
+		var err error
+		if w.shard, err = objects.NewShardFilter(cachertest.ShardPred(t, expr)); err != nil {
+			t.Fatal(err)
+		}
+		s.add(w, matchSignature(w))
+		ws = append(ws, w)
+	}
+	for i := range shards {
+		add("/pods/", cachertest.ShardRange(objects.ShardFieldUID, i, shards))
+	}
+	for i := range 3 {
+		add("/pods/ns1/", cachertest.ShardRange(objects.ShardFieldNamespace, i, 3))
+	}
+	add("/pods/", cachertest.ShardRange(objects.ShardFieldUID, 0, 2)+" || "+cachertest.ShardRange(objects.ShardFieldUID, 1, 2))
+	plain := &watcher{key: "/pods/", recursive: true}
+	s.add(plain, matchSignature(plain))
+
+	check := func(step int) {
+		for i := range 300 {
+			name, ns := fmt.Sprintf("p%d", i), []string{"ns1", "ns2"}[i%2]
+			o := &objects.Object{Key: "/pods/" + ns + "/" + name, Obj: cachertest.ShardPod(name, ns)}
+			got, filtered := s.candidatesAndShardFiltered(nil, &objects.Event{Cur: o})
+			seen := map[*watcher]bool{}
+			for _, w := range got {
+				if seen[w] {
+					t.Fatalf("step %d: %s: a watcher comes twice", step, o.Key)
+				}
+				seen[w] = true
+			}
+			sharded, in := 0, 0
+			for _, w := range ws {
+				if !s.has(w) || !(o.Key[:len(w.key)] == w.key) {
+					continue
+				}
+				sharded++
+				want := w.shard.Selects(o)
+				if want {
+					in++
+				}
+				if seen[w] != want {
+					t.Fatalf("step %d: %s: sharded watcher on %s %v is a candidate: %v, its shard holds the object: %v", step, o.Key, w.key, w.shard.Text, seen[w], want)
+				}
+			}
+			if s.has(plain) != seen[plain] {
+				t.Fatalf("step %d: the unsharded watcher is a candidate: %v", step, seen[plain])
+			}
+			if filtered != sharded-in {
+				t.Fatalf("step %d: %s: %d filtered, want %d", step, o.Key, filtered, sharded-in)
+			}
+		}
+	}
+	check(0)
+	for step, i := range rand.New(rand.NewPCG(3, 4)).Perm(len(ws)) {
+		s.remove(ws[i])
+		check(step + 1)
+	}
+	if len(s.byShard) != 0 || len(s.shardFields) != 0 {
+		t.Errorf("after removing every sharded watcher: %d shard indexes, %d fields", len(s.byShard), len(s.shardFields))
 	}
 }

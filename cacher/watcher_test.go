@@ -9,6 +9,8 @@ import (
 	"time"
 	"weak"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 
 	"k8s.io/apimachinery/pkg/fields"
@@ -132,8 +134,8 @@ func TestDispatcherAlone(t *testing.T) {
 	dispatched := 0
 	d := &dispatcher{env: dispatchEnv{
 		clock:      testingclock.NewFakeClock(testEpoch),
-		candidates: func(dst []*watcher, _ *event) []*watcher { return append(dst, all, other, late, full) },
-		objects: func(e *event, _ int64) eventObjects {
+		candidates: func(dst []*watcher, _ *objects.Event) []*watcher { return append(dst, all, other, late, full) },
+		objects: func(e *objects.Event, _ int64) eventObjects {
 			return eventObjects{e: e, versioner: storage.APIObjectVersioner{}, dropped: func(string, uint64, error, ...any) {}}
 		},
 		tooSlow:    func(w *watcher) { slow = append(slow, w) },
@@ -141,8 +143,8 @@ func TestDispatcherAlone(t *testing.T) {
 	}}
 	pod := cachertest.NewPod("a", 150, nil, "")
 	key, _ := cachertest.PodKey(pod)
-	cur := &object{key: key, obj: pod, labels: labels.Set{}, fields: fields.Set{}}
-	d.dispatch(&event{typ: watch.Added, rv: 150, cur: cur})
+	cur := &objects.Object{Key: key, Obj: pod, Labels: labels.Set{}, Fields: fields.Set{}}
+	d.dispatch(&objects.Event{Type: watch.Added, RV: 150, Cur: cur})
 	if dispatched != 1 || len(slow) != 1 || slow[0] != full {
 		t.Fatalf("counted %d events dispatched, %d watchers too slow; want 1 (once per event) and the full one", dispatched, len(slow))
 	}
@@ -183,24 +185,24 @@ func TestDispatcherBatch(t *testing.T) {
 	dispatched := 0
 	d := &dispatcher{env: dispatchEnv{
 		clock:      testingclock.NewFakeClock(testEpoch),
-		candidates: func(dst []*watcher, _ *event) []*watcher { return append(dst, watchers...) },
-		objects: func(e *event, _ int64) eventObjects {
+		candidates: func(dst []*watcher, _ *objects.Event) []*watcher { return append(dst, watchers...) },
+		objects: func(e *objects.Event, _ int64) eventObjects {
 			return eventObjects{e: e, versioner: storage.APIObjectVersioner{}, dropped: func(string, uint64, error, ...any) {}}
 		},
 		tooSlow:    func(w *watcher) { slow = append(slow, w) },
 		dispatched: func() { dispatched++ },
 	}}
-	obj := func(name string, rv uint64) *object {
+	obj := func(name string, rv uint64) *objects.Object {
 		pod := cachertest.NewPod(name, rv, nil, "")
 		key, _ := cachertest.PodKey(pod)
-		return &object{key: key, obj: pod, labels: labels.Set{}, fields: fields.Set{}}
+		return &objects.Object{Key: key, Obj: pod, Labels: labels.Set{}, Fields: fields.Set{}}
 	}
 	d.dispatch(
-		&event{typ: watch.Added, rv: 150, cur: obj("a", 150)},
-		&event{typ: watch.Added, rv: 151, cur: obj("b", 151)},
-		&event{typ: watch.Modified, rv: 152, cur: obj("a", 152), prev: obj("a", 150)},
-		&event{typ: watch.Bookmark, rv: 153},
-		&event{typ: watch.Deleted, rv: 154, prev: obj("b", 151), cur: obj("b", 154)},
+		&objects.Event{Type: watch.Added, RV: 150, Cur: obj("a", 150)},
+		&objects.Event{Type: watch.Added, RV: 151, Cur: obj("b", 151)},
+		&objects.Event{Type: watch.Modified, RV: 152, Cur: obj("a", 152), Prev: obj("a", 150)},
+		&objects.Event{Type: watch.Bookmark, RV: 153},
+		&objects.Event{Type: watch.Deleted, RV: 154, Prev: obj("b", 151), Cur: obj("b", 154)},
 	)
 	// The progress at 153 moves the RV and is not counted (1.38's
 	// apiserver_watch_cache_events_dispatched_total).
@@ -227,8 +229,8 @@ func TestDispatcherBatch(t *testing.T) {
 	// the first batch is where late now stands.
 	watchers = []*watcher{all, late, onlyB}
 	d.dispatch(
-		&event{typ: watch.Modified, rv: 155, cur: obj("a", 155), prev: obj("a", 152)},
-		&event{typ: watch.Added, rv: 156, cur: obj("b", 156)},
+		&objects.Event{Type: watch.Modified, RV: 155, Cur: obj("a", 155), Prev: obj("a", 152)},
+		&objects.Event{Type: watch.Added, RV: 156, Cur: obj("b", 156)},
 	)
 	for name, c := range map[string]struct {
 		w    *watcher

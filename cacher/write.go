@@ -67,8 +67,8 @@ func (c *Cacher) suggestion(key string, preconditions *storage.Preconditions) ru
 	if o == nil {
 		return nil
 	}
-	if err := preconditions.Check(key, o.obj); err != nil {
+	if err := preconditions.Check(key, o.Obj); err != nil {
 		return nil
 	}
-	return o.obj.DeepCopyObject()
+	return o.Obj.DeepCopyObject()
 }

@@ -45,7 +45,7 @@ func (t *cacheTxn) initialState(ctx context.Context, ignoreNotFound bool) (*stor
 		return nil, storage.NewTooLargeResourceVersionError(0, t.c.state.currentRV(), 0)
 	}
 	if o, ok, _ := t.c.state.get(t.key); ok {
-		return storage.GetStateFromObject(t.c.cfg.Versioner, t.c.cfg.Codec, o.obj.DeepCopyObject(), false)
+		return storage.GetStateFromObject(t.c.cfg.Versioner, t.c.cfg.Codec, o.Obj.DeepCopyObject(), false)
 	}
 	return t.GetCurrentState(ctx, ignoreNotFound)
 }
@@ -69,7 +69,7 @@ func (t *cacheTxn) stateAt(ctx context.Context, rv uint64, ignoreNotFound bool) 
 	var obj runtime.Object
 	switch {
 	case ok:
-		obj = o.obj.DeepCopyObject()
+		obj = o.Obj.DeepCopyObject()
 	case !ignoreNotFound:
 		return nil, storage.NewKeyNotFoundError(t.key, int64(cacheRV))
 	default:

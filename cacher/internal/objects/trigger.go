@@ -1,4 +1,4 @@
-package cacher
+package objects
 
 import (
 	"fmt"
@@ -7,20 +7,20 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 )
 
-// trigger is the one field whose value files watchers. Like upstream, one
+// Trigger is the one field whose value files watchers. Like upstream, one
 // is supported: it is what kubelets' pod watches need.
-type trigger struct {
+type Trigger struct {
 	field string
-	value storage.IndexerFunc
+	Value storage.IndexerFunc
 }
 
-func newTrigger(funcs storage.IndexerFuncs) (*trigger, error) {
+func NewTrigger(funcs storage.IndexerFuncs) (*Trigger, error) {
 	switch len(funcs) {
 	case 0:
 		return nil, nil
 	case 1:
 		for field, f := range funcs {
-			return &trigger{field: field, value: f}, nil
+			return &Trigger{field: field, Value: f}, nil
 		}
 	}
 	names := make([]string, 0, len(funcs))
@@ -31,10 +31,10 @@ func newTrigger(funcs storage.IndexerFuncs) (*trigger, error) {
 	return nil, fmt.Errorf("cacher: one trigger function is supported, got %d (%v)", len(funcs), names)
 }
 
-// valueFor is the trigger value a watcher pins: its field selector requires
+// ValueFor is the trigger value a watcher pins: its field selector requires
 // an exact value of the trigger field, and the predicate says that field is
 // indexed.
-func (t *trigger) valueFor(pred storage.SelectionPredicate) (string, bool) {
+func (t *Trigger) ValueFor(pred storage.SelectionPredicate) (string, bool) {
 	if t == nil || pred.Field == nil || !slices.Contains(pred.IndexFields, t.field) {
 		return "", false
 	}

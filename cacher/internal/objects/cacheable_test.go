@@ -1,4 +1,4 @@
-package cacher
+package objects
 
 import (
 	"bytes"
@@ -16,10 +16,10 @@ import (
 	"k8s.io/apiserver/pkg/apis/example"
 )
 
-func sharedPod(t *testing.T) (*example.Pod, *sharedObject) {
+func sharedPod(t *testing.T) (*example.Pod, *SharedObject) {
 	t.Helper()
 	pod := cachertest.NewPod("a", 7, map[string]string{"app": "x"}, "node1")
-	s, err := share(pod)
+	s, err := Share(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestCacheEncodeOncePerIdentifier(t *testing.T) {
 			id = "protobuf"
 		}
 		wg.Go(func() {
-			if err := s.forWatcher().CacheEncode(id, encoder(id), &outs[i]); err != nil {
+			if err := s.ForWatcher().CacheEncode(id, encoder(id), &outs[i]); err != nil {
 				t.Error(err)
 			}
 		})
@@ -75,7 +75,7 @@ func TestCacheEncodeOncePerIdentifier(t *testing.T) {
 // every other client's view stay as they were, and its encoding is its own.
 func TestCacheableCopyOnWrite(t *testing.T) {
 	pod, s := sharedPod(t)
-	mine, theirs := s.forWatcher(), s.forWatcher()
+	mine, theirs := s.ForWatcher(), s.ForWatcher()
 	mine.SetResourceVersion("99")
 	mine.SetLabels(map[string]string{"app": "y"})
 	mine.SetGroupVersionKind(schema.GroupVersionKind{Kind: "Pod"})
@@ -122,7 +122,7 @@ func TestCacheEncodeError(t *testing.T) {
 	calls := 0
 	fail := func(runtime.Object, io.Writer) error { calls++; return boom }
 	for range 3 {
-		if err := s.forWatcher().CacheEncode("id", fail, io.Discard); !errors.Is(err, boom) {
+		if err := s.ForWatcher().CacheEncode("id", fail, io.Discard); !errors.Is(err, boom) {
 			t.Fatalf("err = %v, want boom", err)
 		}
 	}
@@ -135,7 +135,7 @@ func TestCacheEncodeError(t *testing.T) {
 // encoding at once, as the HTTP handlers of a fan-out do.
 func BenchmarkCacheEncodeShared(b *testing.B) {
 	pod := cachertest.NewPod("a", 7, map[string]string{"app": "x"}, "node1")
-	s, err := share(pod)
+	s, err := Share(pod)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func BenchmarkCacheEncodeShared(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if err := s.forWatcher().CacheEncode("json", encode, io.Discard); err != nil {
+			if err := s.ForWatcher().CacheEncode("json", encode, io.Discard); err != nil {
 				b.Error(err)
 			}
 		}
@@ -156,7 +156,7 @@ func BenchmarkCacheEncodeShared(b *testing.B) {
 // thousand watchers: it stays in the 16-byte size class, its own copy kept
 // behind a pointer (48 bytes per delivery when the copy was inline).
 func TestHandleIsTwoWords(t *testing.T) {
-	if n := unsafe.Sizeof(cacheableObject{}); n > 16 {
+	if n := unsafe.Sizeof(CacheableObject{}); n > 16 {
 		t.Fatalf("cacheableObject is %d bytes, want at most 16", n)
 	}
 }

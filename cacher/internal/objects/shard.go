@@ -1,4 +1,4 @@
-package cacher
+package objects
 
 import (
 	"cmp"
@@ -24,17 +24,17 @@ import (
 
 // The shard key fields the API accepts (k8s.io/apiserver/pkg/sharding).
 const (
-	shardFieldUID       = "object.metadata.uid"
-	shardFieldNamespace = "object.metadata.namespace"
+	ShardFieldUID       = "object.metadata.uid"
+	ShardFieldNamespace = "object.metadata.namespace"
 )
 
-// shardFilter is a request's shard selector compiled once: the field it
+// ShardFilter is a request's shard selector compiled once: the field it
 // hashes and its ranges, sorted, as numbers.
-type shardFilter struct {
-	field  string
+type ShardFilter struct {
+	Field  string
 	ranges []hashRange
-	// text is the selector as the client wrote it, for the match class.
-	text string
+	// Text is the selector as the client wrote it, for the match class.
+	Text string
 }
 
 // hashRange selects the hashes in [lo, hi), or [lo, 2^64) when toEnd.
@@ -56,27 +56,27 @@ func (r hashRange) lastHash() (uint64, bool) {
 	return r.hi - 1, true
 }
 
-// newShardFilter compiles pred's shard selector, nil when the request is
+// NewShardFilter compiles pred's shard selector, nil when the request is
 // not sharded (no selector, or the gate off: then the selector is ignored,
 // as upstream's SelectionPredicate ignores it).
-func newShardFilter(pred storage.SelectionPredicate) (*shardFilter, error) {
+func NewShardFilter(pred storage.SelectionPredicate) (*ShardFilter, error) {
 	if !pred.ShardingEnabled() {
 		return nil, nil
 	}
 	reqs := pred.ShardSelector.Requirements()
-	f := &shardFilter{text: pred.ShardSelector.String()}
+	f := &ShardFilter{Text: pred.ShardSelector.String()}
 	for _, req := range reqs {
-		if f.field != "" && req.Key != f.field {
-			return nil, fmt.Errorf("shard selector %q: ranges over two fields, %q and %q", f.text, f.field, req.Key)
+		if f.Field != "" && req.Key != f.Field {
+			return nil, fmt.Errorf("shard selector %q: ranges over two fields, %q and %q", f.Text, f.Field, req.Key)
 		}
-		f.field = req.Key
+		f.Field = req.Key
 		lo, loToEnd, err := parseHashBound(req.Start)
 		if err != nil || loToEnd {
-			return nil, fmt.Errorf("shard selector %q: start %q is not a 64-bit hash", f.text, req.Start)
+			return nil, fmt.Errorf("shard selector %q: start %q is not a 64-bit hash", f.Text, req.Start)
 		}
 		hi, toEnd, err := parseHashBound(req.End)
 		if err != nil {
-			return nil, fmt.Errorf("shard selector %q: end %q: %w", f.text, req.End, err)
+			return nil, fmt.Errorf("shard selector %q: end %q: %w", f.Text, req.End, err)
 		}
 		f.ranges = append(f.ranges, hashRange{lo: lo, hi: hi, toEnd: toEnd})
 	}
@@ -98,8 +98,8 @@ func parseHashBound(s string) (v uint64, toEnd bool, err error) {
 	return v, false, err
 }
 
-// contains reports whether a shard key hashing to h is in the shard.
-func (f *shardFilter) contains(h uint64) bool {
+// Contains reports whether a shard key hashing to h is in the shard.
+func (f *ShardFilter) Contains(h uint64) bool {
 	for _, r := range f.ranges {
 		if r.contains(h) {
 			return true
@@ -108,26 +108,26 @@ func (f *shardFilter) contains(h uint64) bool {
 	return false
 }
 
-// selects reports whether o is in the shard; nil selects everything.
-func (f *shardFilter) selects(o *object) bool {
+// Selects reports whether o is in the shard; nil selects everything.
+func (f *ShardFilter) Selects(o *Object) bool {
 	if f == nil {
 		return true
 	}
-	h, ok := shardHash(o.obj, f.field)
-	return ok && f.contains(h)
+	h, ok := ShardHash(o.Obj, f.Field)
+	return ok && f.Contains(h)
 }
 
-// shardHash is the hash of obj's shard key field, the way apimachinery's
+// ShardHash is the hash of obj's shard key field, the way apimachinery's
 // sharding.HashField computes it, without its string formatting.
-func shardHash(obj runtime.Object, field string) (uint64, bool) {
+func ShardHash(obj runtime.Object, field string) (uint64, bool) {
 	accessor, err := meta.Accessor(obj)
 	if err != nil {
 		return 0, false
 	}
 	switch field {
-	case shardFieldUID:
+	case ShardFieldUID:
 		return fnv64a(string(accessor.GetUID())), true
-	case shardFieldNamespace:
+	case ShardFieldNamespace:
 		return fnv64a(accessor.GetNamespace()), true
 	}
 	return 0, false
@@ -141,4 +141,28 @@ func fnv64a(s string) uint64 {
 		h *= prime64
 	}
 	return h
+}
+
+// ShardBucketBits is how many top bits of a hash pick its bucket: 256
+// buckets, so with N watchers each on 1/N of the hash space an event is
+// matched against about N/256 + 1 of them rather than N (upstream hashes
+// every event against every watcher).
+const ShardBucketBits = 8
+
+func BucketOf(h uint64) int { return int(h >> (64 - ShardBucketBits)) }
+
+// EachBucket calls fn with each bucket f's ranges overlap, once each, in
+// order (the ranges are sorted by their start).
+func (f *ShardFilter) EachBucket(fn func(b int)) {
+	last := -1
+	for _, r := range f.ranges {
+		end, ok := r.lastHash()
+		if !ok {
+			continue
+		}
+		for b := max(BucketOf(r.lo), last+1); b <= BucketOf(end); b++ {
+			fn(b)
+			last = b
+		}
+	}
 }

@@ -1,0 +1,101 @@
+package objects
+
+import (
+	"maps"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/versions"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// Object is a cached object with the attributes selectors look at, computed
+// once when it enters the cache instead of once per watcher.
+type Object struct {
+	Key    string
+	Obj    runtime.Object
+	Labels labels.Set
+	Fields fields.Set
+}
+
+// ShareUnchanged makes o, a new version of prev, hold prev's key and, where
+// they did not change, its labels and fields, and the parts of its object
+// (versions.Share): the history keeps both versions, and most updates (a
+// status, a spec field) leave the rest as it was. None is written once
+// made.
+func (o *Object) ShareUnchanged(prev *Object) {
+	o.Key = prev.Key
+	versions.Share(o.Obj, prev.Obj)
+	if maps.Equal(o.Labels, prev.Labels) {
+		o.Labels = prev.Labels
+	}
+	if maps.Equal(o.Fields, prev.Fields) {
+		o.Fields = prev.Fields
+	}
+}
+
+// Event is one change as the cache saw it. prev is the object before the
+// change (nil for an addition), so a watcher whose selector the object moved
+// into or out of sees an ADDED or DELETED rather than a MODIFIED.
+type Event struct {
+	Type watch.EventType
+	RV   uint64
+	Cur  *Object
+	Prev *Object
+	// CurTrigger and prevTrigger are the trigger field's values before and
+	// after the change, when the resource has a trigger.
+	CurTrigger, PrevTrigger string
+	// recorded is when the cache applied the event, for the history window.
+	RecordedNanos int64
+	// DecodedNanos is when the etcd3 store decoded it, 0 if not stamped.
+	DecodedNanos int64
+}
+
+// Progress marks that the cache has seen everything up to rv without an
+// event: a storage-layer bookmark. It moves the dispatcher's resourceVersion
+// and is never forwarded as such.
+func Progress(rv uint64) *Event { return &Event{Type: watch.Bookmark, RV: rv} }
+
+func (e *Event) IsProgress() bool { return e.Type == watch.Bookmark }
+
+// matches reports whether the object (cur, or prev for the side it left)
+// passes the predicate: its labels and fields, then its shard.
+func matches(pred storage.SelectionPredicate, o *Object) bool {
+	if !MatchesAttrs(pred, o) {
+		return false
+	}
+	if pred.ShardSelector == nil {
+		return true
+	}
+	ok, err := pred.MatchesSharding(o.Obj)
+	return err == nil && ok
+}
+
+// MatcherFor is matches for a walk over many objects: the shard selector
+// compiled once (shardFilter) rather than formatted and compared as text
+// per object. A selector that does not compile is left to upstream's.
+func MatcherFor(pred storage.SelectionPredicate) func(*Object) bool {
+	f, err := NewShardFilter(pred)
+	if err != nil || f == nil {
+		return func(o *Object) bool { return matches(pred, o) }
+	}
+	return func(o *Object) bool { return MatchesAttrs(pred, o) && f.Selects(o) }
+}
+
+// MatchesAttrs is matches without the shard: a watcher checks its own,
+// compiled (shardFilter).
+func MatchesAttrs(pred storage.SelectionPredicate, o *Object) bool {
+	if o == nil {
+		return false
+	}
+	if pred.Label != nil && !pred.Label.Empty() && !pred.Label.Matches(o.Labels) {
+		return false
+	}
+	if pred.Field != nil && !pred.Field.Empty() && !pred.Field.Matches(o.Fields) {
+		return false
+	}
+	return true
+}
