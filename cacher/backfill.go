@@ -7,13 +7,13 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
 	"google.golang.org/grpc/metadata"
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // backfillTimeout bounds one backfill: a resume waits at most this long
@@ -106,9 +106,9 @@ func (c *Cacher) runBackfill(run *backfillRun) {
 	c.feed.backfills.finished(run, c.clock.Now())
 	switch {
 	case run.err == nil:
-		c.metrics.backfilled.Inc()
+		c.metrics.Backfilled.Inc()
 	case run.afterList:
-		c.metrics.backfillFailed.Inc()
+		c.metrics.BackfillFailed.Inc()
 		log := c.logger
 		if c.stopping() {
 			// Stopped under it (kube-apiserver builds some storages it
@@ -118,7 +118,7 @@ func (c *Cacher) runBackfill(run *backfillRun) {
 		log.Info("Watch cache history backfill after the list failed; resumes from before the list backfill on demand",
 			"from", run.from, "err", run.err)
 	default:
-		c.metrics.backfillFailed.Inc()
+		c.metrics.BackfillFailed.Inc()
 		// Its waiting clients, and those resuming for backfillCooldown,
 		// relist: one line per failure, at most one per cooldown.
 		c.logger.Info("Watch cache history backfill failed; resumes from before the list get 410 Expired for a while",

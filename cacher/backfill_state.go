@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // backfillKeyReads bounds the reads of single keys one backfill has in

@@ -7,10 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	"k8s.io/apimachinery/pkg/api/errors"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -19,6 +15,9 @@ import (
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 func TestHistoryPrepend(t *testing.T) {
@@ -410,7 +409,7 @@ func TestFailedBackfillAnswersResumesAtOnceForACooldown(t *testing.T) {
 		}
 		return v
 	}
-	failed, filled := count(c.metrics.backfillFailed), count(c.metrics.backfilled)
+	failed, filled := count(c.metrics.BackfillFailed), count(c.metrics.Backfilled)
 
 	// etcd fails the backfill's state read, after its events: 410, and
 	// one failure counted.
@@ -427,7 +426,7 @@ func TestFailedBackfillAnswersResumesAtOnceForACooldown(t *testing.T) {
 	if n := fs.ListCount() - lists; n != 1 {
 		t.Fatalf("%d reads of etcd for the failed backfill, want 1", n)
 	}
-	if got := count(c.metrics.backfillFailed) - failed; got != 1 {
+	if got := count(c.metrics.BackfillFailed) - failed; got != 1 {
 		t.Errorf("failed backfills counted %v, want 1", got)
 	}
 
@@ -451,7 +450,7 @@ func TestFailedBackfillAnswersResumesAtOnceForACooldown(t *testing.T) {
 	if s := <-done; s != nil {
 		t.Fatalf("resume after the cooldown: %+v, want the events", s)
 	}
-	if got := count(c.metrics.backfilled) - filled; got != 1 {
+	if got := count(c.metrics.Backfilled) - filled; got != 1 {
 		t.Errorf("filled backfills counted %v, want 1", got)
 	}
 }

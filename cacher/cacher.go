@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
 	"google.golang.org/grpc/metadata"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/features"
@@ -18,6 +16,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/watchkeeper/watchkeeper/bookmarks"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
 
@@ -39,7 +39,7 @@ type Cacher struct {
 	storage storage.Interface
 	trigger *objects.Trigger
 	clock   clock.WithTicker
-	metrics *resourceMetrics
+	metrics *cachemetrics.Resource
 	// logger carries the resource; every log line of the cache uses it.
 	logger klog.Logger
 
@@ -96,7 +96,7 @@ func New(cfg Config) (*Cacher, error) {
 	if err != nil {
 		return nil, err
 	}
-	metrics := newResourceMetrics(cfg.GroupResource)
+	metrics := cachemetrics.NewResource(cfg.GroupResource, backfillCooldown)
 	c := &Cacher{
 		trigger:  trig,
 		cfg:      cfg,
@@ -114,15 +114,15 @@ func New(cfg Config) (*Cacher, error) {
 		feed: storageFeed{
 			watchMetadata:     metadata.New(map[string]string{"source": "watchkeeper", "resource": cfg.GroupResource.String()}),
 			backfillMetadata:  metadata.New(map[string]string{"source": "watchkeeper-backfill", "resource": cfg.GroupResource.String()}),
-			forcedEvictionLog: everyInterval{interval: 10 * time.Second},
+			forcedEvictionLog: cachemetrics.EveryInterval{Interval: 10 * time.Second},
 		},
 	}
 	c.life.ctx, c.life.cancelCtx = context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.feed.watchMetadata))
 	c.feed.progress = newProgressRequester(c.life.ctx, c.stopCh, &c.wg, c.clock, c.requestProgress)
 	c.fan.watcherEnv = &watcherEnv{
 		clock: c.clock, buffer: cfg.WatcherBuffer, stop: c.stopCh, wg: &c.wg,
-		forget: c.forgetWatcher, moved: c.metrics.watcherMoved, bookmark: c.bookmarkObject, dropped: c.dropped,
-		latency: &dispatchLatency{stages: dispatchStages.forResource(c.cfg.GroupResource)},
+		forget: c.forgetWatcher, moved: c.metrics.WatcherMoved, bookmark: c.bookmarkObject, dropped: c.dropped,
+		latency: &dispatchLatency{stages: cachemetrics.DispatchStages.ForResource(c.cfg.GroupResource)},
 	}
 	if utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {
 		// The store estimates object sizes for list cost from the keys it is
@@ -147,7 +147,7 @@ func (c *Cacher) Stop() {
 	c.life.stopOnce.Do(func() {
 		close(c.stopCh)
 		c.life.cancelCtx()
-		c.goNotReady(notReadyStopped, c.terminateAll)
+		c.goNotReady(cachemetrics.NotReadyStopped, c.terminateAll)
 		c.wg.Wait()
 	})
 }
@@ -195,7 +195,7 @@ func (c *Cacher) forgetWatcher(w *watcher, graceful bool) {
 // instead of relisting; the others are cut off.
 func (c *Cacher) terminateSlow(w *watcher) {
 	graceful := w.listState() == watchlist.BookmarkReceived
-	c.metrics.terminatedWatchers.Inc()
+	c.metrics.TerminatedWatchers.Inc()
 	c.logger.V(2).Info("Closing a watcher that cannot keep up", "graceful", graceful)
 	c.forgetWatcher(w, graceful)
 }
@@ -229,7 +229,7 @@ func (c *Cacher) terminateAll() {
 }
 
 // left counts a watcher the hub no longer has.
-func (c *Cacher) left(w *watcher) { w.leaving(c.metrics.watcherLeft) }
+func (c *Cacher) left(w *watcher) { w.leaving(c.metrics.WatcherLeft) }
 
 // keys lists the cached keys once the cache has caught up with etcd.
 func (c *Cacher) keys(ctx context.Context) ([]string, error) {

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -25,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 	"github.com/watchkeeper/watchkeeper/internal/testchild"
 )
 
@@ -766,7 +765,7 @@ func TestSlowButReadingWatcherIsNotClosed(t *testing.T) {
 // collector keeps for the whole process.
 func terminated(t *testing.T, c *testCacher) float64 {
 	t.Helper()
-	v, err := testutil.GetCounterMetricValue(c.metrics.terminatedWatchers)
+	v, err := testutil.GetCounterMetricValue(c.metrics.TerminatedWatchers)
 	if err != nil {
 		t.Fatal(err)
 	}

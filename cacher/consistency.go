@@ -7,13 +7,13 @@ import (
 	"slices"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage/cacher/consistency"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // consistencyCheckPeriod is how often the cache compares itself with etcd

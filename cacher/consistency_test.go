@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 )
 
 // A cache that diverged from etcd (here: etcd's state at the cache's RV

@@ -4,10 +4,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+	"k8s.io/utils/clock"
 
 	"github.com/watchkeeper/watchkeeper/bookmarks"
-	"k8s.io/utils/clock"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // dispatcher fans events out to the watchers; its state lives on the
@@ -75,13 +75,13 @@ func (c *Cacher) newDispatcher() *dispatcher {
 		candidates: func(dst []*watcher, e *objects.Event) []*watcher {
 			dst, filtered := c.hub.candidates(dst, e)
 			if filtered > 0 {
-				c.metrics.shardFiltered.Add(float64(filtered))
+				c.metrics.ShardFiltered.Add(float64(filtered))
 			}
 			return dst
 		},
 		objects:    c.objectsOf,
 		tooSlow:    c.terminateSlow,
-		dispatched: c.metrics.eventsDispatched.Inc,
+		dispatched: c.metrics.EventsDispatched.Inc,
 		latency:    c.fan.watcherEnv.latency,
 	}}
 }
@@ -207,8 +207,8 @@ func (c *Cacher) tick(rv uint64, due [][]*watcher) [][]*watcher {
 	})
 	c.hub.refile(due, c.clock.Now())
 	clear(due)
-	c.metrics.bookmarksSent.Add(float64(sent))
-	c.metrics.watchersDue.Observe(float64(count))
+	c.metrics.BookmarksSent.Add(float64(sent))
+	c.metrics.WatchersDue.Observe(float64(count))
 	c.observeTick(start)
 	if sent < count {
 		c.logger.V(6).Info("Bookmark tick", "due", count, "sent", sent, "rv", rv)
@@ -238,5 +238,5 @@ func (c *Cacher) sharedBookmark(rv uint64) func() *objects.SharedObject {
 func (c *Cacher) observeTick(start time.Time) {
 	took := c.clock.Since(start)
 	c.fan.lastTickNanos.Store(int64(took))
-	c.metrics.tickDuration.Observe(took.Seconds())
+	c.metrics.TickDuration.Observe(took.Seconds())
 }

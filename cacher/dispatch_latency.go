@@ -1,8 +1,10 @@
 package cacher
 
 import (
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // dispatchLatency feeds apiserver_watch_events_dispatch_duration_seconds
@@ -23,7 +25,7 @@ import (
 // after the queue (the object is shared and encoded once), so the event is
 // built when it is dequeued.
 type dispatchLatency struct {
-	stages *resourceStages
+	stages *cachemetrics.ResourceStages
 }
 
 // timedObject is ev's shared object if ev is a live event.
@@ -46,7 +48,7 @@ func (l *dispatchLatency) sent(ev watch.Event, queuedNanos, dequeuedNanos, sentN
 		return
 	}
 	if s := timedObject(ev); s != nil {
-		l.stages.observe(s.Times, queuedNanos, dequeuedNanos, sentNanos, 1)
+		l.stages.Observe(s.Times, queuedNanos, dequeuedNanos, sentNanos, 1)
 	}
 }
 
@@ -58,5 +60,5 @@ func (l *dispatchLatency) sentAtOnce(t objects.EventTimes, n uint32, nowNanos in
 	if l == nil {
 		return
 	}
-	l.stages.observe(t, nowNanos, nowNanos, nowNanos, uint64(n))
+	l.stages.Observe(t, nowNanos, nowNanos, nowNanos, uint64(n))
 }

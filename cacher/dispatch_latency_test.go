@@ -4,13 +4,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // liveEvent is event i as the dispatcher sends it: a shared object with
@@ -25,15 +25,6 @@ func liveEvent(t *testing.T, i int, times objects.EventTimes) watch.Event {
 	return watch.Event{Type: watch.Modified, Object: s.ForWatcher()}
 }
 
-// stageCounts is what a stage has observed: how many, and their sum.
-func stageCounts(r *resourceStages, stage int) (uint64, time.Duration) {
-	var n uint64
-	for i := range r.stages[stage].counts {
-		n += r.stages[stage].counts[i].Load()
-	}
-	return n, time.Duration(r.stages[stage].sumNanos.Load())
-}
-
 // Every delivery of a live event is observed in all five stages: the ones
 // a client's channel takes at once from the dispatcher (observed together,
 // once it handed out its batch) wait neither in the watcher's queue nor on
@@ -44,7 +35,7 @@ func TestEachDeliveryTimedByStage(t *testing.T) {
 	w, wg, stop := newLoneWatcher(10)
 	defer func() { close(stop); wg.Wait() }()
 	clk := w.env.clock.(*testingclock.FakeClock)
-	w.env.latency = &dispatchLatency{stages: newResourceStages(schema.GroupResource{Resource: "pods"}, []int64{int64(time.Millisecond), int64(time.Second)})}
+	w.env.latency = &dispatchLatency{stages: cachemetrics.NewResourceStages(schema.GroupResource{Resource: "pods"}, []int64{int64(time.Millisecond), int64(time.Second)})}
 	stages := w.env.latency.stages
 	t0 := testEpoch.UnixNano()
 	times := objects.EventTimes{Decoded: t0 - int64(3*time.Millisecond), Received: t0 - int64(2*time.Millisecond), Dispatched: t0 - int64(time.Millisecond)}
@@ -92,24 +83,24 @@ func TestEachDeliveryTimedByStage(t *testing.T) {
 	}
 	const deliveries = resultBuffer + 2
 	cachertest.Poll(t, "the pump to send the queued events", func() bool {
-		n, _ := stageCounts(stages, stageTotal)
+		n, _ := stages.Count(cachemetrics.StageTotal)
 		return n == deliveries
 	})
 
 	for stage, wantSum := range map[int]time.Duration{
-		stageStorageToCache: deliveries * time.Millisecond,
-		stageCacherQueue:    deliveries * time.Millisecond,
+		cachemetrics.StageStorageToCache: deliveries * time.Millisecond,
+		cachemetrics.StageCacherQueue:    deliveries * time.Millisecond,
 		// Queued twice for busy: the first waited in the pump's send or the
 		// queue (the pump took it before or after the clock moved), the
 		// second in the queue.
-		stageTotal: deliveries*3*time.Millisecond + 2*busy,
+		cachemetrics.StageTotal: deliveries*3*time.Millisecond + 2*busy,
 	} {
-		if n, sum := stageCounts(stages, stage); n != deliveries || sum != wantSum {
-			t.Errorf("%s: %d observed, sum %v, want %d and %v", stageLabels[stage], n, sum, deliveries, wantSum)
+		if n, sum := stages.Count(stage); n != deliveries || sum != wantSum {
+			t.Errorf("%s: %d observed, sum %v, want %d and %v", cachemetrics.StageLabels[stage], n, sum, deliveries, wantSum)
 		}
 	}
-	queueN, queueSum := stageCounts(stages, stageWatcherQueue)
-	sendN, sendSum := stageCounts(stages, stageWatcherToClient)
+	queueN, queueSum := stages.Count(cachemetrics.StageWatcherQueue)
+	sendN, sendSum := stages.Count(cachemetrics.StageWatcherToClient)
 	if queueN != deliveries || sendN != deliveries {
 		t.Errorf("watcher stages observed %d and %d times, want %d each", queueN, sendN, deliveries)
 	}
@@ -117,27 +108,7 @@ func TestEachDeliveryTimedByStage(t *testing.T) {
 		t.Errorf("watcher_queue_latency sum %v, watcher_to_client_handler sum %v: want them %v in all, the queue at least %v", queueSum, sendSum, 2*busy, busy)
 	}
 	// The deliveries taken at once are in the first bucket of both.
-	if n := stages.stages[stageWatcherQueue].counts[0].Load(); n < resultBuffer {
+	if n := stages.Stages[cachemetrics.StageWatcherQueue].Counts[0].Load(); n < resultBuffer {
 		t.Errorf("watcher_queue_latency has %d in its first bucket, want the %d deliveries taken at once", n, resultBuffer)
-	}
-}
-
-// A duration lands in the first bucket whose upper bound it does not
-// pass (Prometheus' le), and past the last in +Inf; the sum is exact.
-func TestStageHistogramBuckets(t *testing.T) {
-	r := newResourceStages(schema.GroupResource{Resource: "pods"}, []int64{10, 100})
-	for _, c := range []struct {
-		d      time.Duration
-		n      uint64
-		bucket int
-	}{{0, 1, 0}, {10, 2, 0}, {11, 1, 1}, {100, 1, 1}, {101, 3, 2}, {-5, 1, 0}} {
-		before := r.stages[stageTotal].counts[c.bucket].Load()
-		r.add(stageTotal, c.d, c.n)
-		if got := r.stages[stageTotal].counts[c.bucket].Load() - before; got != c.n {
-			t.Errorf("%v x%d: bucket %d got %d, want %d", c.d, c.n, c.bucket, got, c.n)
-		}
-	}
-	if n, sum := stageCounts(r, stageTotal); n != 9 || sum != 20+11+100+303 {
-		t.Errorf("count %d sum %v, want 9 and %v", n, sum, time.Duration(20+11+100+303))
 	}
 }

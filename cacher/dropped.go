@@ -5,15 +5,6 @@ import (
 	"time"
 )
 
-// What the cache could not build for a client, by the label of
-// watchkeeper_watch_cache_dropped_total.
-const (
-	dropEvent        = "event"            // a live event (the object's metadata unreadable)
-	dropMovedOut     = "moved-out-delete" // the DELETED of an object that left a selector
-	dropInitialEvent = "initial-event"    // an ADDED of a watch's initial state
-	dropBookmark     = "bookmark"         // a bookmark or initial-events-end marker
-)
-
 // droppedLogInterval bounds the log lines of a failure that repeats for every
 // watcher or every tick: the metric counts each drop, the log says how many
 // since its last line.
@@ -31,7 +22,7 @@ type dropLog struct {
 // could not build it: never silently, always counted, logged with the
 // resource (the cache's logger), what and at which resourceVersion.
 func (c *Cacher) dropped(what string, rv uint64, err error, keysAndValues ...any) {
-	c.metrics.dropped[what].Inc()
+	c.metrics.Dropped[what].Inc()
 	now := c.clock.Now()
 	l := &c.dropLog
 	l.mu.Lock()

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,11 +25,11 @@ func TestDroppedBookmarkIsCounted(t *testing.T) {
 	})
 	c.waitReady(t)
 	fs.WaitWatch(t, 1)
-	before, _ := testutil.GetCounterMetricValue(c.metrics.dropped[dropBookmark])
+	before, _ := testutil.GetCounterMetricValue(c.metrics.Dropped[cachemetrics.DropBookmark])
 	w := c.startWatch(t, context.Background(), "100", cachertest.Everything(true))
 	c.stepTicks(t, 11, nil)
 	cachertest.ExpectQuiet(t, w, "after a bookmark that could not be built")
-	after, _ := testutil.GetCounterMetricValue(c.metrics.dropped[dropBookmark])
+	after, _ := testutil.GetCounterMetricValue(c.metrics.Dropped[cachemetrics.DropBookmark])
 	if after-before < 1 {
 		t.Errorf("dropped_total{what=bookmark} +%v after the bookmark came due, want at least +1", after-before)
 	}

@@ -1,6 +1,7 @@
 package cacher
 
 import (
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -56,7 +57,7 @@ func (x *eventObjects) forSelection(sel selection) (watch.Event, bool) {
 		s, err := objects.Share(e.Cur.Obj)
 		if err != nil {
 			x.curFailed = true
-			x.dropped(dropEvent, e.RV, err, "key", e.Cur.Key)
+			x.dropped(cachemetrics.DropEvent, e.RV, err, "key", e.Cur.Key)
 			return watch.Event{}, false
 		}
 		s.Times = x.times()
@@ -77,7 +78,7 @@ func (x *eventObjects) movedOutEvent() (watch.Event, bool) {
 		}
 		if err != nil {
 			x.movedOutFailed = true
-			x.dropped(dropMovedOut, x.e.RV, err, "key", x.e.Prev.Key)
+			x.dropped(cachemetrics.DropMovedOut, x.e.RV, err, "key", x.e.Prev.Key)
 			return watch.Event{}, false
 		}
 		s.Times = x.times()

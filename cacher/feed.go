@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+
 	"google.golang.org/grpc/metadata"
 )
 
@@ -41,7 +43,7 @@ type storageFeed struct {
 	// backfills runs one history backfill at a time (backfill.go).
 	backfills backfiller
 	// forcedEvictionLog limits the capacity warning; only the reflector uses it.
-	forcedEvictionLog everyInterval
+	forcedEvictionLog cachemetrics.EveryInterval
 	// watchEnd ends the storage watch when the liveness or the consistency
 	// check says so (storage_liveness.go).
 	watchEnd watchEnd

@@ -44,7 +44,7 @@ func (c *Cacher) storageRV(ctx context.Context) (uint64, error) {
 // It gives up after freshnessTimeout with the TooLargeResourceVersion error.
 // Only a wait is observed, as upstream's read_wait_seconds.
 func (c *Cacher) waitFresh(ctx context.Context, rv uint64) error {
-	return c.awaitRV(ctx, rv, freshnessTimeout, c.metrics.readWait.Observe)
+	return c.awaitRV(ctx, rv, freshnessTimeout, c.metrics.ReadWait.Observe)
 }
 
 // awaitRV is waitFresh with its bound, and observe (nil for none) given
@@ -101,7 +101,7 @@ func (c *Cacher) freshenBookmarks(now time.Time) {
 		return
 	}
 	if c.hub.hasDueBy(now.Add(ahead)) {
-		c.metrics.freshnessProbes.Inc()
+		c.metrics.FreshnessProbes.Inc()
 		c.feed.progress.request()
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,7 +31,7 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
 	fs.SetCurrentRV(200) // etcd moved on; the cache hears nothing of it
-	before := counter(t, c.metrics.freshnessTimeouts[requestWatchList])
+	before := counter(t, c.metrics.FreshnessTimeouts[cachemetrics.RequestWatchList])
 
 	type result struct {
 		w   watch.Interface
@@ -78,7 +80,7 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 			t.Fatalf("events after the error: %d", len(rest))
 		}
 	}
-	if got := counter(t, c.metrics.freshnessTimeouts[requestWatchList]) - before; got != clients {
+	if got := counter(t, c.metrics.FreshnessTimeouts[cachemetrics.RequestWatchList]) - before; got != clients {
 		t.Errorf("freshness_timeouts_total{request=watchlist} moved by %v, want %d", got, clients)
 	}
 	// Nobody waits now: the requester's loop has ended (only the tick's

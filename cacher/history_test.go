@@ -448,7 +448,7 @@ func TestHistoryCapacityUnderStorm(t *testing.T) {
 	})
 	c.waitReady(t)
 	sw, _ := fs.WaitWatch(t, 1)
-	before, err := testutil.GetCounterMetricValue(c.metrics.historyForcedEvictions)
+	before, err := testutil.GetCounterMetricValue(c.metrics.HistoryForcedEvictions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +457,7 @@ func TestHistoryCapacityUnderStorm(t *testing.T) {
 	}
 	c.waitRV(t, 108)
 
-	after, err := testutil.GetCounterMetricValue(c.metrics.historyForcedEvictions)
+	after, err := testutil.GetCounterMetricValue(c.metrics.HistoryForcedEvictions)
 	if err != nil {
 		t.Fatal(err)
 	}

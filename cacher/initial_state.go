@@ -3,6 +3,8 @@ package cacher
 import (
 	"context"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 
 	"k8s.io/apimachinery/pkg/watch"
@@ -59,7 +61,7 @@ func (c *Cacher) initialAdded(objs []*objects.Object, pred storage.SelectionPred
 func (c *Cacher) addedEvent(o *objects.Object, rv uint64) (watch.Event, bool) {
 	s, err := objects.Share(o.Obj)
 	if err != nil {
-		c.dropped(dropInitialEvent, rv, err, "key", o.Key)
+		c.dropped(cachemetrics.DropInitialEvent, rv, err, "key", o.Key)
 		return watch.Event{}, false
 	}
 	return watch.Event{Type: watch.Added, Object: s.ForWatcher()}, true

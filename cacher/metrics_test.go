@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -149,7 +151,7 @@ func TestInitializationDurationIsObserved(t *testing.T) {
 // notReadyCount is not_ready_total of c's resource for why.
 func notReadyCount(t *testing.T, c *testCacher, why string) float64 {
 	t.Helper()
-	v, err := testutil.GetCounterMetricValue(c.metrics.notReady[why])
+	v, err := testutil.GetCounterMetricValue(c.metrics.NotReady[why])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +171,7 @@ func TestNotReadyTransitionsAreCountedByReason(t *testing.T) {
 		// ready again; it returns the number of transitions it caused.
 		leave func(t *testing.T, c *testCacher, fs *cachertest.FakeStorage) int
 	}{
-		{notReadyRelist, func(t *testing.T, c *testCacher, fs *cachertest.FakeStorage) int {
+		{cachemetrics.NotReadyRelist, func(t *testing.T, c *testCacher, fs *cachertest.FakeStorage) int {
 			sw, _ := fs.WaitWatch(t, 1)
 			fs.SetList(300)
 			fs.FailLists(1)
@@ -183,7 +185,7 @@ func TestNotReadyTransitionsAreCountedByReason(t *testing.T) {
 			c.waitReady(t)
 			return 1
 		}},
-		{notReadyStorageSilent, func(t *testing.T, c *testCacher, fs *cachertest.FakeStorage) int {
+		{cachemetrics.NotReadyStorageSilent, func(t *testing.T, c *testCacher, fs *cachertest.FakeStorage) int {
 			for i := range 2 {
 				fs.WaitWatch(t, i+1)
 				// What the liveness check does at the timeout.
@@ -195,7 +197,7 @@ func TestNotReadyTransitionsAreCountedByReason(t *testing.T) {
 			}
 			return 2
 		}},
-		{notReadyStorageFailing, func(t *testing.T, c *testCacher, fs *cachertest.FakeStorage) int {
+		{cachemetrics.NotReadyStorageFailing, func(t *testing.T, c *testCacher, fs *cachertest.FakeStorage) int {
 			// Transient failures, every 3s (the longest jittered backoff
 			// is 2s * 1.5), until they outlast the retry window.
 			n := 1
@@ -216,7 +218,7 @@ func TestNotReadyTransitionsAreCountedByReason(t *testing.T) {
 			c.waitReady(t)
 			return 1
 		}},
-		{notReadyStopped, func(t *testing.T, c *testCacher, fs *cachertest.FakeStorage) int {
+		{cachemetrics.NotReadyStopped, func(t *testing.T, c *testCacher, fs *cachertest.FakeStorage) int {
 			c.Stop()
 			return 1
 		}},
@@ -228,7 +230,7 @@ func TestNotReadyTransitionsAreCountedByReason(t *testing.T) {
 			})
 			// The series outlive the cache (the registry is the
 			// process's): counts are differences.
-			reasons := notReadyReasons
+			reasons := cachemetrics.NotReadyReasons
 			before := map[string]float64{}
 			for _, why := range reasons {
 				before[why] = notReadyCount(t, c, why)
@@ -268,9 +270,9 @@ func TestReadsToStorageAreCountedByReason(t *testing.T) {
 	c.waitReady(t)
 	sw, _ := fs.WaitWatch(t, 1)
 	ctx := context.Background()
-	value := func(r storageRead) float64 {
+	value := func(r cachemetrics.StorageRead) float64 {
 		t.Helper()
-		v, err := testutil.GetCounterMetricValue(c.metrics.readsToStorage[r])
+		v, err := testutil.GetCounterMetricValue(c.metrics.ReadsToStorage[r])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,22 +280,22 @@ func TestReadsToStorageAreCountedByReason(t *testing.T) {
 	}
 	// The series outlive the cache (the registry is the process's):
 	// counts are differences.
-	before := map[storageRead]float64{}
-	for _, r := range storageReads {
+	before := map[cachemetrics.StorageRead]float64{}
+	for _, r := range cachemetrics.StorageReads {
 		before[r] = value(r)
 	}
 	registered := gathered(t, "watchkeeper_watch_cache_reads_to_storage_total", map[string]string{"group": gr.Group, "verb": "get", "reason": "not_ready"})
-	counts := func() map[storageRead]float64 {
+	counts := func() map[cachemetrics.StorageRead]float64 {
 		t.Helper()
-		out := map[storageRead]float64{}
-		for _, r := range storageReads {
+		out := map[cachemetrics.StorageRead]float64{}
+		for _, r := range cachemetrics.StorageReads {
 			if v := value(r) - before[r]; v != 0 {
 				out[r] = v
 			}
 		}
 		return out
 	}
-	expect := func(when string, want map[storageRead]float64) {
+	expect := func(when string, want map[cachemetrics.StorageRead]float64) {
 		t.Helper()
 		if got := counts(); !maps.Equal(got, want) {
 			t.Errorf("%s: reads_to_storage_total %v, want %v", when, got, want)
@@ -311,7 +313,7 @@ func TestReadsToStorageAreCountedByReason(t *testing.T) {
 	if err := list("0", cachertest.Everything(false)); err != nil {
 		t.Fatal(err)
 	}
-	expect("reads the cache served", map[storageRead]float64{})
+	expect("reads the cache served", map[cachemetrics.StorageRead]float64{})
 
 	// A Get at RV "" is etcd's; so is a consistent list where etcd's
 	// progress requests are not supported (the delegator's decision).
@@ -319,7 +321,7 @@ func TestReadsToStorageAreCountedByReason(t *testing.T) {
 	if err := list("", cachertest.Everything(false)); err != nil {
 		t.Fatal(err)
 	}
-	expect("consistent reads", map[storageRead]float64{getConsistent: 1, listDelegated: 1})
+	expect("consistent reads", map[cachemetrics.StorageRead]float64{cachemetrics.GetConsistent: 1, cachemetrics.ListDelegated: 1})
 
 	// With progress requests supported the consistent list is the
 	// cache's, unless etcd's revision cannot be read: then it falls back.
@@ -329,7 +331,7 @@ func TestReadsToStorageAreCountedByReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs.SetUnreachable(false)
-	expect("a consistent list whose catch-up failed", map[storageRead]float64{getConsistent: 1, listDelegated: 1, listConsistentFallback: 1})
+	expect("a consistent list whose catch-up failed", map[cachemetrics.StorageRead]float64{cachemetrics.GetConsistent: 1, cachemetrics.ListDelegated: 1, cachemetrics.ListConsistentFallback: 1})
 
 	// Not ready (relisting, the relist failing): a Get at RV 0 and a
 	// paginated list without selectors go to etcd; an unpaginated list is
@@ -346,7 +348,7 @@ func TestReadsToStorageAreCountedByReason(t *testing.T) {
 	if err := list("0", cachertest.Everything(false)); !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("an unpaginated list while not ready: %v, want 429", err)
 	}
-	expect("reads while not ready", map[storageRead]float64{getConsistent: 1, listDelegated: 1, listConsistentFallback: 1, getNotReady: 1, listNotReady: 1})
+	expect("reads while not ready", map[cachemetrics.StorageRead]float64{cachemetrics.GetConsistent: 1, cachemetrics.ListDelegated: 1, cachemetrics.ListConsistentFallback: 1, cachemetrics.GetNotReady: 1, cachemetrics.ListNotReady: 1})
 	if got := gathered(t, "watchkeeper_watch_cache_reads_to_storage_total", map[string]string{"group": gr.Group, "verb": "get", "reason": "not_ready"}) - registered; got != 1 {
 		t.Errorf("the registry's reads_to_storage_total{verb=get,reason=not_ready} +%v, want +1", got)
 	}

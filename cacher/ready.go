@@ -4,6 +4,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+
 	"k8s.io/apimachinery/pkg/api/errors"
 )
 
@@ -48,8 +50,8 @@ func (r *readiness) stop() { r.set(stateStopped, time.Time{}) }
 // from ready is counted (not_ready_total), so an operator sees why reads
 // went to etcd or got 429.
 func (c *Cacher) goNotReady(why string, alsoLocked func()) {
-	if c.state.goNotReady(why == notReadyStopped, c.clock.Now(), alsoLocked) {
-		c.metrics.wentNotReady(why)
+	if c.state.goNotReady(why == cachemetrics.NotReadyStopped, c.clock.Now(), alsoLocked) {
+		c.metrics.WentNotReady(why)
 	}
 }
 

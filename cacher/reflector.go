@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 
 	"google.golang.org/grpc/metadata"
@@ -53,9 +55,9 @@ func (c *Cacher) reflectLoop() {
 		if listed {
 			backoff = initialBackoff
 		}
-		c.metrics.initializationErrors.Inc()
+		c.metrics.InitializationErrors.Inc()
 		c.logger.Error(err, "Watch cache lost its watch; relisting", "backoff", backoff)
-		c.goNotReady(notReadyRelist, c.terminateAll)
+		c.goNotReady(cachemetrics.NotReadyRelist, c.terminateAll)
 		select {
 		case <-c.stopCh:
 			return
@@ -107,14 +109,14 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 		}
 		wait, within := retry.next(c.clock.Now())
 		failures++
-		c.metrics.storageWatchRetries.Inc()
+		c.metrics.StorageWatchRetries.Inc()
 		if (errors.Is(err, errStorageSilent) || !within) && !c.feed.silenced.Load() {
 			// Not ready until the watch answers: reads get 429, not a
 			// state nobody can vouch for. Watchers stay open; they hear
 			// nothing they should not.
-			why := notReadyStorageFailing
+			why := cachemetrics.NotReadyStorageFailing
 			if errors.Is(err, errStorageSilent) {
-				why = notReadyStorageSilent
+				why = cachemetrics.NotReadyStorageSilent
 			}
 			c.goNotReady(why, func() { c.feed.silenced.Store(true) })
 			c.logger.Info("Storage watch lost; not ready until it answers, re-opening it from the cache's resourceVersion, watchers kept",
@@ -154,8 +156,8 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	// The initialization is counted under it too: whoever sees the cache
 	// ready sees it counted.
 	if err := c.state.relist(objs, rv, c.clock.Now(), c.terminateAll, func() {
-		c.metrics.initializations.Inc()
-		c.metrics.initDuration.Observe(c.clock.Since(start).Seconds())
+		c.metrics.Initializations.Inc()
+		c.metrics.InitDuration.Observe(c.clock.Since(start).Seconds())
 	}); err != nil {
 		return 0, err
 	}
@@ -253,7 +255,7 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 				if err != nil {
 					return rv, delivered, err
 				}
-				c.metrics.storageBookmarks.Inc()
+				c.metrics.StorageBookmarks.Inc()
 				c.state.advance(next)
 				c.push(objects.Progress(next))
 				rv = max(rv, next)
@@ -315,9 +317,9 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 		return 0, err
 	}
 
-	c.metrics.eventsReceived.Inc()
+	c.metrics.EventsReceived.Inc()
 	if forced {
-		c.metrics.historyForcedEvictions.Inc()
+		c.metrics.HistoryForcedEvictions.Inc()
 		c.feed.forcedEvictionLog.Do(now, func() {
 			c.logger.Info("Watch cache history is at capacity: dropping events younger than the window; clients resuming from them will relist",
 				"capacity", c.cfg.HistoryCapacity, "window", c.cfg.EventsHistoryWindow)

@@ -4,6 +4,8 @@ import (
 	"context"
 	goerrors "errors"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,12 +35,12 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 		return err
 	}
 	if opts.ResourceVersion == "" {
-		c.metrics.readToStorage(getConsistent)
+		c.metrics.ReadToStorage(cachemetrics.GetConsistent)
 		return c.storage.Get(ctx, key, opts, objPtr)
 	}
 	if !c.Ready() {
 		// Etcd can answer any Get; the cache is only faster.
-		c.metrics.readToStorage(getNotReady)
+		c.metrics.ReadToStorage(cachemetrics.GetNotReady)
 		return c.storage.Get(ctx, key, opts, objPtr)
 	}
 	if err := c.waitFresh(ctx, rv); err != nil {
@@ -76,11 +78,11 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		// an RV beyond int64 as a negative revision and answer 500.
 		if rv, err := c.cfg.Versioner.ParseResourceVersion(opts.ResourceVersion); err == nil && rv > 0 && c.Ready() && rv > c.state.currentRV() {
 			if err := c.waitFresh(ctx, rv); err != nil {
-				c.metrics.freshnessTimedOut(requestList, err)
+				c.metrics.FreshnessTimedOut(cachemetrics.RequestList, err)
 				return err
 			}
 		}
-		c.metrics.readToStorage(listDelegated)
+		c.metrics.ReadToStorage(cachemetrics.ListDelegated)
 		return c.storage.GetList(ctx, key, opts, listObj)
 	}
 	preparedKey, err := storage.PrepareKey(c.cfg.ResourcePrefix, key, opts.Recursive)
@@ -93,7 +95,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 	}
 	if !c.Ready() {
 		if delegateWhileNotReady(opts) {
-			c.metrics.readToStorage(listNotReady)
+			c.metrics.ReadToStorage(cachemetrics.ListNotReady)
 			return c.storage.GetList(ctx, key, opts, listObj)
 		}
 		_, since, _ := c.state.readiness()
@@ -104,48 +106,48 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		// snapshot of that state once the cache has it, or etcd when it is
 		// gone since the decision.
 		if err := c.waitFresh(ctx, at); err != nil {
-			c.metrics.freshnessTimedOut(requestList, err)
+			c.metrics.FreshnessTimedOut(cachemetrics.RequestList, err)
 			return err
 		}
 		if err := c.listFromSnapshot(preparedKey, fromKey, at, opts, listObj); !goerrors.Is(err, errNoSnapshot) {
 			return err
 		}
-		c.metrics.readToStorage(listNoSnapshot)
+		c.metrics.ReadToStorage(cachemetrics.ListNoSnapshot)
 		return c.storage.GetList(ctx, key, opts, listObj)
 	}
 	if decision.ConsistentRead {
 		if rv, err = c.consistentRV(ctx); err != nil {
 			if skipConsistentFallback() {
-				c.metrics.consistentRead(false, fallbackNo)
+				c.metrics.ConsistentRead(false, cachemetrics.FallbackNo)
 				return err
 			}
-			c.metrics.readToStorage(listConsistentFallback)
+			c.metrics.ReadToStorage(cachemetrics.ListConsistentFallback)
 			err = c.storage.GetList(ctx, key, opts, listObj)
-			c.metrics.consistentRead(err == nil, fallbackYes)
+			c.metrics.ConsistentRead(err == nil, cachemetrics.FallbackYes)
 			return err
 		}
 	}
 	if err := c.waitFresh(ctx, rv); err != nil {
 		if decision.ConsistentRead && storage.IsTooLargeResourceVersion(err) {
 			if skipConsistentFallback() {
-				c.metrics.freshnessTimedOut(requestList, err)
-				c.metrics.consistentRead(false, fallbackSkipped)
+				c.metrics.FreshnessTimedOut(cachemetrics.RequestList, err)
+				c.metrics.ConsistentRead(false, cachemetrics.FallbackSkipped)
 				return errors.NewTooManyRequests(err.Error(), tooLargeRVRetrySeconds)
 			}
-			c.metrics.readToStorage(listConsistentFallback)
+			c.metrics.ReadToStorage(cachemetrics.ListConsistentFallback)
 			err = c.storage.GetList(ctx, key, opts, listObj)
-			c.metrics.consistentRead(err == nil, fallbackYes)
+			c.metrics.ConsistentRead(err == nil, cachemetrics.FallbackYes)
 			return err
 		}
-		c.metrics.freshnessTimedOut(requestList, err)
+		c.metrics.FreshnessTimedOut(cachemetrics.RequestList, err)
 		if decision.ConsistentRead {
-			c.metrics.consistentRead(false, fallbackNo)
+			c.metrics.ConsistentRead(false, cachemetrics.FallbackNo)
 		}
 		return err
 	}
 	err = c.listFromCache(ctx, preparedKey, opts, listObj)
 	if decision.ConsistentRead {
-		c.metrics.consistentRead(err == nil, fallbackNo)
+		c.metrics.ConsistentRead(err == nil, cachemetrics.FallbackNo)
 	}
 	return err
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -122,7 +124,7 @@ func TestConsistentListTimeoutFallsBackUnlessTheGateSkipsIt(t *testing.T) {
 			c := newTestCacher(t, fs, nil)
 			c.waitReady(t)
 			fs.SetCurrentRV(200) // etcd moved on; the cache hears nothing of it
-			fallback := map[bool]string{false: fallbackYes, true: fallbackSkipped}[skip]
+			fallback := map[bool]string{false: cachemetrics.FallbackYes, true: cachemetrics.FallbackSkipped}[skip]
 			before := counter(t, upstream.ConsistentReadTotal.WithLabelValues("", "pods", "false", fallback))
 			beforeOK := counter(t, upstream.ConsistentReadTotal.WithLabelValues("", "pods", "true", fallback))
 			listsBefore := fs.ListCount()

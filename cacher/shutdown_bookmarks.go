@@ -123,6 +123,6 @@ func (c *Cacher) bookmarkEvery(rv uint64) []*watcher {
 			sent = append(sent, w)
 		}
 	})
-	c.metrics.bookmarksSent.Add(float64(len(sent)))
+	c.metrics.BookmarksSent.Add(float64(len(sent)))
 	return sent
 }

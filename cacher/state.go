@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 
 	"k8s.io/apimachinery/pkg/watch"
@@ -100,11 +102,11 @@ type cacheState struct {
 	// prefix is the resource's key prefix: a list under it is of every
 	// object (sizeHint).
 	prefix  string
-	metrics *resourceMetrics
+	metrics *cachemetrics.Resource
 }
 
 // newCacheState is an empty state, pending its first list.
-func newCacheState(prefix string, indexers *cache.Indexers, window time.Duration, capacity int, snapshotting bool, metrics *resourceMetrics, now time.Time) *cacheState {
+func newCacheState(prefix string, indexers *cache.Indexers, window time.Duration, capacity int, snapshotting bool, metrics *cachemetrics.Resource, now time.Time) *cacheState {
 	s := &cacheState{
 		store:        newStore(indexers),
 		ordered:      newOrderedObjects(),
@@ -116,7 +118,7 @@ func newCacheState(prefix string, indexers *cache.Indexers, window time.Duration
 	}
 	s.ready.init(now)
 	// The bound the history starts at; historyBoundChanged follows it.
-	upstream.WatchCacheCapacity.WithLabelValues(metrics.gr.Group, metrics.gr.Resource).Set(float64(s.history.limit))
+	upstream.WatchCacheCapacity.WithLabelValues(metrics.GR.Group, metrics.GR.Resource).Set(float64(s.history.limit))
 	return s
 }
 
@@ -148,7 +150,7 @@ func (s *cacheState) apply(e *objects.Event, now time.Time) (forced bool, err er
 	forced = s.history.add(e, now)
 	s.snapshotLocked(e.RV, now)
 	if s.history.limit != bound {
-		s.metrics.historyBoundChanged(bound, s.history.limit)
+		s.metrics.HistoryBoundChanged(bound, s.history.limit)
 	}
 	s.setRVLocked(e.RV)
 	return forced, nil
@@ -286,7 +288,7 @@ func (s *cacheState) forgetCompacted(rev int64) uint64 {
 	if rev > 0 {
 		s.snapshots.forgetCompacted(uint64(rev))
 	}
-	s.metrics.historyEvents.Set(float64(s.history.len()))
+	s.metrics.HistoryEvents.Set(float64(s.history.len()))
 	return s.rv
 }
 
@@ -297,7 +299,7 @@ func (s *cacheState) dropHistoryThrough(rv uint64) {
 	defer s.mu.Unlock()
 	s.history.forget(rv)
 	s.snapshots.forgetBelow(s.history.startRV)
-	s.metrics.historyEvents.Set(float64(s.history.len()))
+	s.metrics.HistoryEvents.Set(float64(s.history.len()))
 }
 
 // errHistoryMoved: a backfill's events no longer fit where the history

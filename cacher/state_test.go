@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
@@ -29,7 +31,7 @@ import (
 func TestCacheStateInvariants(t *testing.T) {
 	const listRV = 100
 	now := time.Unix(1_700_000_000, 0)
-	s := newCacheState("/pods/", nil, time.Hour, 10_000, true, newResourceMetrics(schema.GroupResource{Resource: "pods"}), now)
+	s := newCacheState("/pods/", nil, time.Hour, 10_000, true, cachemetrics.NewResource(schema.GroupResource{Resource: "pods"}, backfillCooldown), now)
 	obj := func(name string, rv uint64) *objects.Object {
 		pod := cachertest.NewPod(name, rv, map[string]string{"rv": fmt.Sprint(rv)}, "")
 		return &objects.Object{Key: "/pods/" + cachertest.Namespace + "/" + name, Obj: pod}
@@ -208,7 +210,7 @@ type filledState struct {
 }
 
 func newFilledState(tb testing.TB, n int, window time.Duration, now time.Time) *filledState {
-	s := newCacheState("/pods/", nil, window, 100_000, true, newResourceMetrics(schema.GroupResource{Resource: "pods"}), now)
+	s := newCacheState("/pods/", nil, window, 100_000, true, cachemetrics.NewResource(schema.GroupResource{Resource: "pods"}, backfillCooldown), now)
 	f := &filledState{s: s, held: make([]*objects.Object, n), rv: 100}
 	list := make([]any, n)
 	for i := range f.held {

@@ -80,7 +80,7 @@ func TestStorageWatchRetryWindow(t *testing.T) {
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
 	w := c.startWatch(t, context.Background(), "100", cachertest.Everything(false))
-	retriesBefore, _ := testutil.GetCounterMetricValue(c.metrics.storageWatchRetries)
+	retriesBefore, _ := testutil.GetCounterMetricValue(c.metrics.StorageWatchRetries)
 	noLeader := &apierrors.NewInternalError(fmt.Errorf("etcdserver: no leader")).ErrStatus
 
 	// fail sends the error on watch n and waits for the retry: immediate
@@ -119,7 +119,7 @@ func TestStorageWatchRetryWindow(t *testing.T) {
 	if !c.Ready() {
 		t.Fatalf("not ready during transient failures")
 	}
-	if got, _ := testutil.GetCounterMetricValue(c.metrics.storageWatchRetries); got-retriesBefore != float64(n-1) {
+	if got, _ := testutil.GetCounterMetricValue(c.metrics.StorageWatchRetries); got-retriesBefore != float64(n-1) {
 		t.Errorf("storage_watch_retries_total +%v, want +%d", got-retriesBefore, n-1)
 	}
 	// An event restarts the window: the client watch still gets it.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 
 	"k8s.io/apimachinery/pkg/api/errors"
@@ -126,7 +128,7 @@ func (c *Cacher) waitForWatch(ctx context.Context, req *watchRequest) watch.Inte
 		// applies them. A WatchList ends with the 504 rather than waiting
 		// on: client-go then falls back to a LIST, which etcd can serve.
 		if err := c.waitFresh(ctx, req.requiredRV); err != nil {
-			c.metrics.freshnessTimedOut(requestWatchList, err)
+			c.metrics.FreshnessTimedOut(cachemetrics.RequestWatchList, err)
 			return newErrWatcher(err)
 		}
 	}
@@ -222,7 +224,7 @@ func (c *Cacher) startLocked(ctx context.Context, req *watchRequest, start start
 		}
 		events, ok := c.state.sinceLocked(from)
 		if !ok {
-			c.metrics.expiredWatches.Inc()
+			c.metrics.ExpiredWatches.Inc()
 			return newErrWatcher(errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", req.requestedRV, c.resumableFromLocked()))), nil
 		}
 		initial = c.appendInterested(initial, w, events)
@@ -246,8 +248,8 @@ func (c *Cacher) startLocked(ctx context.Context, req *watchRequest, start start
 		w.tracker.Accept(rv)
 		initial = append(initial, watch.Event{Type: watch.Bookmark, Object: end})
 	}
-	c.metrics.watcherArrived(w.tracker.State(), w.shard != nil)
-	c.metrics.initEvents.Add(float64(len(initial)))
+	c.metrics.WatcherArrived(w.tracker.State(), w.shard != nil)
+	c.metrics.InitEvents.Add(float64(len(initial)))
 	// Queued before the dispatcher can see the watcher, so they come
 	// first; under the lock that saw the cache ready, so Stop waits for
 	// the pump.

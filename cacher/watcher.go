@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -460,7 +462,7 @@ func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *objects.Shar
 			err = storage.AnnotateInitialEventsEndBookmark(own)
 		}
 		if err != nil {
-			w.env.dropped(dropBookmark, rv, err)
+			w.env.dropped(cachemetrics.DropBookmark, rv, err)
 			return false
 		}
 		obj = own

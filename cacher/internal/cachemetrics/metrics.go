@@ -1,4 +1,4 @@
-package cacher
+package cachemetrics
 
 import (
 	"fmt"
@@ -6,13 +6,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/watchkeeper/watchkeeper/watchlist"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/storage"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
-
-	"github.com/watchkeeper/watchkeeper/watchlist"
 )
 
 // Where a metric means what upstream's does, it is upstream's own collector
@@ -66,12 +65,6 @@ var (
 		Help:           "Watches refused with 410 Expired because their resourceVersion left the history.",
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource"})
-	backfills = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
-		Namespace: namespace, Subsystem: subsystem, Name: "history_backfills_total",
-		Help: fmt.Sprintf("Backfills of the history from etcd for watches resuming from before the cache's list, by result: filled, failed. "+
-			"For %v after a failure, such resumes get 410 Expired at once (expired_watches_total) rather than wait on another.", backfillCooldown),
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource", "result"})
 	freshnessTimeouts = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem, Name: "freshness_timeouts_total",
 		Help: "Requests that waited the freshness timeout for the cache to reach the resourceVersion they need and were " +
@@ -115,12 +108,21 @@ var (
 	}, []string{"group", "resource", "verb", "reason"})
 
 	registerOnce sync.Once
+	// backfills is made at registration: its help names the backfill
+	// cooldown, which is the feed's to say.
+	backfills *compbasemetrics.CounterVec
 )
 
-func registerMetrics() {
+func registerMetrics(backfillCooldown time.Duration) {
 	registerOnce.Do(func() {
+		backfills = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem, Name: "history_backfills_total",
+			Help: fmt.Sprintf("Backfills of the history from etcd for watches resuming from before the cache's list, by result: filled, failed. "+
+				"For %v after a failure, such resumes get 410 Expired at once (expired_watches_total) rather than wait on another.", backfillCooldown),
+			StabilityLevel: compbasemetrics.ALPHA,
+		}, []string{"group", "resource", "result"})
 		upstream.Register()
-		if c := dispatchStages.register(); c != nil {
+		if c := DispatchStages.register(); c != nil {
 			legacyregistry.Registerer().MustRegister(c)
 		}
 		for _, m := range []compbasemetrics.Registerable{
@@ -133,82 +135,82 @@ func registerMetrics() {
 	})
 }
 
-// resourceMetrics are one resource's series, resolved once.
-type resourceMetrics struct {
-	eventsReceived       compbasemetrics.CounterMetric
-	eventsDispatched     compbasemetrics.CounterMetric
-	terminatedWatchers   compbasemetrics.CounterMetric
-	initializations      compbasemetrics.CounterMetric
-	initializationErrors compbasemetrics.CounterMetric
-	initDuration         compbasemetrics.ObserverMetric
-	initEvents           compbasemetrics.CounterMetric
-	readWait             compbasemetrics.ObserverMetric
+// Resource are one resource's series, resolved once.
+type Resource struct {
+	EventsReceived       compbasemetrics.CounterMetric
+	EventsDispatched     compbasemetrics.CounterMetric
+	TerminatedWatchers   compbasemetrics.CounterMetric
+	Initializations      compbasemetrics.CounterMetric
+	InitializationErrors compbasemetrics.CounterMetric
+	InitDuration         compbasemetrics.ObserverMetric
+	InitEvents           compbasemetrics.CounterMetric
+	ReadWait             compbasemetrics.ObserverMetric
 	// shardedWatches and shardFiltered are upstream's
 	// apiserver_watch_shards_total and apiserver_watch_filtered_events_total
 	// (registered by upstream while ShardedListAndWatch is on).
 	shardedWatches compbasemetrics.GaugeMetric
-	shardFiltered  compbasemetrics.CounterMetric
-	gr             schema.GroupResource
+	ShardFiltered  compbasemetrics.CounterMetric
+	GR             schema.GroupResource
 
-	bookmarksSent              compbasemetrics.CounterMetric
-	storageBookmarks           compbasemetrics.CounterMetric
-	tickDuration               compbasemetrics.ObserverMetric
-	watchersDue                compbasemetrics.ObserverMetric
-	historyEvents              compbasemetrics.GaugeMetric
-	historyForcedEvictions     compbasemetrics.CounterMetric
-	expiredWatches             compbasemetrics.CounterMetric
-	backfilled, backfillFailed compbasemetrics.CounterMetric
-	freshnessTimeouts          map[string]compbasemetrics.CounterMetric
-	freshnessProbes            compbasemetrics.CounterMetric
-	storageWatchRetries        compbasemetrics.CounterMetric
-	dropped                    map[string]compbasemetrics.CounterMetric
+	BookmarksSent              compbasemetrics.CounterMetric
+	StorageBookmarks           compbasemetrics.CounterMetric
+	TickDuration               compbasemetrics.ObserverMetric
+	WatchersDue                compbasemetrics.ObserverMetric
+	HistoryEvents              compbasemetrics.GaugeMetric
+	HistoryForcedEvictions     compbasemetrics.CounterMetric
+	ExpiredWatches             compbasemetrics.CounterMetric
+	Backfilled, BackfillFailed compbasemetrics.CounterMetric
+	FreshnessTimeouts          map[string]compbasemetrics.CounterMetric
+	FreshnessProbes            compbasemetrics.CounterMetric
+	StorageWatchRetries        compbasemetrics.CounterMetric
+	Dropped                    map[string]compbasemetrics.CounterMetric
 	byState                    [3]compbasemetrics.GaugeMetric
-	notReady                   map[string]compbasemetrics.CounterMetric
-	readsToStorage             map[storageRead]compbasemetrics.CounterMetric
+	NotReady                   map[string]compbasemetrics.CounterMetric
+	ReadsToStorage             map[StorageRead]compbasemetrics.CounterMetric
 }
 
-func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
-	registerMetrics()
+func NewResource(gr schema.GroupResource, backfillCooldown time.Duration) *Resource {
+	registerMetrics(backfillCooldown)
 	g, r := gr.Group, gr.Resource
-	m := &resourceMetrics{
-		eventsReceived:         upstream.EventsReceivedCounter.WithLabelValues(g, r),
-		eventsDispatched:       upstream.EventsCounter.WithLabelValues(g, r),
-		terminatedWatchers:     upstream.TerminatedWatchersCounter.WithLabelValues(g, r),
-		initializations:        upstream.WatchCacheInitializations.WithLabelValues(g, r),
-		initializationErrors:   upstream.WatchCacheInitializationErrors.WithLabelValues(g, r),
-		initDuration:           upstream.WatchCacheInitializationDuration.WithLabelValues(g, r),
-		initEvents:             upstream.InitCounter.WithLabelValues(g, r),
-		readWait:               upstream.WatchCacheReadWait.WithLabelValues(g, r),
+	m := &Resource{
+		EventsReceived:         upstream.EventsReceivedCounter.WithLabelValues(g, r),
+		EventsDispatched:       upstream.EventsCounter.WithLabelValues(g, r),
+		TerminatedWatchers:     upstream.TerminatedWatchersCounter.WithLabelValues(g, r),
+		Initializations:        upstream.WatchCacheInitializations.WithLabelValues(g, r),
+		InitializationErrors:   upstream.WatchCacheInitializationErrors.WithLabelValues(g, r),
+		InitDuration:           upstream.WatchCacheInitializationDuration.WithLabelValues(g, r),
+		InitEvents:             upstream.InitCounter.WithLabelValues(g, r),
+		ReadWait:               upstream.WatchCacheReadWait.WithLabelValues(g, r),
 		shardedWatches:         upstream.WatchShardsTotal.WithLabelValues(g, r),
-		shardFiltered:          upstream.WatchFilteredEventsTotal.WithLabelValues(g, r),
-		gr:                     gr,
-		bookmarksSent:          bookmarksSent.WithLabelValues(g, r),
-		storageBookmarks:       storageBookmarks.WithLabelValues(g, r),
-		tickDuration:           tickDuration.WithLabelValues(g, r),
-		watchersDue:            watchersDue.WithLabelValues(g, r),
-		historyEvents:          historyEvents.WithLabelValues(g, r),
-		historyForcedEvictions: historyForcedEvictions.WithLabelValues(g, r),
-		expiredWatches:         expiredWatches.WithLabelValues(g, r),
-		backfilled:             backfills.WithLabelValues(g, r, "filled"),
-		backfillFailed:         backfills.WithLabelValues(g, r, "failed"),
-		freshnessTimeouts:      map[string]compbasemetrics.CounterMetric{},
-		freshnessProbes:        freshnessProbes.WithLabelValues(g, r),
-		storageWatchRetries:    storageWatchRetries.WithLabelValues(g, r),
-		dropped:                map[string]compbasemetrics.CounterMetric{},
-		notReady:               map[string]compbasemetrics.CounterMetric{},
-		readsToStorage:         map[storageRead]compbasemetrics.CounterMetric{},
+		ShardFiltered:          upstream.WatchFilteredEventsTotal.WithLabelValues(g, r),
+		GR:                     gr,
+		BookmarksSent:          bookmarksSent.WithLabelValues(g, r),
+		StorageBookmarks:       storageBookmarks.WithLabelValues(g, r),
+		TickDuration:           tickDuration.WithLabelValues(g, r),
+		WatchersDue:            watchersDue.WithLabelValues(g, r),
+		HistoryEvents:          historyEvents.WithLabelValues(g, r),
+		HistoryForcedEvictions: historyForcedEvictions.WithLabelValues(g, r),
+		ExpiredWatches:         expiredWatches.WithLabelValues(g, r),
+		Backfilled:             backfills.WithLabelValues(g, r, "filled"),
+		BackfillFailed:         backfills.WithLabelValues(g, r, "failed"),
+		FreshnessTimeouts:      map[string]compbasemetrics.CounterMetric{},
+		FreshnessProbes:        freshnessProbes.WithLabelValues(g, r),
+		StorageWatchRetries:    storageWatchRetries.WithLabelValues(g, r),
+		Dropped:                map[string]compbasemetrics.CounterMetric{},
+		NotReady:               map[string]compbasemetrics.CounterMetric{},
+		ReadsToStorage:         map[StorageRead]compbasemetrics.CounterMetric{},
 	}
-	for _, why := range notReadyReasons {
-		m.notReady[why] = notReady.WithLabelValues(g, r, why)
+	for _, why := range NotReadyReasons {
+		m.NotReady[why] = notReady.WithLabelValues(g, r, why)
 	}
-	for _, read := range storageReads {
-		m.readsToStorage[read] = readsToStorage.WithLabelValues(g, r, read.verb, read.reason)
+	for _, read := range StorageReads {
+		m.ReadsToStorage[read] = readsToStorage.WithLabelValues(g, r, read.verb, read.reason)
 	}
-	for _, what := range []string{dropEvent, dropMovedOut, dropInitialEvent, dropBookmark} {
-		m.dropped[what] = dropped.WithLabelValues(g, r, what)
+	for _, what := range []string{DropEvent, DropMovedOut, DropInitialEvent, DropBookmark} {
+		m.Dropped[what] = dropped.WithLabelValues(g, r, what)
 	}
-	for _, kind := range []string{requestWatchList, requestList} {
-		m.freshnessTimeouts[kind] = freshnessTimeouts.WithLabelValues(g, r, kind)
+	for _, kind := range []string{RequestWatchList, RequestList} {
+		m.FreshnessTimeouts[kind] = freshnessTimeouts.WithLabelValues(g, r, kind)
 	}
 	for _, s := range []watchlist.State{watchlist.WaitingForBookmark, watchlist.BookmarkReceived, watchlist.BookmarkSent} {
 		m.byState[s] = watchersByState.WithLabelValues(g, r, s.String())
@@ -218,102 +220,111 @@ func newResourceMetrics(gr schema.GroupResource) *resourceMetrics {
 
 // Kinds of request for freshness_timeouts_total.
 const (
-	requestWatchList = "watchlist"
-	requestList      = "list"
+	RequestWatchList = "watchlist"
+	RequestList      = "list"
 )
 
-// freshnessTimedOut counts err when it is the freshness timeout.
-func (m *resourceMetrics) freshnessTimedOut(kind string, err error) {
+// FreshnessTimedOut counts err when it is the freshness timeout.
+func (m *Resource) FreshnessTimedOut(kind string, err error) {
 	if storage.IsTooLargeResourceVersion(err) {
-		m.freshnessTimeouts[kind].Inc()
+		m.FreshnessTimeouts[kind].Inc()
 	}
 }
 
 // The fallback label of apiserver_watch_cache_consistent_read_total, as
 // upstream sets it.
 const (
-	fallbackNo      = "false"
-	fallbackYes     = "true"
-	fallbackSkipped = "skipped" // ConsistentListFromCacheSkipTimeoutFallback refused it
+	FallbackNo      = "false"
+	FallbackYes     = "true"
+	FallbackSkipped = "skipped" // ConsistentListFromCacheSkipTimeoutFallback refused it
 )
 
-// consistentRead counts a consistent list as upstream's
+// ConsistentRead counts a consistent list as upstream's
 // apiserver_watch_cache_consistent_read_total does: served (success) or not,
 // and whether it fell back to etcd.
-func (m *resourceMetrics) consistentRead(success bool, fallback string) {
-	upstream.ConsistentReadTotal.WithLabelValues(m.gr.Group, m.gr.Resource, strconv.FormatBool(success), fallback).Inc()
+func (m *Resource) ConsistentRead(success bool, fallback string) {
+	upstream.ConsistentReadTotal.WithLabelValues(m.GR.Group, m.GR.Resource, strconv.FormatBool(success), fallback).Inc()
 }
 
 // Reasons of not_ready_total.
 const (
-	notReadyRelist         = "relist"
-	notReadyStorageSilent  = "storage_silent"
-	notReadyStorageFailing = "storage_watch_failing"
-	notReadyStopped        = "stopped"
+	NotReadyRelist         = "relist"
+	NotReadyStorageSilent  = "storage_silent"
+	NotReadyStorageFailing = "storage_watch_failing"
+	NotReadyStopped        = "stopped"
 )
 
-// notReadyReasons are every reason of not_ready_total, each a series.
-var notReadyReasons = []string{notReadyRelist, notReadyStorageSilent, notReadyStorageFailing, notReadyStopped}
+// NotReadyReasons are every reason of not_ready_total, each a series.
+var NotReadyReasons = []string{NotReadyRelist, NotReadyStorageSilent, NotReadyStorageFailing, NotReadyStopped}
 
-// storageRead is a kind of read the cache sends on to etcd: a series of
+// StorageRead is a kind of read the cache sends on to etcd: a series of
 // reads_to_storage_total.
-type storageRead struct{ verb, reason string }
+type StorageRead struct{ verb, reason string }
 
 var (
-	getNotReady            = storageRead{"get", "not_ready"}
-	getConsistent          = storageRead{"get", "consistent"}
-	listNotReady           = storageRead{"list", "not_ready"}
-	listDelegated          = storageRead{"list", "delegated"}
-	listNoSnapshot         = storageRead{"list", "no_snapshot"}
-	listConsistentFallback = storageRead{"list", "consistent_fallback"}
+	GetNotReady            = StorageRead{"get", "not_ready"}
+	GetConsistent          = StorageRead{"get", "consistent"}
+	ListNotReady           = StorageRead{"list", "not_ready"}
+	ListDelegated          = StorageRead{"list", "delegated"}
+	ListNoSnapshot         = StorageRead{"list", "no_snapshot"}
+	ListConsistentFallback = StorageRead{"list", "consistent_fallback"}
 
-	storageReads = []storageRead{getNotReady, getConsistent, listNotReady, listDelegated, listNoSnapshot, listConsistentFallback}
+	StorageReads = []StorageRead{GetNotReady, GetConsistent, ListNotReady, ListDelegated, ListNoSnapshot, ListConsistentFallback}
 )
 
-// wentNotReady counts a transition from ready to not ready, for why.
-func (m *resourceMetrics) wentNotReady(why string) { m.notReady[why].Inc() }
+// WentNotReady counts a transition from ready to not ready, for why.
+func (m *Resource) WentNotReady(why string) { m.NotReady[why].Inc() }
 
-// readToStorage counts a read sent on to etcd.
-func (m *resourceMetrics) readToStorage(read storageRead) { m.readsToStorage[read].Inc() }
+// ReadToStorage counts a read sent on to etcd.
+func (m *Resource) ReadToStorage(read StorageRead) { m.ReadsToStorage[read].Inc() }
 
-func (m *resourceMetrics) watcherArrived(s watchlist.State, sharded bool) {
+func (m *Resource) WatcherArrived(s watchlist.State, sharded bool) {
 	m.byState[s].Inc()
 	if sharded {
 		m.shardedWatches.Inc()
 	}
 }
 
-func (m *resourceMetrics) watcherLeft(s watchlist.State, sharded bool) {
+func (m *Resource) WatcherLeft(s watchlist.State, sharded bool) {
 	m.byState[s].Dec()
 	if sharded {
 		m.shardedWatches.Dec()
 	}
 }
-func (m *resourceMetrics) watcherMoved(from, to watchlist.State) {
+func (m *Resource) WatcherMoved(from, to watchlist.State) {
 	m.byState[from].Dec()
 	m.byState[to].Inc()
 }
 
-func (m *resourceMetrics) setResourceVersion(rv uint64) { upstream.RecordResourceVersion(m.gr, rv) }
+func (m *Resource) SetResourceVersion(rv uint64) { upstream.RecordResourceVersion(m.GR, rv) }
 
-// historyBoundChanged feeds upstream's apiserver_watch_cache_capacity and
+// HistoryBoundChanged feeds upstream's apiserver_watch_cache_capacity and
 // its increase/decrease counters: the history's bound follows upstream's
 // rule, so the series mean the same.
-func (m *resourceMetrics) historyBoundChanged(old, bound int) {
-	upstream.RecordsWatchCacheCapacityChange(m.gr, old, bound)
+func (m *Resource) HistoryBoundChanged(old, bound int) {
+	upstream.RecordsWatchCacheCapacityChange(m.GR, old, bound)
 }
 
-// everyInterval runs a function at most once per interval: for log lines
+// EveryInterval runs a function at most once per interval: for log lines
 // that a storm would otherwise repeat thousands of times.
-type everyInterval struct {
-	interval time.Duration
+type EveryInterval struct {
+	Interval time.Duration
 	last     time.Time
 }
 
-func (e *everyInterval) Do(now time.Time, f func()) {
-	if !e.last.IsZero() && now.Sub(e.last) < e.interval {
+func (e *EveryInterval) Do(now time.Time, f func()) {
+	if !e.last.IsZero() && now.Sub(e.last) < e.Interval {
 		return
 	}
 	e.last = now
 	f()
 }
+
+// What the cache could not build for a client, by the label of
+// watchkeeper_watch_cache_dropped_total.
+const (
+	DropEvent        = "event"            // a live event (the object's metadata unreadable)
+	DropMovedOut     = "moved-out-delete" // the DELETED of an object that left a selector
+	DropInitialEvent = "initial-event"    // an ADDED of a watch's initial state
+	DropBookmark     = "bookmark"         // a bookmark or initial-events-end marker
+)

@@ -1,4 +1,4 @@
-package cacher
+package cachemetrics
 
 import (
 	"math"
@@ -33,60 +33,60 @@ import (
 
 // The stages, as upstream's dispatchStages defines them.
 const (
-	stageStorageToCache = iota
-	stageCacherQueue
-	stageWatcherQueue
-	stageWatcherToClient
-	stageTotal
+	StageStorageToCache = iota
+	StageCacherQueue
+	StageWatcherQueue
+	StageWatcherToClient
+	StageTotal
 	numStages
 )
 
-var stageLabels = [numStages]string{"storage_to_cache", "cacher_queue_latency", "watcher_queue_latency", "watcher_to_client_handler", "total"}
+var StageLabels = [numStages]string{"storage_to_cache", "cacher_queue_latency", "watcher_queue_latency", "watcher_to_client_handler", "total"}
 
 // stageHistogram is one stage of one resource: counts per bucket (the last
 // is +Inf) and the sum in nanoseconds, each added atomically.
 type stageHistogram struct {
-	counts   []atomic.Uint64
-	sumNanos atomic.Int64
+	Counts   []atomic.Uint64
+	SumNanos atomic.Int64
 }
 
-// resourceStages is the histogram of one resource, shared by every cache
+// ResourceStages is the histogram of one resource, shared by every cache
 // of it in the process, as upstream's vec child is.
-type resourceStages struct {
+type ResourceStages struct {
 	gr schema.GroupResource
 	// bounds are the buckets' upper bounds in nanoseconds.
 	bounds []int64
-	stages [numStages]stageHistogram
+	Stages [numStages]stageHistogram
 }
 
-func newResourceStages(gr schema.GroupResource, bounds []int64) *resourceStages {
-	r := &resourceStages{gr: gr, bounds: bounds}
-	for i := range r.stages {
-		r.stages[i].counts = make([]atomic.Uint64, len(bounds)+1)
+func NewResourceStages(gr schema.GroupResource, bounds []int64) *ResourceStages {
+	r := &ResourceStages{gr: gr, bounds: bounds}
+	for i := range r.Stages {
+		r.Stages[i].Counts = make([]atomic.Uint64, len(bounds)+1)
 	}
 	return r
 }
 
-func (r *resourceStages) add(stage int, d time.Duration, n uint64) {
+func (r *ResourceStages) Add(stage int, d time.Duration, n uint64) {
 	if d < 0 {
 		d = 0
 	}
 	b, _ := slices.BinarySearch(r.bounds, int64(d))
-	h := &r.stages[stage]
-	h.counts[b].Add(n)
-	h.sumNanos.Add(int64(d) * int64(n))
+	h := &r.Stages[stage]
+	h.Counts[b].Add(n)
+	h.SumNanos.Add(int64(d) * int64(n))
 }
 
-// observe adds n deliveries of an event that passed t, queued for each
+// Observe adds n deliveries of an event that passed t, queued for each
 // watcher at queued, dequeued at dequeued and sent at sent (UnixNano).
-func (r *resourceStages) observe(t objects.EventTimes, queued, dequeued, sent int64, n uint64) {
+func (r *ResourceStages) Observe(t objects.EventTimes, queued, dequeued, sent int64, n uint64) {
 	if t.Decoded != 0 {
-		r.add(stageStorageToCache, time.Duration(t.Received-t.Decoded), n)
-		r.add(stageTotal, time.Duration(sent-t.Decoded), n)
+		r.Add(StageStorageToCache, time.Duration(t.Received-t.Decoded), n)
+		r.Add(StageTotal, time.Duration(sent-t.Decoded), n)
 	}
-	r.add(stageCacherQueue, time.Duration(t.Dispatched-t.Received), n)
-	r.add(stageWatcherQueue, time.Duration(dequeued-queued), n)
-	r.add(stageWatcherToClient, time.Duration(sent-dequeued), n)
+	r.Add(StageCacherQueue, time.Duration(t.Dispatched-t.Received), n)
+	r.Add(StageWatcherQueue, time.Duration(dequeued-queued), n)
+	r.Add(StageWatcherToClient, time.Duration(sent-dequeued), n)
 }
 
 // dispatchStagesCollector exports every resource's stages.
@@ -96,10 +96,10 @@ type dispatchStagesCollector struct {
 	bounds []float64
 
 	mu        sync.Mutex
-	resources map[schema.GroupResource]*resourceStages
+	resources map[schema.GroupResource]*ResourceStages
 }
 
-var dispatchStages = &dispatchStagesCollector{resources: map[schema.GroupResource]*resourceStages{}}
+var DispatchStages = &dispatchStagesCollector{resources: map[schema.GroupResource]*ResourceStages{}}
 
 // register takes upstream's vec's name, help and buckets (after
 // upstream.Register, which annotates the help with the stability level) and
@@ -117,8 +117,8 @@ func (c *dispatchStagesCollector) register() prometheus.Collector {
 	return c
 }
 
-// forResource is gr's histogram, made on first use.
-func (c *dispatchStagesCollector) forResource(gr schema.GroupResource) *resourceStages {
+// ForResource is gr's histogram, made on first use.
+func (c *dispatchStagesCollector) ForResource(gr schema.GroupResource) *ResourceStages {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if r, ok := c.resources[gr]; ok {
@@ -132,7 +132,7 @@ func (c *dispatchStagesCollector) forResource(gr schema.GroupResource) *resource
 	for i, b := range buckets {
 		bounds[i] = int64(math.Round(b * float64(time.Second)))
 	}
-	r := newResourceStages(gr, bounds)
+	r := NewResourceStages(gr, bounds)
 	c.resources[gr] = r
 	return r
 }
@@ -145,7 +145,7 @@ func (c *dispatchStagesCollector) Describe(chan<- *prometheus.Desc) {}
 func (c *dispatchStagesCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	desc, bounds := c.desc, c.bounds
-	resources := make([]*resourceStages, 0, len(c.resources))
+	resources := make([]*ResourceStages, 0, len(c.resources))
 	for _, r := range c.resources {
 		resources = append(resources, r)
 	}
@@ -155,13 +155,13 @@ func (c *dispatchStagesCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	theirs := upstreamSeries()
 	for _, r := range resources {
-		for i := range r.stages {
-			if theirs[seriesKey{r.gr.Group, r.gr.Resource, stageLabels[i]}] {
+		for i := range r.Stages {
+			if theirs[seriesKey{r.gr.Group, r.gr.Resource, StageLabels[i]}] {
 				continue
 			}
-			m, err := r.stages[i].metric(desc, bounds, r.gr, stageLabels[i])
+			m, err := r.Stages[i].metric(desc, bounds, r.gr, StageLabels[i])
 			if err != nil {
-				klog.ErrorS(err, "Could not export a dispatch stage", "resource", r.gr.String(), "stage", stageLabels[i])
+				klog.ErrorS(err, "Could not export a dispatch stage", "resource", r.gr.String(), "stage", StageLabels[i])
 				continue
 			}
 			ch <- m
@@ -174,13 +174,13 @@ func (c *dispatchStagesCollector) Collect(ch chan<- prometheus.Metric) {
 func (h *stageHistogram) metric(desc *prometheus.Desc, bounds []float64, gr schema.GroupResource, stage string) (prometheus.Metric, error) {
 	buckets := make(map[float64]uint64, len(bounds))
 	var count uint64
-	for i := range h.counts {
-		count += h.counts[i].Load()
+	for i := range h.Counts {
+		count += h.Counts[i].Load()
 		if i < len(bounds) {
 			buckets[bounds[i]] = count
 		}
 	}
-	sum := time.Duration(h.sumNanos.Load()).Seconds()
+	sum := time.Duration(h.SumNanos.Load()).Seconds()
 	return prometheus.NewConstHistogram(desc, count, sum, buckets, gr.Group, gr.Resource, stage)
 }
 
@@ -216,4 +216,13 @@ func upstreamSeries() map[seriesKey]bool {
 	}
 	<-done
 	return series
+}
+
+// Count is what a stage has observed: how many, and their sum.
+func (r *ResourceStages) Count(stage int) (uint64, time.Duration) {
+	var n uint64
+	for i := range r.Stages[stage].Counts {
+		n += r.Stages[stage].Counts[i].Load()
+	}
+	return n, time.Duration(r.Stages[stage].SumNanos.Load())
 }
