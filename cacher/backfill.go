@@ -46,7 +46,7 @@ var errBackfillCoolingDown = fmt.Errorf("a history backfill failed less than %v 
 func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
 	b := &c.feed.backfills
 	for {
-		start, fromList := c.state.historyStart()
+		start, fromList := c.state.HistoryStart()
 		if !fromList || rv >= start {
 			return nil
 		}
@@ -133,7 +133,7 @@ func (c *Cacher) runBackfill(run *backfillRun) {
 // has compacted rv away a read fails and the clients get their 410, as
 // they should.
 func (c *Cacher) fillHistory(ctx context.Context, rv uint64, afterList bool) error {
-	start, fromList := c.state.historyStart()
+	start, fromList := c.state.HistoryStart()
 	if !fromList || rv >= start {
 		return nil
 	}
@@ -150,7 +150,7 @@ func (c *Cacher) fillHistory(ctx context.Context, rv uint64, afterList bool) err
 	}
 	c.linkBackfill(events, state)
 
-	if err := c.state.prependHistory(events, rv, start, c.clock.Now()); err != nil {
+	if err := c.state.PrependHistory(events, rv, start, c.clock.Now()); err != nil {
 		return err
 	}
 	c.logger.Info("Backfilled the watch cache history from etcd", "afterList", afterList,

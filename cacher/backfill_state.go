@@ -71,7 +71,7 @@ func (c *Cacher) newPastStateReader(ctx context.Context, rv uint64) *pastStateRe
 	keysCtx, cancel := context.WithCancel(ctx)
 	return &pastStateReader{
 		c: c, rv: rv, parent: ctx, ctx: keysCtx, cancel: cancel,
-		wholeAbove: c.state.objectCount() / 2,
+		wholeAbove: c.state.ObjectCount() / 2,
 		seen:       map[string]bool{}, state: map[string]*objects.Object{},
 	}
 }

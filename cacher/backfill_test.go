@@ -17,52 +17,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
-
-func TestHistoryPrepend(t *testing.T) {
-	at := func(d time.Duration) time.Time { return historyEpoch.Add(d) }
-	for _, tc := range []struct {
-		name      string
-		capacity  int
-		held      []uint64 // after a reset at 100
-		prepend   []uint64
-		from      uint64
-		wantRVs   []uint64
-		wantStart uint64
-	}{
-		{"fills the gap before the list", 10, []uint64{101, 102}, []uint64{95, 97}, 90, []uint64{95, 97, 101, 102}, 90},
-		{"an empty gap still moves the start", 10, []uint64{101}, nil, 90, []uint64{101}, 90},
-		{"capacity keeps the newest", 4, []uint64{101, 102}, []uint64{91, 93, 95, 97}, 90, []uint64{95, 97, 101, 102}, 93},
-		{"no room at all: unchanged", 2, []uint64{101, 102}, []uint64{95, 97}, 90, []uint64{101, 102}, 100},
-		{"into an empty history", 10, nil, []uint64{95}, 90, []uint64{95}, 90},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHistory(time.Minute, tc.capacity)
-			h.reset(100)
-			for i, rv := range tc.held {
-				h.add(historyEvent(rv, at(time.Duration(i+1)*time.Second)), at(0))
-			}
-			var events []*objects.Event
-			for _, rv := range tc.prepend {
-				events = append(events, historyEvent(rv, at(time.Hour)))
-			}
-			h.prepend(events, tc.from, at(10*time.Second))
-			if got := historyRVs(t, h); !slices.Equal(got, tc.wantRVs) || h.startRV != tc.wantStart {
-				t.Fatalf("after prepend: %v from %d, want %v from %d", got, h.startRV, tc.wantRVs, tc.wantStart)
-			}
-			// Prepended events age out no later than what followed them.
-			if h.len() > 0 && len(tc.held) > 0 && h.oldest().RecordedNanos > at(time.Second).UnixNano() {
-				t.Errorf("the oldest event is stamped %v, after the first held one", time.Unix(0, h.oldest().RecordedNanos))
-			}
-			// Growing after a prepend keeps order.
-			h.add(historyEvent(200, at(20*time.Second)), at(20*time.Second))
-			if got := historyRVs(t, h); got[len(got)-1] != 200 || !slices.IsSorted(got) {
-				t.Fatalf("after an add: %v", got)
-			}
-		})
-	}
-}
 
 // cacherListedAt100 is a ready cacher that listed pod a@97 at RV 100, over
 // a fake etcd whose state at RV 90 (a@90) a backfill reads, and the cache's
@@ -112,9 +67,7 @@ func TestBackfillBeforeTheList(t *testing.T) {
 	if ev := cachertest.NextEvent(t, r.w); ev.Type != watch.Added || cachertest.EventRV(t, ev) != 101 {
 		t.Fatalf("then %s, want ADDED a@101", cachertest.Describe(ev))
 	}
-	c.state.mu.RLock()
-	start, fromList := c.state.history.startRV, c.state.history.fromList
-	c.state.mu.RUnlock()
+	start, fromList := c.state.HistoryStart()
 	if start != 90 || !fromList {
 		t.Errorf("history starts at %d (fromList %v), want 90", start, fromList)
 	}
@@ -485,11 +438,11 @@ func TestListBackfillsTheHistoryBeforeAnyResume(t *testing.T) {
 	bw.SendBookmark(t, 100)
 	deadline := time.Now().Add(cachertest.WaitFor)
 	for {
-		if start, _ := c.state.historyStart(); start == 70 {
+		if start, _ := c.state.HistoryStart(); start == 70 {
 			break
 		}
 		if time.Now().After(deadline) {
-			start, _ := c.state.historyStart()
+			start, _ := c.state.HistoryStart()
 			t.Fatalf("history starts at %d, want 70: the backfill after the list did not land", start)
 		}
 		time.Sleep(time.Millisecond)

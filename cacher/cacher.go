@@ -18,6 +18,7 @@ import (
 	"github.com/watchkeeper/watchkeeper/bookmarks"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/state"
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
 
@@ -56,7 +57,7 @@ type Cacher struct {
 	// state is the objects, history and snapshots (cacheState); hub the
 	// watchers and the bookmark calendar. Each has its own lock; the order
 	// is in doc.go.
-	state *cacheState
+	state *state.State
 	hub   *hub
 	// feed is what the storage feed keeps between its goroutines (feed.go);
 	// fan what the fan-out side does (the dispatcher and the watchers).
@@ -107,7 +108,7 @@ func New(cfg Config) (*Cacher, error) {
 		stopCh:   make(chan struct{}),
 		incoming: make(chan *objects.Event, incomingBuffer),
 		fan:      fanOut{bookmarkAll: make(chan bookmarkAllRequest)},
-		state: newCacheState(cfg.ResourcePrefix, cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
+		state: state.New(cfg.ResourcePrefix, cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
 			utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot), metrics, cfg.Clock.Now()),
 		hub: newHub(bookmarks.Policy{Frequency: cfg.BookmarkFrequency, PreDeadlineOffset: cfg.BookmarkPreDeadlineOffset},
 			cfg.BookmarkGranularity, cfg.Clock),
@@ -154,17 +155,17 @@ func (c *Cacher) Stop() {
 
 // Ready reports whether the cache has its first list in and is serving.
 func (c *Cacher) Ready() bool {
-	return c.state.isReady()
+	return c.state.IsReady()
 }
 
 // WaitReady blocks until the cache is ready, ctx ends or the cache stops.
 func (c *Cacher) WaitReady(ctx context.Context) error {
 	for {
-		state, _, changed := c.state.readiness()
-		switch state {
-		case stateReady:
+		ready, _, changed := c.state.Readiness()
+		switch ready {
+		case state.Ready:
 			return nil
-		case stateStopped:
+		case state.Stopped:
 			return fmt.Errorf("watch cache of %v stopped", c.cfg.GroupResource)
 		}
 		select {
@@ -240,7 +241,7 @@ func (c *Cacher) keys(ctx context.Context) ([]string, error) {
 	if err := c.waitFresh(ctx, rv); err != nil {
 		return nil, err
 	}
-	return c.state.keys(), nil
+	return c.state.Keys(), nil
 }
 
 // GroupResource is the resource the cache holds.

@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"github.com/watchkeeper/watchkeeper/internal/testchild"
 )
 
@@ -360,7 +361,14 @@ func TestMovedOutDeleteDoesNotMutateCache(t *testing.T) {
 	}
 	// Replaying from 100 converts the same history event again; the old
 	// object the first conversion copied must still be at 90.
-	for _, e := range mustSince(t, c.state.history, 100) {
+	var since []*objects.Event
+	c.state.Read(func() {
+		var ok bool
+		if since, ok = c.state.SinceLocked(100); !ok {
+			t.Fatal("the history does not reach back to 100")
+		}
+	})
+	for _, e := range since {
 		if e.Prev != nil {
 			if rv, _ := c.cfg.Versioner.ObjectResourceVersion(e.Prev.Obj); rv != 90 {
 				t.Errorf("the cached previous object's RV is %d after conversion, want 90", rv)
@@ -807,8 +815,6 @@ func watchListSetup(t *testing.T) (*testCacher, watch.Interface, context.CancelF
 	// The initial events do not count against the queue's bound, the live
 	// ones do: the third finds it full.
 	cachertest.Poll(t, "the dispatcher to close the slow watcher", func() bool {
-		c.state.mu.RLock()
-		defer c.state.mu.RUnlock()
 		return !c.hub.has(w.(*watcher))
 	})
 	return c, w, cancel
@@ -975,7 +981,7 @@ func TestStorageWatchErrorRelists(t *testing.T) {
 				}
 			}
 			c.waitReady(t)
-			if got := c.state.currentRV(); got != 300 {
+			if got := c.state.CurrentRV(); got != 300 {
 				t.Errorf("cache RV %d after the relist, want 300", got)
 			}
 			w := c.startWatch(t, context.Background(), "0", cachertest.Everything(false))
@@ -1236,7 +1242,7 @@ func TestEndWatchesDrainsAndKeepsTheCache(t *testing.T) {
 		for _, ev := range cachertest.DrainUntilClosed(t, w) {
 			rvs = append(rvs, cachertest.EventRV(t, ev))
 		}
-		if diff := cmp.Diff(seq(101, 100+events), rvs); diff != "" {
+		if diff := cmp.Diff(cachertest.Seq(101, 100+events), rvs); diff != "" {
 			t.Errorf("watch %d: events before the close (-want +got):\n%s", i, diff)
 		}
 	}

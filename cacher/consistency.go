@@ -68,7 +68,7 @@ func (c *Cacher) checkConsistency(ctx context.Context) error {
 	count := func(status string) {
 		upstream.StorageConsistencyCheckTotal.WithLabelValues(c.cfg.GroupResource.Group, c.cfg.GroupResource.Resource, status).Inc()
 	}
-	cached, rv, ready, err := c.state.objectRVs(c.cfg.Versioner.ObjectResourceVersion)
+	cached, rv, ready, err := c.state.ObjectRVs(c.cfg.Versioner.ObjectResourceVersion)
 	if !ready {
 		return fmt.Errorf("watch cache of %v not ready", c.cfg.GroupResource)
 	}

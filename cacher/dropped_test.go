@@ -5,13 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 )
 
 // A bookmark the cache cannot build (here the resource's empty object has no

@@ -1,11 +1,12 @@
 package cacher
 
 import (
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // eventObjects turns one cached event into what each interested watcher is

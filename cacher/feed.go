@@ -4,9 +4,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
-
 	"google.golang.org/grpc/metadata"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
 )
 
 // storageFeed is what the cache's storage feed keeps: the reflector (its

@@ -35,5 +35,5 @@ func (c *Cacher) feedChecks() {
 // every event, a label lookup each (about 1 us of a write); once a period
 // is as current as any scrape can tell.
 func (c *Cacher) forgetCompacted() {
-	c.metrics.SetResourceVersion(c.state.forgetCompacted(c.storage.CompactRevision()))
+	c.metrics.SetResourceVersion(c.state.ForgetCompacted(c.storage.CompactRevision()))
 }

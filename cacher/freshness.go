@@ -55,7 +55,7 @@ func (c *Cacher) awaitRV(ctx context.Context, rv uint64, bound time.Duration, ob
 	}
 	var timeout clock.Timer
 	for {
-		cur, advanced := c.state.progress()
+		cur, advanced := c.state.Progress()
 		if cur >= rv {
 			return nil
 		}

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	"go.uber.org/goleak"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,6 +18,8 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 )
 
 // TestMain fails the run, through goleak, if any goroutine outlives the
@@ -179,7 +179,7 @@ func (tc *testCacher) waitReady(t *testing.T) {
 // waitRV waits until the cache has applied rv.
 func (tc *testCacher) waitRV(t *testing.T, rv uint64) {
 	t.Helper()
-	cachertest.Poll(t, fmt.Sprintf("the cache to reach RV %d", rv), func() bool { return tc.state.currentRV() >= rv })
+	cachertest.Poll(t, fmt.Sprintf("the cache to reach RV %d", rv), func() bool { return tc.state.CurrentRV() >= rv })
 }
 
 // cacheTimers is how many timers an idle cache arms on its clock: the

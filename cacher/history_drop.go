@@ -9,5 +9,5 @@ package cacher
 // suite trims its cache's buffer by hand the same way (compactWatch in
 // k8s.io/apiserver's pkg/storage/cacher tests).
 func (c *Cacher) DropHistoryThrough(rv uint64) {
-	c.state.dropHistoryThrough(rv)
+	c.state.DropHistoryThrough(rv)
 }

@@ -4,11 +4,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
 	"k8s.io/utils/clock"
 
 	"github.com/watchkeeper/watchkeeper/bookmarks"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // hub is the fan-out side's registry: the open watchers, filed for the

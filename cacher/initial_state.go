@@ -3,12 +3,12 @@ package cacher
 import (
 	"context"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/state"
 )
 
 // A watch that starts from the state (a WatchList, or a watch from RV "0")
@@ -29,7 +29,7 @@ import (
 // storm does not hold up the reflector, lists and Gets for the length of a
 // full scan each.
 func (c *Cacher) initialState(ctx context.Context, key string, opts storage.ListOptions) ([]watch.Event, []*objects.Object, uint64, error) {
-	objs, rv, since, ok := c.state.startingState(ctx, key, opts)
+	objs, rv, since, ok := c.state.StartingState(ctx, key, opts)
 	if !ok {
 		return nil, nil, 0, notReadyError(c.clock.Now(), since)
 	}
@@ -105,7 +105,7 @@ func (c *Cacher) fold(events []watch.Event, objs []*objects.Object, w *watcher, 
 			upserts = append(upserts, o)
 		}
 	}
-	sortObjects(upserts)
+	state.SortObjects(upserts)
 	rv := changes[len(changes)-1].RV
 	out := make([]watch.Event, 0, len(events)+len(upserts))
 	i, j := 0, 0

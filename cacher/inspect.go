@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/watchkeeper/watchkeeper/bookmarks"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/state"
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
 
@@ -70,7 +71,9 @@ func (c *Cacher) Inspect(ctx context.Context) Inspection {
 		in.LastHeard = time.Unix(0, heard)
 	}
 
-	in.Ready, in.CacheRV, in.History = c.state.inspect()
+	var hi state.HistoryStats
+	in.Ready, in.CacheRV, hi = c.state.Inspect()
+	in.History = HistoryInspection(hi)
 	c.hub.each(func(w *watcher) { in.Watchers[w.listState()]++ })
 	in.Calendar = c.hub.calendarSlots()
 

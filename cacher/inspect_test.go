@@ -6,14 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/utils/ptr"
 
 	"github.com/watchkeeper/watchkeeper/bookmarks"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/state"
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
 
@@ -69,7 +69,7 @@ func TestInspect(t *testing.T) {
 		t.Errorf("calendar: %+v, want %+v", in.Calendar, want)
 	}
 	h := in.History
-	if h.Events != 2 || h.OldestRV != 101 || h.NewestRV != 102 || h.StartRV != 100 || h.Bound != minHistory ||
+	if h.Events != 2 || h.OldestRV != 101 || h.NewestRV != 102 || h.StartRV != 100 || h.Bound != state.MinHistory ||
 		!h.OldestAt.Equal(testEpoch) || !h.NewestAt.Equal(testEpoch.Add(time.Second)) {
 		t.Errorf("history: %+v", h)
 	}

@@ -4,10 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
@@ -16,6 +12,9 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // countingSelector is a field selector that counts its matches.

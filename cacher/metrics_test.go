@@ -7,10 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -21,6 +17,9 @@ import (
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 )
 
 // The upstream series mean what upstream's mean, so kube-apiserver

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"iter"
 	"reflect"
-	"sort"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -15,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // listLimit is the page size a list from the cache honours. A limit on RV
@@ -39,7 +38,7 @@ func (c *Cacher) listFromCache(ctx context.Context, key string, opts storage.Lis
 		}
 		start = from
 	}
-	walk, hint, index, cacheRV := c.state.listCurrent(ctx, key, start, opts)
+	walk, hint, index, cacheRV := c.state.ListCurrent(ctx, key, start, opts)
 
 	// Later pages carry the RV in their continue token: the snapshot of
 	// that state serves them (or etcd, which has its revisions).
@@ -195,8 +194,4 @@ func setObject(objPtr, obj runtime.Object) error {
 	}
 	dst.Set(src)
 	return nil
-}
-
-func sortObjects(objs []*objects.Object) {
-	sort.Slice(objs, func(i, j int) bool { return objs[i].Key < objs[j].Key })
 }

@@ -11,10 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -24,6 +20,9 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // A list of everything is made as long as the hint says and fitted to what
@@ -266,7 +265,7 @@ func BenchmarkListAfterWrites(b *testing.B) {
 			for i := range 10_000 {
 				sw.Send(b, watch.Added, cachertest.NewPod(fmt.Sprintf("pod-%05d", i), uint64(101+i), map[string]string{"app": "web"}, "node1"))
 			}
-			cachertest.Poll(b, "applied", func() bool { return c.state.currentRV() >= 10_100 })
+			cachertest.Poll(b, "applied", func() bool { return c.state.CurrentRV() >= 10_100 })
 			opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: cachertest.Everything(false)}
 			b.ResetTimer()
 			for b.Loop() {
@@ -293,7 +292,7 @@ func BenchmarkListPastRV(b *testing.B) {
 	for i := range n + later {
 		sw.Send(b, watch.Added, cachertest.NewPod(fmt.Sprintf("pod-%05d", i), uint64(101+i), map[string]string{"app": "web"}, "node1"))
 	}
-	cachertest.Poll(b, "applied", func() bool { return c.state.currentRV() >= 100+n+later })
+	cachertest.Poll(b, "applied", func() bool { return c.state.CurrentRV() >= 100+n+later })
 	rv := fmt.Sprint(100 + n)
 	b.Run("rv0", func(b *testing.B) {
 		opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: cachertest.Everything(false)}

@@ -4,45 +4,10 @@ import (
 	"math"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
-
 	"k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
 )
-
-type readyState int
-
-const (
-	statePending readyState = iota // no list in yet, or relisting
-	stateReady
-	stateStopped
-)
-
-// readiness is the cache's serving state; cacheState.mu guards it.
-type readiness struct {
-	state readyState
-	// since is when the cache last stopped being ready, for Retry-After.
-	since time.Time
-	// changed is closed and replaced on every transition.
-	changed chan struct{}
-}
-
-func (r *readiness) init(now time.Time) {
-	r.state, r.since, r.changed = statePending, now, make(chan struct{})
-}
-
-func (r *readiness) set(s readyState, now time.Time) {
-	if r.state == s || r.state == stateStopped {
-		return
-	}
-	if s == statePending {
-		r.since = now
-	}
-	r.state = s
-	close(r.changed)
-	r.changed = make(chan struct{})
-}
-
-func (r *readiness) stop() { r.set(stateStopped, time.Time{}) }
 
 // goNotReady takes the cache out of service for why: pending until a list
 // or its storage watch mends it, or stopped for good; alsoLocked runs in
@@ -50,7 +15,7 @@ func (r *readiness) stop() { r.set(stateStopped, time.Time{}) }
 // from ready is counted (not_ready_total), so an operator sees why reads
 // went to etcd or got 429.
 func (c *Cacher) goNotReady(why string, alsoLocked func()) {
-	if c.state.goNotReady(why == cachemetrics.NotReadyStopped, c.clock.Now(), alsoLocked) {
+	if c.state.GoNotReady(why == cachemetrics.NotReadyStopped, c.clock.Now(), alsoLocked) {
 		c.metrics.WentNotReady(why)
 	}
 }

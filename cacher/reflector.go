@@ -7,10 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
 	"google.golang.org/grpc/metadata"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -20,6 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // Backoff between failed list-and-watch attempts: fast at first, so a blip
@@ -155,7 +154,7 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	// The watchers go with the state they started from, under the same lock.
 	// The initialization is counted under it too: whoever sees the cache
 	// ready sees it counted.
-	if err := c.state.relist(objs, rv, c.clock.Now(), c.terminateAll, func() {
+	if err := c.state.Relist(objs, rv, c.clock.Now(), c.terminateAll, func() {
 		c.metrics.Initializations.Inc()
 		c.metrics.InitDuration.Observe(c.clock.Since(start).Seconds())
 	}); err != nil {
@@ -256,7 +255,7 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 					return rv, delivered, err
 				}
 				c.metrics.StorageBookmarks.Inc()
-				c.state.advance(next)
+				c.state.Advance(next)
 				c.push(objects.Progress(next))
 				rv = max(rv, next)
 				if !delivered {
@@ -284,7 +283,7 @@ func (c *Cacher) answered() {
 	if !c.feed.silenced.Load() {
 		return
 	}
-	c.state.readyAgainIf(c.clock.Now(), func() bool { return c.feed.silenced.CompareAndSwap(true, false) })
+	c.state.ReadyAgainIf(c.clock.Now(), func() bool { return c.feed.silenced.CompareAndSwap(true, false) })
 }
 
 // apply records one change in the store and the history and queues it for
@@ -300,7 +299,7 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 	// Only this goroutine writes the state, so the object the event
 	// replaces can be read before the lock, and the event linked to it:
 	// nobody sees the event before the state holds it.
-	prev := c.state.peek(cur.Key)
+	prev := c.state.Peek(cur.Key)
 	if e.Type == watch.Deleted && c.cfg.StorageWatchWithoutPrevKV {
 		// Without previous values a DELETE names the object only: clients
 		// are sent the cached object at the delete's RV, as etcd's
@@ -312,7 +311,7 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 		cur.ShareUnchanged(prev)
 	}
 	c.linkPrev(e, prev)
-	forced, err := c.state.apply(e, now)
+	forced, err := c.state.Apply(e, now)
 	if err != nil {
 		return 0, err
 	}

@@ -10,14 +10,14 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-	"github.com/watchkeeper/watchkeeper/internal/aliasing"
 	"google.golang.org/grpc/metadata"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+	"github.com/watchkeeper/watchkeeper/internal/aliasing"
 )
 
 // Each cache's etcd watch and its progress requests share one gRPC stream
@@ -87,11 +87,11 @@ func TestUpdateSharesUnchangedAttributes(t *testing.T) {
 	sw, _ := fs.WaitWatch(t, 1)
 	cached := func() *objects.Object {
 		t.Helper()
-		item, ok, _ := c.state.store.GetByKey("/pods/ns/a")
+		o, ok, _ := c.state.Get("/pods/ns/a")
 		if !ok {
 			t.Fatal("pod a not cached")
 		}
-		return item.(*objects.Object)
+		return o
 	}
 	v1 := cached()
 

@@ -40,7 +40,7 @@ func singleObject(key string, opts storage.ListOptions) (objKey, name string, ok
 // it lies between rv and the start. False when no object was there at the
 // start (it may have been deleted in the gap), or it was written after rv.
 func (c *Cacher) unchangedSinceLocked(key, name string, rv uint64) bool {
-	o := c.state.atHistoryStartLocked(key)
+	o := c.state.AtHistoryStartLocked(key)
 	if o == nil {
 		return false
 	}
@@ -61,6 +61,6 @@ func (c *Cacher) unchangedSince(key string, opts storage.ListOptions, rv uint64)
 		return false
 	}
 	var unchanged bool
-	c.state.read(func() { unchanged = c.unchangedSinceLocked(objKey, name, rv) })
+	c.state.Read(func() { unchanged = c.unchangedSinceLocked(objKey, name, rv) })
 	return unchanged
 }

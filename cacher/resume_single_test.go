@@ -3,11 +3,11 @@ package cacher
 import (
 	"testing"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 )
 
 // A watch of one object resuming from before the cache's list needs no
@@ -46,7 +46,7 @@ func TestResumeOfOneUnchangedObjectNeedsNoBackfill(t *testing.T) {
 			sw, _ := fs.WaitWatch(t, 1)
 			if tc.aChanged {
 				sw.Send(t, watch.Modified, cachertest.NewPod("a", 101, map[string]string{"v": "101"}, ""))
-				cachertest.Poll(t, "the cache to apply a@101", func() bool { return c.state.currentRV() >= 101 })
+				cachertest.Poll(t, "the cache to apply a@101", func() bool { return c.state.CurrentRV() >= 101 })
 			}
 			fs.SetList(95, cachertest.NewPod("a", 90, nil, ""))
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	goerrors "errors"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
-
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -13,6 +11,8 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/cacher/delegator"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
 )
 
 // Routing: which reads the cache serves and which go to etcd, in one place,
@@ -46,7 +46,7 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 	if err := c.waitFresh(ctx, rv); err != nil {
 		return err
 	}
-	o, ok, cacheRV := c.state.get(key)
+	o, ok, cacheRV := c.state.Get(key)
 	if !ok {
 		if opts.IgnoreNotFound {
 			return runtime.SetZeroValue(objPtr)
@@ -65,7 +65,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		return err
 	}
 	var helper delegator.Helper = delegator.CacheWithoutSnapshots{}
-	if c.state.snapshotting {
+	if c.state.SnapshotsOn() {
 		helper = snapshotHelper{c}
 	}
 	decision, err := delegator.ShouldDelegateList(opts, helper)
@@ -76,7 +76,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		// A list at an RV ahead of the cache waits for the cache to reach
 		// it, as upstream does, and is a 504 if it does not: etcd would read
 		// an RV beyond int64 as a negative revision and answer 500.
-		if rv, err := c.cfg.Versioner.ParseResourceVersion(opts.ResourceVersion); err == nil && rv > 0 && c.Ready() && rv > c.state.currentRV() {
+		if rv, err := c.cfg.Versioner.ParseResourceVersion(opts.ResourceVersion); err == nil && rv > 0 && c.Ready() && rv > c.state.CurrentRV() {
 			if err := c.waitFresh(ctx, rv); err != nil {
 				c.metrics.FreshnessTimedOut(cachemetrics.RequestList, err)
 				return err
@@ -98,7 +98,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 			c.metrics.ReadToStorage(cachemetrics.ListNotReady)
 			return c.storage.GetList(ctx, key, opts, listObj)
 		}
-		_, since, _ := c.state.readiness()
+		_, since, _ := c.state.Readiness()
 		return notReadyError(c.clock.Now(), since)
 	}
 	if at, fromKey, ok := c.pastListPoint(opts, preparedKey); ok {
@@ -196,10 +196,10 @@ func (h snapshotHelper) ShouldDelegateExactRV(rv string, recursive bool) (delega
 // catch up (upstream's rule); one it has reached, from a snapshot that
 // still holds it.
 func (h snapshotHelper) exactRV(rv uint64) delegator.Result {
-	if rv > h.c.state.currentRV() {
+	if rv > h.c.state.CurrentRV() {
 		return delegator.Result{ShouldDelegate: !delegator.ConsistentReadSupported()}
 	}
-	return delegator.Result{ShouldDelegate: !h.c.state.hasStateAt(rv, h.c.storage.CompactRevision())}
+	return delegator.Result{ShouldDelegate: !h.c.state.HasStateAt(rv, h.c.storage.CompactRevision())}
 }
 
 func (h snapshotHelper) ShouldDelegateContinue(token string, recursive bool) (delegator.Result, error) {
@@ -226,7 +226,7 @@ func (h snapshotHelper) ShouldDelegateConsistentRead() (delegator.Result, error)
 // form), or a continue token with its first page's RV. ok is false for a
 // list of the current state.
 func (c *Cacher) pastListPoint(opts storage.ListOptions, key string) (rv uint64, fromKey string, ok bool) {
-	if !c.state.snapshotting || !opts.Recursive {
+	if !c.state.SnapshotsOn() || !opts.Recursive {
 		return 0, "", false
 	}
 	if token := opts.Predicate.Continue; token != "" {

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 )
 
 // Before a server stops, every watcher that takes bookmarks gets one at the

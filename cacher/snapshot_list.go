@@ -16,10 +16,10 @@ var _ delegator.Helper = snapshotHelper{}
 
 // listFromSnapshot serves a page of the state at rv, from fromKey on.
 func (c *Cacher) listFromSnapshot(key, fromKey string, rv uint64, opts storage.ListOptions, listObj runtime.Object) error {
-	state, ok := c.state.snapshotAt(rv, c.storage.CompactRevision())
+	state, ok := c.state.SnapshotAt(rv, c.storage.CompactRevision())
 	if !ok {
 		return errNoSnapshot
 	}
 	// A checkpoint is never written: it is read without the lock.
-	return c.fillList(listObj, state.ascend(key, fromKey), c.state.sizeHint(key, state.tree), "", key, rv, listLimit(opts), opts)
+	return c.fillList(listObj, state.Ascend(key, fromKey), c.state.SizeHint(key, state.Tree), "", key, rv, listLimit(opts), opts)
 }

@@ -139,7 +139,7 @@ func (c *Cacher) verifySilence(silent time.Duration) {
 	}
 	if c.feed.watchEnd.end(silentError(c.cfg.StorageSilenceTimeout)) {
 		c.logger.Info("Storage watch silent; ending it", "silentFor", silent,
-			"etcdRV", rv, "cacheRV", c.state.currentRV(), "err", err)
+			"etcdRV", rv, "cacheRV", c.state.CurrentRV(), "err", err)
 	}
 }
 
@@ -175,7 +175,7 @@ func (c *Cacher) probeIdle() (rv uint64, idle bool, err error) {
 	if rv, err = c.storage.GetCurrentResourceVersion(ctx); err != nil {
 		return rv, false, err
 	}
-	idle = rv <= c.state.currentRV()
+	idle = rv <= c.state.CurrentRV()
 	if idle {
 		c.heard(c.clock.Now())
 		c.answered()

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 )
 
 // etcd's client retries a dead watch stream without a word, so a silent

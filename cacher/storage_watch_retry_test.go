@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 )
 
 func TestWatchRetryBudget(t *testing.T) {

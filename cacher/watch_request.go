@@ -6,16 +6,15 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
 	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/state"
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
 
@@ -78,7 +77,7 @@ func (c *Cacher) parseWatch(ctx context.Context, key string, opts storage.ListOp
 		// empty predicate the option means nothing to the cache.
 		return nil, errors.NewInternalError(goerrors.New("watchWithoutPrevKV requires an empty predicate"))
 	}
-	if state, since, _ := c.state.readiness(); state != stateReady {
+	if ready, since, _ := c.state.Readiness(); ready != state.Ready {
 		return nil, notReadyError(c.clock.Now(), since)
 	}
 	req := &watchRequest{
@@ -133,7 +132,7 @@ func (c *Cacher) waitForWatch(ctx context.Context, req *watchRequest) watch.Inte
 		}
 	}
 	if req.requestedRV > 0 && !req.sendInitial {
-		if start, fromList := c.state.historyStart(); req.requestedRV < start && fromList && !c.unchangedSince(req.key, opts, req.requestedRV) {
+		if start, fromList := c.state.HistoryStart(); req.requestedRV < start && fromList && !c.unchangedSince(req.key, opts, req.requestedRV) {
 			// A resume from before the cache's list: etcd may still have
 			// what it missed. Failing that, the 410 stands.
 			//
@@ -165,7 +164,7 @@ func (c *Cacher) register(ctx context.Context, req *watchRequest) (watch.Interfa
 	}
 	var failed watch.Interface
 	var err error
-	c.state.read(func() { failed, err = c.startLocked(ctx, req, start) })
+	c.state.Read(func() { failed, err = c.startLocked(ctx, req, start) })
 	if failed != nil || err != nil {
 		return failed, err
 	}
@@ -191,11 +190,11 @@ type startingState struct {
 // watcher to return instead (a 410).
 func (c *Cacher) startLocked(ctx context.Context, req *watchRequest, start startingState) (failed watch.Interface, err error) {
 	w, opts := req.w, req.opts
-	if since, notReady := c.state.notReadyLocked(); notReady {
+	if since, notReady := c.state.NotReadyLocked(); notReady {
 		return nil, notReadyError(c.clock.Now(), since)
 	}
 	initial := start.initial
-	rv := c.state.rvLocked()
+	rv := c.state.RVLocked()
 	switch {
 	case req.fromState:
 		// The state was read at start.rv; what the cache applied since is
@@ -203,10 +202,10 @@ func (c *Cacher) startLocked(ctx context.Context, req *watchRequest, start start
 		// the state at rv (initial_state.go). When the history no longer
 		// reaches back to start.rv (a relist, or a write storm at capacity
 		// while the state was built), the state is read again, here.
-		if events, ok := c.state.sinceLocked(start.rv); ok {
+		if events, ok := c.state.SinceLocked(start.rv); ok {
 			initial = c.fold(initial, start.objs, w, events)
 		} else {
-			initial, _ = c.initialAdded(c.state.objectsLocked(req.key, opts.Recursive), opts.Predicate, rv)
+			initial, _ = c.initialAdded(c.state.ObjectsLocked(req.key, opts.Recursive), opts.Predicate, rv)
 		}
 		w.startRV = rv
 	case req.requestedRV == 0:
@@ -215,17 +214,17 @@ func (c *Cacher) startLocked(ctx context.Context, req *watchRequest, start start
 		w.startRV = max(req.requiredRV, rv)
 	default:
 		from := req.requestedRV
-		if oldest := c.state.historyStartLocked(); from < oldest {
+		if oldest := c.state.HistoryStartLocked(); from < oldest {
 			// One object, unchanged in the gap: it resumes from the
 			// history's start (resume_single.go).
 			if objKey, name, ok := singleObject(req.key, opts); ok && c.unchangedSinceLocked(objKey, name, req.requestedRV) {
 				from = oldest
 			}
 		}
-		events, ok := c.state.sinceLocked(from)
+		events, ok := c.state.SinceLocked(from)
 		if !ok {
 			c.metrics.ExpiredWatches.Inc()
-			return newErrWatcher(errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", req.requestedRV, c.resumableFromLocked()))), nil
+			return newErrWatcher(errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", req.requestedRV, c.state.ResumableFromLocked()))), nil
 		}
 		initial = c.appendInterested(initial, w, events)
 		w.startRV = max(req.requestedRV, rv)
@@ -300,22 +299,3 @@ func newErrWatcher(err error) watch.Interface {
 
 func (w *errWatcher) ResultChan() <-chan watch.Event { return w.result }
 func (w *errWatcher) Stop()                          {}
-
-// resumableFromLocked is the RV a watch's 410 names as the oldest it could
-// have resumed from, as upstream's cache names it (the conformance suite
-// pins the message): the list's RV while nothing has been evicted since,
-// else the RV just before the oldest event the history holds, or the
-// cache's RV when it holds none. The history may reach further back (to the
-// last evicted event, there being no event in between), so a watch from
-// the RV named always resumes.
-func (c *Cacher) resumableFromLocked() uint64 {
-	h := c.state.history
-	switch {
-	case h.fromList:
-		return h.startRV
-	case h.len() > 0:
-		return h.oldest().RV - 1
-	default:
-		return c.state.rvLocked()
-	}
-}

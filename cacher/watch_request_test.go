@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -19,8 +17,10 @@ import (
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/utils/ptr"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 	"github.com/watchkeeper/watchkeeper/internal/fixtures"
 )
 
@@ -123,7 +123,7 @@ func TestWatchFromStateFoldsChangesWhileTheStateIsBuilt(t *testing.T) {
 			// its state, the wait itself would block on it.
 			applied := make(chan struct{})
 			go func() {
-				for c.state.currentRV() < 108 {
+				for c.state.CurrentRV() < 108 {
 					time.Sleep(time.Millisecond)
 				}
 				close(applied)
@@ -222,5 +222,50 @@ func TestExpiredWatchNamesTheOldestResumableRV(t *testing.T) {
 				t.Errorf("got %d %q, want 410 %q", s.Code, s.Message, want)
 			}
 		})
+	}
+}
+
+// A write storm larger than the capacity forces events younger than the
+// window out: the metric counts each, and a watch from before them gets 410
+// while one from inside what is kept loses nothing.
+func TestHistoryCapacityUnderStorm(t *testing.T) {
+	fs := cachertest.NewFakeStorage(100)
+	c := newTestCacher(t, fs, func(cfg *Config) {
+		cfg.EventsHistoryWindow = time.Hour
+		cfg.HistoryCapacity = 3
+	})
+	c.waitReady(t)
+	sw, _ := fs.WaitWatch(t, 1)
+	before, err := testutil.GetCounterMetricValue(c.metrics.HistoryForcedEvictions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rv := uint64(101); rv <= 108; rv++ {
+		sw.Send(t, watch.Added, cachertest.NewPod(cachertest.PodName(int(rv)), rv, nil, ""))
+	}
+	c.waitRV(t, 108)
+
+	after, err := testutil.GetCounterMetricValue(c.metrics.HistoryForcedEvictions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := after - before; got != 5 {
+		t.Errorf("forced evictions counted %v, want 5 (8 events, capacity 3)", got)
+	}
+	_, _, hi := c.state.Inspect()
+	kept, start := hi.Events, hi.StartRV
+	if kept != 3 || start != 105 {
+		t.Errorf("history keeps %d events from %d, want 3 after 105", kept, start)
+	}
+
+	w := c.startWatch(t, context.Background(), "104", cachertest.Everything(false))
+	if s := cachertest.ErrorStatus(t, cachertest.NextEvent(t, w)); s.Code != 410 || s.Reason != metav1.StatusReasonExpired {
+		t.Errorf("watch from a forced-out RV: status %d %s, want 410 Expired", s.Code, s.Reason)
+	}
+	w = c.startWatch(t, context.Background(), "105", cachertest.Everything(false))
+	for _, want := range []uint64{106, 107, 108} {
+		if ev := cachertest.NextEvent(t, w); cachertest.EventRV(t, ev) != want {
+			t.Fatalf("got %s, want @%d", cachertest.Describe(ev), want)
+		}
 	}
 }

@@ -6,16 +6,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 	"k8s.io/utils/clock"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
 

@@ -7,13 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	"k8s.io/apiserver/pkg/features"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // An event's candidates are the watchers filed under its key, under a

@@ -9,10 +9,6 @@ import (
 	"time"
 	"weak"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +16,8 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
 
@@ -269,9 +267,7 @@ func TestClosedWatcherLetsGoOfItsRequest(t *testing.T) {
 		return weak.Make(payload), w
 	}()
 	w.Stop()
-	c.state.mu.RLock()
 	filed := c.hub.calendarLen()
-	c.state.mu.RUnlock()
 	if filed != 1 {
 		t.Fatalf("%d watchers filed on the calendar, want the closed one still in its slot", filed)
 	}

@@ -63,7 +63,7 @@ func (c *Cacher) UpdateOnce(ctx context.Context, key string, origState *storage.
 // preconditions: a hint that fails them would make the storage answer a
 // conflict from a possibly stale copy instead of reading etcd's.
 func (c *Cacher) suggestion(key string, preconditions *storage.Preconditions) runtime.Object {
-	o := c.state.peek(key)
+	o := c.state.Peek(key)
 	if o == nil {
 		return nil
 	}

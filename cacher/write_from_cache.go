@@ -42,9 +42,9 @@ func (t *cacheTxn) initialState(ctx context.Context, ignoreNotFound bool) (*stor
 	if !t.c.Ready() {
 		// Not ready is a fallback to the storage's own read, as a cache
 		// that cannot catch up is.
-		return nil, storage.NewTooLargeResourceVersionError(0, t.c.state.currentRV(), 0)
+		return nil, storage.NewTooLargeResourceVersionError(0, t.c.state.CurrentRV(), 0)
 	}
-	if o, ok, _ := t.c.state.get(t.key); ok {
+	if o, ok, _ := t.c.state.Get(t.key); ok {
 		return storage.GetStateFromObject(t.c.cfg.Versioner, t.c.cfg.Codec, o.Obj.DeepCopyObject(), false)
 	}
 	return t.GetCurrentState(ctx, ignoreNotFound)
@@ -65,7 +65,7 @@ func (t *cacheTxn) stateAt(ctx context.Context, rv uint64, ignoreNotFound bool) 
 	if err := t.c.waitFresh(ctx, rv); err != nil {
 		return nil, err
 	}
-	o, ok, cacheRV := t.c.state.get(t.key)
+	o, ok, cacheRV := t.c.state.Get(t.key)
 	var obj runtime.Object
 	switch {
 	case ok:

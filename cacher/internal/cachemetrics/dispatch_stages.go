@@ -7,13 +7,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	"k8s.io/klog/v2"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // Upstream's apiserver_watch_events_dispatch_duration_seconds observes

@@ -6,12 +6,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/watchlist"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/storage"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/watchkeeper/watchkeeper/watchlist"
 )
 
 // Where a metric means what upstream's does, it is upstream's own collector

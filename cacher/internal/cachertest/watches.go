@@ -182,3 +182,13 @@ func ErrorStatus(t *testing.T, ev watch.Event) *metav1.Status {
 }
 
 func PodName(i int) string { return fmt.Sprintf("pod-%02d", i) }
+
+// Closed reports whether ch is closed, without waiting.
+func Closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/apis/example"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 )
 
 func sharedPod(t *testing.T) (*example.Pod, *SharedObject) {

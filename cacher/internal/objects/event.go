@@ -3,13 +3,13 @@ package objects
 import (
 	"maps"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/versions"
-
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/versions"
 )
 
 // Object is a cached object with the attributes selectors look at, computed

@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	apisharding "k8s.io/apimachinery/pkg/sharding"
 	"k8s.io/apiserver/pkg/features"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 )
 
 // shardPod is cachertest.ShardPod as the cache holds it.

@@ -1,4 +1,4 @@
-package cacher
+package state
 
 import (
 	"iter"
@@ -10,12 +10,12 @@ import (
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
-// checkpointEvery is how many applied RVs apart the snapshots keep a clone
+// CheckpointEvery is how many applied RVs apart the snapshots keep a clone
 // of the ordered objects. A list at an RV between two clones is served
 // from the later one with the changes after that RV undone (at most this
 // many, from the history), so the bound trades memory the collector scans
 // against work per past list.
-const checkpointEvery = 32
+const CheckpointEvery = 32
 
 // snapshots are the cache's past states, one per RV it applied an event
 // at, as upstream's cache keeps since ListFromCacheSnapshot: they serve
@@ -72,7 +72,7 @@ func (s *snapshots) add(rv uint64, now time.Time, clone func() orderedObjects) {
 	}
 	s.rvs = append(s.rvs, rv)
 	s.at = append(s.at, now.UnixNano())
-	if s.sinceCheckpoint++; s.sinceCheckpoint >= checkpointEvery {
+	if s.sinceCheckpoint++; s.sinceCheckpoint >= CheckpointEvery {
 		s.checkpoints = append(s.checkpoints, checkpoint{rv: rv, tree: clone()})
 		s.sinceCheckpoint = 0
 	}
@@ -153,7 +153,7 @@ func (s *snapshots) len() int { return len(s.rvs) }
 // pastState is the state at an RV: a checkpoint taken at or after it, with
 // what changed after the RV undone.
 type pastState struct {
-	tree orderedObjects
+	Tree orderedObjects
 	// undo is, in key order, each key the checkpoint has differently: obj
 	// is what the key held at the RV, nil where it did not exist.
 	undo []keyState
@@ -193,11 +193,11 @@ func undoSince(events []*objects.Event) []keyState {
 	return out
 }
 
-// ascend yields the objects of the state whose key starts with prefix,
+// Ascend yields the objects of the state whose key starts with prefix,
 // from the key start on, in key order.
-func (p pastState) ascend(prefix, start string) iter.Seq[*objects.Object] {
+func (p pastState) Ascend(prefix, start string) iter.Seq[*objects.Object] {
 	if len(p.undo) == 0 {
-		return p.tree.ascend(prefix, start)
+		return p.Tree.ascend(prefix, start)
 	}
 	return func(yield func(*objects.Object) bool) {
 		undo := p.undo[sort.Search(len(p.undo), func(i int) bool { return p.undo[i].key >= start }):]
@@ -214,7 +214,7 @@ func (p pastState) ascend(prefix, start string) iter.Seq[*objects.Object] {
 			return true
 		}
 		stopped := false
-		p.tree.tree.AscendGreaterOrEqual(&objects.Object{Key: start}, func(o *objects.Object) bool {
+		p.Tree.tree.AscendGreaterOrEqual(&objects.Object{Key: start}, func(o *objects.Object) bool {
 			if !strings.HasPrefix(o.Key, prefix) {
 				return false
 			}

@@ -1,4 +1,4 @@
-package cacher
+package state
 
 import (
 	"time"
@@ -6,9 +6,9 @@ import (
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
-// minHistory is the fewest events the history keeps, however old they are
+// MinHistory is the fewest events the history keeps, however old they are
 // (upstream's watch cache keeps at least its lower bound, 100).
-const minHistory = 100
+const MinHistory = 100
 
 // history is the past events a watch can resume from: a ring of events in
 // resourceVersion order.
@@ -47,7 +47,7 @@ type history struct {
 }
 
 func newHistory(window time.Duration, capacity int) *history {
-	return &history{window: window, capacity: capacity, limit: min(minHistory, capacity)}
+	return &history{window: window, capacity: capacity, limit: min(MinHistory, capacity)}
 }
 
 // reset empties the history after a (re)list at rv.
@@ -120,7 +120,7 @@ func (h *history) adapt(now time.Time) {
 		return
 	}
 	if nowNanos-h.at(h.count-max(h.limit/4, 1)).RecordedNanos > window {
-		smaller := max(h.limit/2, min(minHistory, h.capacity))
+		smaller := max(h.limit/2, min(MinHistory, h.capacity))
 		for h.count > smaller {
 			h.evictOldest()
 		}

@@ -1,11 +1,11 @@
-package cacher
+package state
 
 import (
 	"fmt"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // newStore is the cache of current objects: a thread-safe indexer of

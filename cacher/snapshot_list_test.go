@@ -3,6 +3,7 @@ package cacher
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand"
 	"runtime"
 	"slices"
@@ -11,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
@@ -20,6 +19,9 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/state"
 )
 
 // TestSnapshotsServeEveryState lists at every RV the cache applied, whole,
@@ -36,25 +38,25 @@ func TestSnapshotsServeEveryState(t *testing.T) {
 	var pods []*example.Pod
 	for i := range 20 {
 		name := fmt.Sprintf("pod-%03d", i)
-		model[name] = "0/" + webOrNot(i)
-		pods = append(pods, cachertest.NewPod(name, listRV, map[string]string{"v": "0", "app": webOrNot(i)}, ""))
+		model[name] = "0/" + cachertest.WebOrNot(i)
+		pods = append(pods, cachertest.NewPod(name, listRV, map[string]string{"v": "0", "app": cachertest.WebOrNot(i)}, ""))
 	}
 	fs := cachertest.NewFakeStorage(listRV, pods...)
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
 	sw, _ := fs.WaitWatch(t, 1)
 
-	states := map[uint64]map[string]string{listRV: cloneState(model)}
+	states := map[uint64]map[string]string{listRV: maps.Clone(model)}
 	rng := rand.New(rand.NewSource(1))
 	rv := uint64(listRV)
-	for step := range 5 * checkpointEvery * 3 {
+	for step := range 5 * state.CheckpointEvery * 3 {
 		// Now and then a transaction: several events at one RV.
 		if step == 0 || rng.Intn(5) != 0 {
 			rv++
 		}
 		name := fmt.Sprintf("pod-%03d", rng.Intn(40))
 		v := strconv.Itoa(step + 1)
-		app := webOrNot(rng.Intn(2))
+		app := cachertest.WebOrNot(rng.Intn(2))
 		pod := cachertest.NewPod(name, rv, map[string]string{"v": v, "app": app}, "")
 		_, exists := model[name]
 		switch {
@@ -69,7 +71,7 @@ func TestSnapshotsServeEveryState(t *testing.T) {
 			sw.Send(t, watch.Added, pod)
 			model[name] = v + "/" + app
 		}
-		states[rv] = cloneState(model)
+		states[rv] = maps.Clone(model)
 	}
 	c.waitRV(t, rv)
 	listsBefore := fs.ListCount()
@@ -77,10 +79,10 @@ func TestSnapshotsServeEveryState(t *testing.T) {
 	for at := uint64(listRV); at <= rv; at++ {
 		want := states[at]
 		got := listedAt(t, c, at, 0, cachertest.Everything(false))
-		if !sameState(got, want) {
+		if !maps.Equal(got, want) {
 			t.Fatalf("exact list at RV %d: got %v, want %v", at, got, want)
 		}
-		if got := listedAt(t, c, at, 7, cachertest.Everything(false)); !sameState(got, want) {
+		if got := listedAt(t, c, at, 7, cachertest.Everything(false)); !maps.Equal(got, want) {
 			t.Fatalf("pages of 7 at RV %d: got %v, want %v", at, got, want)
 		}
 		web := map[string]string{}
@@ -89,20 +91,13 @@ func TestSnapshotsServeEveryState(t *testing.T) {
 				web[name] = va
 			}
 		}
-		if got := listedAt(t, c, at, 3, cachertest.WebPods()); !sameState(got, web) {
+		if got := listedAt(t, c, at, 3, cachertest.WebPods()); !maps.Equal(got, web) {
 			t.Fatalf("pages of 3 of the web pods at RV %d: got %v, want %v", at, got, web)
 		}
 	}
 	if n := fs.ListCount() - listsBefore; n != 0 {
 		t.Errorf("%d lists went to etcd; every state is in memory", n)
 	}
-}
-
-func webOrNot(i int) string {
-	if i%2 == 0 {
-		return "web"
-	}
-	return "db"
 }
 
 // listedAt lists the pods at exactly rv, following continue tokens when
@@ -142,66 +137,6 @@ func listedAt(t *testing.T, c *testCacher, rv uint64, limit int64, pred storage.
 	return out
 }
 
-func cloneState(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}
-
-func sameState(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-// TestSnapshotsKeepCheckpointsOnly: the states of many RVs cost a clone
-// every checkpointEvery of them, and the window and the history's start
-// age states and checkpoints out together.
-func TestSnapshotsKeepCheckpointsOnly(t *testing.T) {
-	s := snapshots{window: time.Minute}
-	tree := newOrderedObjects()
-	start := time.Unix(1000, 0)
-	for i := range 10 * checkpointEvery {
-		s.add(uint64(100+i), start.Add(time.Duration(i)*time.Millisecond), tree.clone)
-	}
-	if got, want := len(s.checkpoints), 10; got != want {
-		t.Fatalf("%d checkpoints for %d states, want %d", got, s.len(), want)
-	}
-	at, from, ok := s.checkpointFor(100)
-	if !ok || at != 100 || from.rv != 100+checkpointEvery-1 {
-		t.Fatalf("state at 100 from checkpoint %d (at %d, %v), want from %d", from.rv, at, ok, 100+checkpointEvery-1)
-	}
-	newest := uint64(100 + 10*checkpointEvery - 1)
-	if _, from, _ := s.checkpointFor(newest); from.rv != newest {
-		t.Fatalf("newest state from checkpoint %d, want %d", from.rv, newest)
-	}
-	s.forgetBelow(100 + 3*checkpointEvery)
-	if !s.covers(100+3*checkpointEvery) || s.covers(100+3*checkpointEvery-1) {
-		t.Fatalf("after forgetBelow: covers from %d", s.rvs[0])
-	}
-	for _, cp := range s.checkpoints {
-		if cp.rv < s.rvs[0] {
-			t.Fatalf("checkpoint %d kept below the oldest state %d", cp.rv, s.rvs[0])
-		}
-	}
-	// Two minutes later: only the newest state is inside the window.
-	s.add(newest+1, start.Add(2*time.Minute), tree.clone)
-	if s.len() != 1 || len(s.checkpoints) != 0 || !s.covers(newest+1) || s.covers(newest) {
-		t.Fatalf("after the window: %d states from %v, %d checkpoints", s.len(), s.rvs, len(s.checkpoints))
-	}
-	if _, from, ok := s.checkpointFor(newest + 5); !ok || from.rv != newest+1 {
-		t.Fatalf("state above the newest from %d (%v), want the latest clone", from.rv, ok)
-	}
-}
-
 // TestSnapshotListsDuringWrites lists the current state and past states
 // while events are applied: the clones are walked without the lock, which
 // the race detector checks, and every list is one state, in key order.
@@ -211,7 +146,7 @@ func TestSnapshotListsDuringWrites(t *testing.T) {
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
 	sw, _ := fs.WaitWatch(t, 1)
-	const writes = 20 * checkpointEvery
+	const writes = 20 * state.CheckpointEvery
 	done := make(chan struct{})
 	errs := make(chan error, 2)
 	for _, exact := range []bool{false, true} {
@@ -224,7 +159,7 @@ func TestSnapshotListsDuringWrites(t *testing.T) {
 				default:
 				}
 				opts := storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: cachertest.Everything(false)}
-				if rv := c.state.currentRV(); exact && rv > 105 {
+				if rv := c.state.CurrentRV(); exact && rv > 105 {
 					opts.ResourceVersion, opts.ResourceVersionMatch = strconv.FormatUint(rv-5, 10), metav1.ResourceVersionMatchExact
 				}
 				list := &example.PodList{}
@@ -256,33 +191,6 @@ func TestSnapshotListsDuringWrites(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-// A compaction drops the states etcd no longer reads, but not the one that
-// is the state at the compaction itself (nothing changed between them).
-func TestSnapshotsForgetCompacted(t *testing.T) {
-	s := snapshots{window: time.Minute}
-	tree := newOrderedObjects()
-	at := time.Unix(1000, 0)
-	for _, rv := range []uint64{90, 110, 120} {
-		s.add(rv, at, tree.clone)
-	}
-	s.forgetCompacted(50)
-	if !s.covers(90) {
-		t.Fatalf("a compaction below every state dropped some: covers from %v", s.rvs)
-	}
-	s.forgetCompacted(100)
-	if !s.covers(100) || s.covers(89) {
-		t.Fatalf("after compacting at 100: states %v, want 90 kept as the state at 100", s.rvs)
-	}
-	s.forgetCompacted(110)
-	if s.covers(109) || !s.covers(110) {
-		t.Fatalf("after compacting at 110: states %v, want from 110", s.rvs)
-	}
-	s.forgetCompacted(500)
-	if !s.covers(120) || s.len() != 1 {
-		t.Fatalf("after compacting past every state: states %v, want the newest kept", s.rvs)
 	}
 }
 
@@ -321,12 +229,11 @@ func BenchmarkSnapshotMemory(b *testing.B) {
 						c.clk.Step(time.Second)
 					}
 				}
-				cachertest.Poll(b, "the writes to be applied", func() bool { return c.state.currentRV() >= rv })
+				cachertest.Poll(b, "the writes to be applied", func() bool { return c.state.CurrentRV() >= rv })
 				b.ReportMetric(float64(heap()-before)/(1<<20), "MiB-kept")
-				c.state.mu.RLock()
-				b.ReportMetric(float64(c.state.snapshots.len()), "snapshots")
-				b.ReportMetric(float64(len(c.state.snapshots.checkpoints)), "clones")
-				c.state.mu.RUnlock()
+				snapshots, clones := c.state.SnapshotCounts()
+				b.ReportMetric(float64(snapshots), "snapshots")
+				b.ReportMetric(float64(clones), "clones")
 			}
 		})
 	}

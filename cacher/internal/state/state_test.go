@@ -1,4 +1,4 @@
-package cacher
+package state
 
 import (
 	"context"
@@ -9,15 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // TestCacheStateInvariants drives a cacheState alone, the way the reflector
@@ -31,7 +29,7 @@ import (
 func TestCacheStateInvariants(t *testing.T) {
 	const listRV = 100
 	now := time.Unix(1_700_000_000, 0)
-	s := newCacheState("/pods/", nil, time.Hour, 10_000, true, cachemetrics.NewResource(schema.GroupResource{Resource: "pods"}, backfillCooldown), now)
+	s := New("/pods/", nil, time.Hour, 10_000, true, cachemetrics.NewResource(schema.GroupResource{Resource: "pods"}, time.Minute), now)
 	obj := func(name string, rv uint64) *objects.Object {
 		pod := cachertest.NewPod(name, rv, map[string]string{"rv": fmt.Sprint(rv)}, "")
 		return &objects.Object{Key: "/pods/" + cachertest.Namespace + "/" + name, Obj: pod}
@@ -55,15 +53,15 @@ func TestCacheStateInvariants(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	rv := uint64(listRV)
 	for step := range 400 { // 400 % 10 == 0: the last step checks the past states
-		before, advanced := s.progress()
+		before, advanced := s.Progress()
 		switch {
 		case step == 200:
 			// The history's oldest hundred go, as though for room.
-			s.dropHistoryThrough(listRV + 100)
+			s.DropHistoryThrough(listRV + 100)
 		case rng.Intn(10) == 0:
 			// Progress: rv moves, nothing changes.
 			rv++
-			s.advance(rv)
+			s.Advance(rv)
 			states[rv] = maps.Clone(model)
 		default:
 			// Now and then a transaction: several events at one RV.
@@ -84,10 +82,10 @@ func TestCacheStateInvariants(t *testing.T) {
 				model[cur.Key] = cur
 			}
 			// linkPrev, without a trigger.
-			if e.Prev = s.peek(cur.Key); e.Type == watch.Deleted && e.Prev == nil {
+			if e.Prev = s.Peek(cur.Key); e.Type == watch.Deleted && e.Prev == nil {
 				e.Prev = e.Cur
 			}
-			if _, err := s.apply(e, now); err != nil {
+			if _, err := s.Apply(e, now); err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}
 			applied = append(applied, e)
@@ -95,12 +93,12 @@ func TestCacheStateInvariants(t *testing.T) {
 		}
 		now = now.Add(time.Second)
 
-		gotRV, _ := s.progress()
+		gotRV, _ := s.Progress()
 		if gotRV != rv {
 			t.Fatalf("step %d: rv %d, want %d", step, gotRV, rv)
 		}
-		if moved := rv != before; moved != closed(advanced) {
-			t.Fatalf("step %d: rv %d to %d, advanced closed %v", step, before, rv, closed(advanced))
+		if moved := rv != before; moved != cachertest.Closed(advanced) {
+			t.Fatalf("step %d: rv %d to %d, advanced closed %v", step, before, rv, cachertest.Closed(advanced))
 		}
 		checkHeld(t, step, s, model)
 		checkHistory(t, step, s, applied)
@@ -109,7 +107,7 @@ func TestCacheStateInvariants(t *testing.T) {
 			t.Fatalf("step %d: a list of the current state has %v, want %v", step, got, sortedKeys(model))
 		}
 		for at, state := range states {
-			if (step%10 != 9 && step != 200) || !s.hasStateAt(at, 0) {
+			if (step%10 != 9 && step != 200) || !s.HasStateAt(at, 0) {
 				continue
 			}
 			if got, want := listed(t, s, at, true), sortedKeys(state); !slices.Equal(got, want) {
@@ -123,7 +121,7 @@ func TestCacheStateInvariants(t *testing.T) {
 }
 
 // checkHeld checks that store and ordered hold the same objects, model's.
-func checkHeld(t *testing.T, step int, s *cacheState, model map[string]*objects.Object) {
+func checkHeld(t *testing.T, step int, s *State, model map[string]*objects.Object) {
 	t.Helper()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -141,12 +139,12 @@ func checkHeld(t *testing.T, step int, s *cacheState, model map[string]*objects.
 
 // checkHistory checks that the history holds the applied events of
 // (startRV, rv], in order, with what each changed from.
-func checkHistory(t *testing.T, step int, s *cacheState, applied []*objects.Event) {
+func checkHistory(t *testing.T, step int, s *State, applied []*objects.Event) {
 	t.Helper()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	start := s.historyStartLocked()
-	got, ok := s.sinceLocked(start)
+	start := s.HistoryStartLocked()
+	got, ok := s.SinceLocked(start)
 	if !ok {
 		t.Fatalf("step %d: the history does not cover its own start %d", step, start)
 	}
@@ -159,30 +157,30 @@ func checkHistory(t *testing.T, step int, s *cacheState, applied []*objects.Even
 	if !slices.Equal(got, want) {
 		t.Fatalf("step %d: the history from %d holds %d events, want %d", step, start, len(got), len(want))
 	}
-	if len(got) > 0 && got[len(got)-1].RV > s.rvLocked() {
-		t.Fatalf("step %d: the history holds rv %d above the state's %d", step, got[len(got)-1].RV, s.rvLocked())
+	if len(got) > 0 && got[len(got)-1].RV > s.RVLocked() {
+		t.Fatalf("step %d: the history holds rv %d above the state's %d", step, got[len(got)-1].RV, s.RVLocked())
 	}
-	if _, ok := s.sinceLocked(start - 1); ok && start > 0 {
+	if _, ok := s.SinceLocked(start - 1); ok && start > 0 {
 		t.Fatalf("step %d: the history claims RV %d, below its start %d", step, start-1, start)
 	}
 }
 
 // listed is the keys of the current state (past false) or of the snapshot
 // at rv, in order.
-func listed(t *testing.T, s *cacheState, rv uint64, past bool) []string {
+func listed(t *testing.T, s *State, rv uint64, past bool) []string {
 	t.Helper()
 	var keys []string
 	if past {
-		state, ok := s.snapshotAt(rv, 0)
+		state, ok := s.SnapshotAt(rv, 0)
 		if !ok {
 			t.Fatalf("no snapshot at %d, which hasStateAt claims", rv)
 		}
-		for o := range state.ascend("/pods/", "/pods/") {
+		for o := range state.Ascend("/pods/", "/pods/") {
 			keys = append(keys, o.Key+"@"+o.Obj.(interface{ GetResourceVersion() string }).GetResourceVersion())
 		}
 		return keys
 	}
-	walk, _, _, at := s.listCurrent(context.Background(), "/pods/", "/pods/", storage.ListOptions{Recursive: true, Predicate: storage.Everything})
+	walk, _, _, at := s.ListCurrent(context.Background(), "/pods/", "/pods/", storage.ListOptions{Recursive: true, Predicate: storage.Everything})
 	if at != rv {
 		t.Fatalf("the current list is at %d, want %d", at, rv)
 	}
@@ -204,13 +202,13 @@ func sortedKeys(state map[string]*objects.Object) []string {
 // the clock's start as given), and update, which applies a MODIFIED of
 // the i-th write's pod (a fixed stride over them) at the next RV.
 type filledState struct {
-	s    *cacheState
+	s    *State
 	held []*objects.Object
 	rv   uint64
 }
 
 func newFilledState(tb testing.TB, n int, window time.Duration, now time.Time) *filledState {
-	s := newCacheState("/pods/", nil, window, 100_000, true, cachemetrics.NewResource(schema.GroupResource{Resource: "pods"}, backfillCooldown), now)
+	s := New("/pods/", nil, window, 100_000, true, cachemetrics.NewResource(schema.GroupResource{Resource: "pods"}, time.Minute), now)
 	f := &filledState{s: s, held: make([]*objects.Object, n), rv: 100}
 	list := make([]any, n)
 	for i := range f.held {
@@ -231,7 +229,7 @@ func (f *filledState) update(tb testing.TB, i int, now time.Time) {
 	k := (i * 7919) % len(f.held)
 	prev := f.held[k]
 	cur := &objects.Object{Key: prev.Key, Obj: prev.Obj}
-	if _, err := f.s.apply(&objects.Event{Type: watch.Modified, RV: f.rv, Cur: cur, Prev: prev, RecordedNanos: now.UnixNano()}, now); err != nil {
+	if _, err := f.s.Apply(&objects.Event{Type: watch.Modified, RV: f.rv, Cur: cur, Prev: prev, RecordedNanos: now.UnixNano()}, now); err != nil {
 		tb.Fatal(err)
 	}
 	f.held[k] = cur
@@ -274,19 +272,19 @@ func TestStateClonesOnlyForReaders(t *testing.T) {
 	}
 	// Past the first checkpoint, so the writes measured below copy no
 	// node a checkpoint shares but their own first ones.
-	for range 2 * checkpointEvery {
+	for range 2 * CheckpointEvery {
 		write()
 	}
 	// Each write: the event and its object (2), and at most its leaf (node
 	// and items: 2). A clone per write would copy the whole path, root and
 	// inner nodes too (2-3 allocations a level).
-	if got := testing.AllocsPerRun(checkpointEvery-2, write); got > 4.5 {
+	if got := testing.AllocsPerRun(CheckpointEvery-2, write); got > 4.5 {
 		t.Errorf("a write nobody read made %.1f allocations, want at most 4: it copied more of the tree than its leaf", got)
 	}
 
 	opts := storage.ListOptions{Recursive: true, Predicate: cachertest.Everything(false)}
 	walk := func() (tree orderedObjects, got int) {
-		w, _, _, _ := s.listCurrent(context.Background(), "/pods/", "/pods/", opts)
+		w, _, _, _ := s.ListCurrent(context.Background(), "/pods/", "/pods/", opts)
 		for range w {
 			got++
 		}
@@ -300,7 +298,7 @@ func TestStateClonesOnlyForReaders(t *testing.T) {
 		t.Fatalf("two lists with no write between took clones %p and %p, want one shared", first.tree, second.tree)
 	}
 	prev := f.held[0]
-	s.apply(&objects.Event{Type: watch.Deleted, RV: f.rv + 1, Cur: prev, Prev: prev, RecordedNanos: now.UnixNano()}, now)
+	s.Apply(&objects.Event{Type: watch.Deleted, RV: f.rv + 1, Cur: prev, Prev: prev, RecordedNanos: now.UnixNano()}, now)
 	if after, got := walk(); after.tree == first.tree || got != n-1 {
 		t.Fatalf("a list after a deletion walked %d objects (clone %p, before %p), want %d from a new clone", got, after.tree, first.tree, n-1)
 	}
@@ -314,12 +312,12 @@ func TestProgressChannelOnlyForWaiters(t *testing.T) {
 	f := newFilledState(t, 10, time.Hour, now)
 	s := f.s
 	rv := f.rv
-	if got := testing.AllocsPerRun(100, func() { rv++; s.advance(rv) }); got != 0 {
+	if got := testing.AllocsPerRun(100, func() { rv++; s.Advance(rv) }); got != 0 {
 		t.Errorf("moving the RV with nobody waiting made %.1f allocations, want 0", got)
 	}
 
-	at, first := s.progress()
-	if _, again := s.progress(); again != first {
+	at, first := s.Progress()
+	if _, again := s.Progress(); again != first {
 		t.Fatal("two waiters before a move got different channels, want one shared")
 	}
 	select {
@@ -327,13 +325,13 @@ func TestProgressChannelOnlyForWaiters(t *testing.T) {
 		t.Fatal("the channel was closed before the RV moved")
 	default:
 	}
-	s.advance(at + 1)
+	s.Advance(at + 1)
 	select {
 	case <-first:
 	default:
 		t.Fatal("moving the RV did not close the waiter's channel")
 	}
-	next, second := s.progress()
+	next, second := s.Progress()
 	if next != at+1 {
 		t.Fatalf("progress after the move at %d, want %d", next, at+1)
 	}
@@ -342,7 +340,7 @@ func TestProgressChannelOnlyForWaiters(t *testing.T) {
 		t.Fatal("the channel after a move is already closed")
 	default:
 	}
-	s.advance(at) // not forward: no wake-up
+	s.Advance(at) // not forward: no wake-up
 	select {
 	case <-second:
 		t.Fatal("an RV that did not move closed the channel")

@@ -1,20 +1,16 @@
-package cacher
+package state
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
-
-	"github.com/google/go-cmp/cmp"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/component-base/metrics/testutil"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 var historyEpoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -44,14 +40,6 @@ func historyRVs(t *testing.T, h *history) []uint64 {
 	return eventRVs(events)
 }
 
-func seq(from, to uint64) []uint64 {
-	var out []uint64
-	for rv := from; rv <= to; rv++ {
-		out = append(out, rv)
-	}
-	return out
-}
-
 // Age alone evicts nothing: an old event stays resumable until a new one
 // needs its room, as in upstream's cache (issue 11: never a 410 where
 // upstream would resume).
@@ -67,7 +55,7 @@ func TestHistoryKeepsOldEventsUntilRoomIsNeeded(t *testing.T) {
 	if h.add(historyEvent(151, later), later) {
 		t.Fatalf("forced eviction below the bound")
 	}
-	if diff := cmp.Diff(seq(101, 151), historyRVs(t, h)); diff != "" {
+	if diff := cmp.Diff(cachertest.Seq(101, 151), historyRVs(t, h)); diff != "" {
 		t.Errorf("retained RVs an hour on (-want +got):\n%s", diff)
 	}
 	if _, ok := h.since(100); !ok {
@@ -75,12 +63,12 @@ func TestHistoryKeepsOldEventsUntilRoomIsNeeded(t *testing.T) {
 	}
 	// The bound's floor: minHistory events are kept however old; the next
 	// evicts only the oldest.
-	for rv := uint64(152); rv <= 100+minHistory; rv++ {
+	for rv := uint64(152); rv <= 100+MinHistory; rv++ {
 		h.add(historyEvent(rv, later), later)
 	}
-	h.add(historyEvent(101+minHistory, later), later)
-	if h.len() != minHistory || h.startRV != 101 {
-		t.Errorf("at the floor: %d events from startRV %d, want %d from 101", h.len(), h.startRV, minHistory)
+	h.add(historyEvent(101+MinHistory, later), later)
+	if h.len() != MinHistory || h.startRV != 101 {
+		t.Errorf("at the floor: %d events from startRV %d, want %d from 101", h.len(), h.startRV, MinHistory)
 	}
 }
 
@@ -91,8 +79,8 @@ func TestHistoryBoundAdapts(t *testing.T) {
 	const window = 10 * time.Second
 	h := newHistory(window, 1000)
 	h.reset(0)
-	if h.limit != minHistory {
-		t.Fatalf("initial bound %d, want %d", h.limit, minHistory)
+	if h.limit != MinHistory {
+		t.Fatalf("initial bound %d, want %d", h.limit, MinHistory)
 	}
 	// A burst inside the window grows the bound past it: nothing evicted.
 	rv := uint64(0)
@@ -128,7 +116,7 @@ func TestHistoryBoundAdapts(t *testing.T) {
 			h.add(historyEvent(rv, later.Add(-time.Hour)), later)
 		}
 	}
-	if len(h.ring) > 2*minHistory {
+	if len(h.ring) > 2*MinHistory {
 		t.Errorf("ring has %d slots for a bound of %d", len(h.ring), h.limit)
 	}
 	if got := historyRVs(t, h); got[len(got)-1] != rv || len(got) != h.limit {
@@ -164,7 +152,7 @@ func TestHistoryCapacityEviction(t *testing.T) {
 			if got := h.add(historyEvent(104, now), now); got != tc.wantForced {
 				t.Errorf("add at capacity: forced = %v, want %v", got, tc.wantForced)
 			}
-			if diff := cmp.Diff(seq(102, 104), historyRVs(t, h)); diff != "" {
+			if diff := cmp.Diff(cachertest.Seq(102, 104), historyRVs(t, h)); diff != "" {
 				t.Errorf("retained RVs (-want +got):\n%s", diff)
 			}
 			if h.startRV != 101 {
@@ -291,7 +279,7 @@ func TestHistoryReset(t *testing.T) {
 	for rv := uint64(501); rv <= 506; rv++ {
 		h.add(historyEvent(rv, historyEpoch), historyEpoch)
 	}
-	if diff := cmp.Diff(seq(503, 506), historyRVs(t, h)); diff != "" {
+	if diff := cmp.Diff(cachertest.Seq(503, 506), historyRVs(t, h)); diff != "" {
 		t.Errorf("retained RVs after refilling (-want +got):\n%s", diff)
 	}
 	if h.startRV != 502 {
@@ -313,7 +301,7 @@ func TestHistoryRingWrapAround(t *testing.T) {
 				if h.len() != int(kept) {
 					t.Fatalf("after %d adds len() = %d, want %d", rv, h.len(), kept)
 				}
-				if diff := cmp.Diff(seq(rv-kept+1, rv), historyRVs(t, h)); diff != "" {
+				if diff := cmp.Diff(cachertest.Seq(rv-kept+1, rv), historyRVs(t, h)); diff != "" {
 					t.Fatalf("after %d adds (-want +got):\n%s", rv, diff)
 				}
 				if h.startRV != rv-kept {
@@ -342,27 +330,27 @@ func TestHistoryGrowWrappedRing(t *testing.T) {
 	// them old, the head would come round to 0 again before the bound could
 	// grow, and the grow below would not see a wrapped ring.)
 	old, now := historyEpoch.Add(-time.Hour), historyEpoch
-	for rv := uint64(1); rv <= minHistory; rv++ {
+	for rv := uint64(1); rv <= MinHistory; rv++ {
 		at := now
 		if rv <= 10 {
 			at = old
 		}
 		h.add(historyEvent(rv, at), now)
 	}
-	for rv := uint64(minHistory + 1); rv <= minHistory+10; rv++ {
+	for rv := uint64(MinHistory + 1); rv <= MinHistory+10; rv++ {
 		h.add(historyEvent(rv, now), now)
 	}
-	if h.head != 10 || h.limit != minHistory || len(h.ring) != minHistory {
-		t.Fatalf("head %d, bound %d, %d slots: want a full ring of %d with its head at 10", h.head, h.limit, len(h.ring), minHistory)
+	if h.head != 10 || h.limit != MinHistory || len(h.ring) != MinHistory {
+		t.Fatalf("head %d, bound %d, %d slots: want a full ring of %d with its head at 10", h.head, h.limit, len(h.ring), MinHistory)
 	}
-	if diff := cmp.Diff(seq(11, minHistory+10), historyRVs(t, h)); diff != "" {
+	if diff := cmp.Diff(cachertest.Seq(11, MinHistory+10), historyRVs(t, h)); diff != "" {
 		t.Fatalf("after evictions (-want +got):\n%s", diff)
 	}
 	// Everything held is inside the window: the next add grows the bound
 	// and the ring, from a head at 10, and later adds grow it again.
-	for rv := uint64(minHistory + 11); rv <= 400; rv++ {
+	for rv := uint64(MinHistory + 11); rv <= 400; rv++ {
 		h.add(historyEvent(rv, now), now)
-		if diff := cmp.Diff(seq(11, rv), historyRVs(t, h)); diff != "" {
+		if diff := cmp.Diff(cachertest.Seq(11, rv), historyRVs(t, h)); diff != "" {
 			t.Fatalf("after adding %d (bound %d, %d slots) (-want +got):\n%s", rv, h.limit, len(h.ring), diff)
 		}
 	}
@@ -387,27 +375,27 @@ func TestHistoryShrinkKeepsOrder(t *testing.T) {
 	}
 	later := historyEpoch.Add(time.Minute)
 	rv := uint64(4096)
-	for h.limit > minHistory {
+	for h.limit > MinHistory {
 		rv++
 		h.add(historyEvent(rv, later.Add(-time.Hour)), later)
 	}
 	if len(h.ring) >= grown {
 		t.Errorf("ring still has %d slots for %d events after the burst", len(h.ring), h.len())
 	}
-	if diff := cmp.Diff(seq(rv-uint64(h.len())+1, rv), historyRVs(t, h)); diff != "" {
+	if diff := cmp.Diff(cachertest.Seq(rv-uint64(h.len())+1, rv), historyRVs(t, h)); diff != "" {
 		t.Fatalf("after the shrink (-want +got):\n%s", diff)
 	}
 	for end := rv + 1900; rv < end; {
 		rv++
 		h.add(historyEvent(rv, later), later)
 	}
-	if diff := cmp.Diff(seq(rv-uint64(h.len())+1, rv), historyRVs(t, h)); diff != "" {
+	if diff := cmp.Diff(cachertest.Seq(rv-uint64(h.len())+1, rv), historyRVs(t, h)); diff != "" {
 		t.Fatalf("after refilling past the shrunk ring (-want +got):\n%s", diff)
 	} // Evict from the middle of a wrapped ring by a cut.
 	cut := rv - 500
 	h.forget(cut)
 	got := historyRVs(t, h)
-	if !slices.Equal(got, seq(cut+1, rv)) {
+	if !slices.Equal(got, cachertest.Seq(cut+1, rv)) {
 		t.Errorf("after forget(%d) retained %d..%d (%d events), want %d..%d", cut, got[0], got[len(got)-1], len(got), cut+1, rv)
 	}
 	if h.startRV != cut {
@@ -437,48 +425,46 @@ func TestHistoryCutEvictingNothingKeepsStart(t *testing.T) {
 	}
 }
 
-// A write storm larger than the capacity forces events younger than the
-// window out: the metric counts each, and a watch from before them gets 410
-// while one from inside what is kept loses nothing.
-func TestHistoryCapacityUnderStorm(t *testing.T) {
-	fs := cachertest.NewFakeStorage(100)
-	c := newTestCacher(t, fs, func(cfg *Config) {
-		cfg.EventsHistoryWindow = time.Hour
-		cfg.HistoryCapacity = 3
-	})
-	c.waitReady(t)
-	sw, _ := fs.WaitWatch(t, 1)
-	before, err := testutil.GetCounterMetricValue(c.metrics.HistoryForcedEvictions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rv := uint64(101); rv <= 108; rv++ {
-		sw.Send(t, watch.Added, cachertest.NewPod(cachertest.PodName(int(rv)), rv, nil, ""))
-	}
-	c.waitRV(t, 108)
-
-	after, err := testutil.GetCounterMetricValue(c.metrics.HistoryForcedEvictions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := after - before; got != 5 {
-		t.Errorf("forced evictions counted %v, want 5 (8 events, capacity 3)", got)
-	}
-	c.state.mu.RLock()
-	kept, start := c.state.history.len(), c.state.history.startRV
-	c.state.mu.RUnlock()
-	if kept != 3 || start != 105 {
-		t.Errorf("history keeps %d events from %d, want 3 after 105", kept, start)
-	}
-
-	w := c.startWatch(t, context.Background(), "104", cachertest.Everything(false))
-	if s := cachertest.ErrorStatus(t, cachertest.NextEvent(t, w)); s.Code != 410 || s.Reason != metav1.StatusReasonExpired {
-		t.Errorf("watch from a forced-out RV: status %d %s, want 410 Expired", s.Code, s.Reason)
-	}
-	w = c.startWatch(t, context.Background(), "105", cachertest.Everything(false))
-	for _, want := range []uint64{106, 107, 108} {
-		if ev := cachertest.NextEvent(t, w); cachertest.EventRV(t, ev) != want {
-			t.Fatalf("got %s, want @%d", cachertest.Describe(ev), want)
-		}
+func TestHistoryPrepend(t *testing.T) {
+	at := func(d time.Duration) time.Time { return historyEpoch.Add(d) }
+	for _, tc := range []struct {
+		name      string
+		capacity  int
+		held      []uint64 // after a reset at 100
+		prepend   []uint64
+		from      uint64
+		wantRVs   []uint64
+		wantStart uint64
+	}{
+		{"fills the gap before the list", 10, []uint64{101, 102}, []uint64{95, 97}, 90, []uint64{95, 97, 101, 102}, 90},
+		{"an empty gap still moves the start", 10, []uint64{101}, nil, 90, []uint64{101}, 90},
+		{"capacity keeps the newest", 4, []uint64{101, 102}, []uint64{91, 93, 95, 97}, 90, []uint64{95, 97, 101, 102}, 93},
+		{"no room at all: unchanged", 2, []uint64{101, 102}, []uint64{95, 97}, 90, []uint64{101, 102}, 100},
+		{"into an empty history", 10, nil, []uint64{95}, 90, []uint64{95}, 90},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHistory(time.Minute, tc.capacity)
+			h.reset(100)
+			for i, rv := range tc.held {
+				h.add(historyEvent(rv, at(time.Duration(i+1)*time.Second)), at(0))
+			}
+			var events []*objects.Event
+			for _, rv := range tc.prepend {
+				events = append(events, historyEvent(rv, at(time.Hour)))
+			}
+			h.prepend(events, tc.from, at(10*time.Second))
+			if got := historyRVs(t, h); !slices.Equal(got, tc.wantRVs) || h.startRV != tc.wantStart {
+				t.Fatalf("after prepend: %v from %d, want %v from %d", got, h.startRV, tc.wantRVs, tc.wantStart)
+			}
+			// Prepended events age out no later than what followed them.
+			if h.len() > 0 && len(tc.held) > 0 && h.oldest().RecordedNanos > at(time.Second).UnixNano() {
+				t.Errorf("the oldest event is stamped %v, after the first held one", time.Unix(0, h.oldest().RecordedNanos))
+			}
+			// Growing after a prepend keeps order.
+			h.add(historyEvent(200, at(20*time.Second)), at(20*time.Second))
+			if got := historyRVs(t, h); got[len(got)-1] != 200 || !slices.IsSorted(got) {
+				t.Fatalf("after an add: %v", got)
+			}
+		})
 	}
 }

@@ -1,4 +1,4 @@
-package cacher
+package state
 
 import (
 	"errors"
@@ -7,16 +7,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
 	"k8s.io/apimachinery/pkg/watch"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
-// cacheState is what the cache holds of its resource: the current objects
+// State is what the cache holds of its resource: the current objects
 // (store and ordered index), the past events (history), the past states
 // (snapshots), the RV they are at and whether they may be served. The
 // Cacher (watchers, dispatch, calendar, the storage feed) changes it only
@@ -80,7 +79,7 @@ import (
 // which a write's hint (the storage layer checks the object's RV and
 // retries on conflict) and size estimation accept. Anything that must
 // match rv (lists, a watch's starting state) reads under mu.
-type cacheState struct {
+type State struct {
 	mu    sync.RWMutex
 	ready readiness
 	rv    uint64
@@ -105,9 +104,9 @@ type cacheState struct {
 	metrics *cachemetrics.Resource
 }
 
-// newCacheState is an empty state, pending its first list.
-func newCacheState(prefix string, indexers *cache.Indexers, window time.Duration, capacity int, snapshotting bool, metrics *cachemetrics.Resource, now time.Time) *cacheState {
-	s := &cacheState{
+// New is an empty state, pending its first list.
+func New(prefix string, indexers *cache.Indexers, window time.Duration, capacity int, snapshotting bool, metrics *cachemetrics.Resource, now time.Time) *State {
+	s := &State{
 		store:        newStore(indexers),
 		ordered:      newOrderedObjects(),
 		history:      newHistory(window, capacity),
@@ -125,11 +124,11 @@ func newCacheState(prefix string, indexers *cache.Indexers, window time.Duration
 // The apply path: the reflector's changes. Only the reflector goroutine
 // writes the store, the ordered index and the history's newest end.
 
-// apply records one change (e, linked to what it changed) in the store,
+// Apply records one change (e, linked to what it changed) in the store,
 // the ordered index, the history and the snapshots, and moves rv to it.
 // forced reports an eviction of an event younger than the window to make
 // room (history.add).
-func (s *cacheState) apply(e *objects.Event, now time.Time) (forced bool, err error) {
+func (s *State) Apply(e *objects.Event, now time.Time) (forced bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e.Type == watch.Deleted {
@@ -158,7 +157,7 @@ func (s *cacheState) apply(e *objects.Event, now time.Time) (forced bool, err er
 
 // resetLocked makes objs, a list at rv, the state: the history and the
 // snapshots start over there, and the state is ready.
-func (s *cacheState) resetLocked(objs []any, rv uint64, now time.Time) error {
+func (s *State) resetLocked(objs []any, rv uint64, now time.Time) error {
 	if err := s.store.Replace(objs, strconv.FormatUint(rv, 10)); err != nil {
 		return err
 	}
@@ -169,16 +168,16 @@ func (s *cacheState) resetLocked(objs []any, rv uint64, now time.Time) error {
 	s.snapshotLocked(rv, now)
 	s.rv = 0 // a relist may legitimately land below a progress RV seen earlier
 	s.setRVLocked(rv)
-	s.ready.set(stateReady, now)
+	s.ready.set(Ready, now)
 	return nil
 }
 
-// relist makes objs, a list at rv, the state (resetLocked). In the same
+// Relist makes objs, a list at rv, the state (resetLocked). In the same
 // exclusive hold, before the swap, endWatchers ends the watchers of the
 // state replaced, so none outlives the state it started from; after a
 // successful one, listed counts it, so whoever sees the cache ready sees
 // it counted.
-func (s *cacheState) relist(objs []any, rv uint64, now time.Time, endWatchers, listed func()) error {
+func (s *State) Relist(objs []any, rv uint64, now time.Time, endWatchers, listed func()) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	endWatchers()
@@ -189,15 +188,15 @@ func (s *cacheState) relist(objs []any, rv uint64, now time.Time, endWatchers, l
 	return nil
 }
 
-// goNotReady takes the state out of service: pending until a list or its
+// GoNotReady takes the state out of service: pending until a list or its
 // storage watch mends it, or, stopped, for good. alsoLocked runs in the
 // same exclusive hold (the Cacher ends its watchers there when the state
 // they started from goes, or marks its storage watch silenced). It reports
 // whether the state was ready.
-func (s *cacheState) goNotReady(stopped bool, now time.Time, alsoLocked func()) (wasReady bool) {
+func (s *State) GoNotReady(stopped bool, now time.Time, alsoLocked func()) (wasReady bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	wasReady = s.ready.state == stateReady
+	wasReady = s.ready.state == Ready
 	if stopped {
 		s.ready.stop()
 	} else {
@@ -209,36 +208,36 @@ func (s *cacheState) goNotReady(stopped bool, now time.Time, alsoLocked func()) 
 	return wasReady
 }
 
-// readyAgainIf makes a pending state ready again when answered, asked in
+// ReadyAgainIf makes a pending state ready again when answered, asked in
 // the same exclusive hold, says its storage watch answered after a
 // silence: what it holds is etcd's again. A stopped state stays stopped.
-func (s *cacheState) readyAgainIf(now time.Time, answered func() bool) {
+func (s *State) ReadyAgainIf(now time.Time, answered func() bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if answered() && s.ready.state == statePending {
-		s.ready.set(stateReady, now)
+		s.ready.set(Ready, now)
 	}
 }
 
-// read runs f under the read lock, for a reader whose reads must agree
+// Read runs f under the read lock, for a reader whose reads must agree
 // with each other (the ...Locked reads), or that registers something
 // atomically with what it read (a watcher, hub.go). f must not wait.
-func (s *cacheState) read(f func()) {
+func (s *State) Read(f func()) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	f()
 }
 
-// advance moves rv to a progress notification's rv: nothing changed up to
+// Advance moves rv to a progress notification's rv: nothing changed up to
 // it.
-func (s *cacheState) advance(rv uint64) {
+func (s *State) Advance(rv uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.setRVLocked(rv)
 }
 
 // setRVLocked moves rv forward and wakes whoever waits for it.
-func (s *cacheState) setRVLocked(rv uint64) {
+func (s *State) setRVLocked(rv uint64) {
 	if rv <= s.rv {
 		return
 	}
@@ -250,7 +249,7 @@ func (s *cacheState) setRVLocked(rv uint64) {
 
 // snapshotLocked records the state at rv, and forgets the snapshots the
 // history no longer covers.
-func (s *cacheState) snapshotLocked(rv uint64, now time.Time) {
+func (s *State) snapshotLocked(rv uint64, now time.Time) {
 	if !s.snapshotting {
 		return
 	}
@@ -263,7 +262,7 @@ func (s *cacheState) snapshotLocked(rv uint64, now time.Time) {
 // currentTreeLocked is a copy-on-write clone of the current state, to be
 // walked without mu: the one taken since the last write, or a new one.
 // The caller holds mu, read or write.
-func (s *cacheState) currentTreeLocked() orderedObjects {
+func (s *State) currentTreeLocked() orderedObjects {
 	s.cloneMu.Lock()
 	defer s.cloneMu.Unlock()
 	if s.current.tree == nil {
@@ -282,7 +281,7 @@ func (s *cacheState) currentTreeLocked() orderedObjects {
 // cache serves it too (its compactor prunes only the list snapshots).
 // Cutting the history here answered 410 to clients that upstream resumes
 // (issue 11). It returns the state's RV.
-func (s *cacheState) forgetCompacted(rev int64) uint64 {
+func (s *State) ForgetCompacted(rev int64) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if rev > 0 {
@@ -292,9 +291,9 @@ func (s *cacheState) forgetCompacted(rev int64) uint64 {
 	return s.rv
 }
 
-// dropHistoryThrough evicts the history's events at or below rv, as though
+// DropHistoryThrough evicts the history's events at or below rv, as though
 // for room, and the snapshots it no longer covers (DropHistoryThrough).
-func (s *cacheState) dropHistoryThrough(rv uint64) {
+func (s *State) DropHistoryThrough(rv uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.history.forget(rv)
@@ -306,13 +305,13 @@ func (s *cacheState) dropHistoryThrough(rv uint64) {
 // starts.
 var errHistoryMoved = errors.New("the history moved while it was being backfilled")
 
-// prependHistory puts a backfill's events, etcd's in (from, start], in
+// PrependHistory puts a backfill's events, etcd's in (from, start], in
 // front of the history, if it still starts at the list at start and the
 // state is ready (history.prepend).
-func (s *cacheState) prependHistory(events []*objects.Event, from, start uint64, now time.Time) error {
+func (s *State) PrependHistory(events []*objects.Event, from, start uint64, now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.history.startRV != start || !s.history.fromList || s.ready.state != stateReady {
+	if s.history.startRV != start || !s.history.fromList || s.ready.state != Ready {
 		return errHistoryMoved
 	}
 	s.history.prepend(events, from, now)

@@ -1,12 +1,13 @@
-package cacher
+package state
 
 import (
 	"iter"
+	"sort"
 	"strings"
 
-	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
-
 	"k8s.io/utils/third_party/forked/golang/btree"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
 // orderedObjects keeps the cached objects sorted by key beside the indexer,
@@ -65,4 +66,8 @@ func (o orderedObjects) from(prefix, start string) []*objects.Object {
 		return true
 	})
 	return out
+}
+
+func SortObjects(objs []*objects.Object) {
+	sort.Slice(objs, func(i, j int) bool { return objs[i].Key < objs[j].Key })
 }

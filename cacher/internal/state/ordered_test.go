@@ -1,4 +1,4 @@
-package cacher
+package state
 
 import (
 	"slices"
