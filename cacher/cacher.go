@@ -17,6 +17,7 @@ import (
 
 	"github.com/watchkeeper/watchkeeper/bookmarks"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/hub"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/state"
 	"github.com/watchkeeper/watchkeeper/watchlist"
@@ -58,7 +59,7 @@ type Cacher struct {
 	// watchers and the bookmark calendar. Each has its own lock; the order
 	// is in doc.go.
 	state *state.State
-	hub   *hub
+	hub   *hub.Hub
 	// feed is what the storage feed keeps between its goroutines (feed.go);
 	// fan what the fan-out side does (the dispatcher and the watchers).
 	feed storageFeed
@@ -76,7 +77,7 @@ type lifecycle struct {
 // fanOut is what the dispatcher side keeps besides the hub.
 type fanOut struct {
 	// watcherEnv is what every watcher of this cache is given (watcher.go).
-	watcherEnv *watcherEnv
+	watcherEnv *hub.WatcherEnv
 	// lastTickNanos is how long the last bookmark tick took, for Inspect.
 	lastTickNanos atomic.Int64
 	// bookmarkAll asks the dispatcher for a bookmark to every watcher
@@ -110,7 +111,7 @@ func New(cfg Config) (*Cacher, error) {
 		fan:      fanOut{bookmarkAll: make(chan bookmarkAllRequest)},
 		state: state.New(cfg.ResourcePrefix, cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
 			utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot), metrics, cfg.Clock.Now()),
-		hub: newHub(bookmarks.Policy{Frequency: cfg.BookmarkFrequency, PreDeadlineOffset: cfg.BookmarkPreDeadlineOffset},
+		hub: hub.New(bookmarks.Policy{Frequency: cfg.BookmarkFrequency, PreDeadlineOffset: cfg.BookmarkPreDeadlineOffset},
 			cfg.BookmarkGranularity, cfg.Clock),
 		feed: storageFeed{
 			watchMetadata:     metadata.New(map[string]string{"source": "watchkeeper", "resource": cfg.GroupResource.String()}),
@@ -120,10 +121,10 @@ func New(cfg Config) (*Cacher, error) {
 	}
 	c.life.ctx, c.life.cancelCtx = context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.feed.watchMetadata))
 	c.feed.progress = newProgressRequester(c.life.ctx, c.stopCh, &c.wg, c.clock, c.requestProgress)
-	c.fan.watcherEnv = &watcherEnv{
-		clock: c.clock, buffer: cfg.WatcherBuffer, stop: c.stopCh, wg: &c.wg,
-		forget: c.forgetWatcher, moved: c.metrics.WatcherMoved, bookmark: c.bookmarkObject, dropped: c.dropped,
-		latency: &dispatchLatency{stages: cachemetrics.DispatchStages.ForResource(c.cfg.GroupResource)},
+	c.fan.watcherEnv = &hub.WatcherEnv{
+		Clock: c.clock, Buffer: cfg.WatcherBuffer, Stop: c.stopCh, WG: &c.wg,
+		Forget: c.forgetWatcher, Moved: c.metrics.WatcherMoved, Bookmark: c.bookmarkObject, Dropped: c.dropped,
+		Latency: &hub.DispatchLatency{Stages: cachemetrics.DispatchStages.ForResource(c.cfg.GroupResource)},
 	}
 	if utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {
 		// The store estimates object sizes for list cost from the keys it is
@@ -178,24 +179,24 @@ func (c *Cacher) WaitReady(ctx context.Context) error {
 
 // forgetWatcher removes w. graceful lets it deliver what it has queued and
 // then close; otherwise it closes at once. Either way nothing more is queued.
-func (c *Cacher) forgetWatcher(w *watcher, graceful bool) {
-	live := c.hub.remove(w)
+func (c *Cacher) forgetWatcher(w *hub.Watcher, graceful bool) {
+	live := c.hub.Remove(w)
 	if live {
 		c.left(w)
 	}
 	if graceful && live {
-		w.drain()
+		w.Drain()
 		return
 	}
-	w.terminate()
+	w.Terminate()
 }
 
 // terminateSlow closes a watcher that could not keep up. One whose client
 // has been handed its initial-events-end bookmark but not read it yet is
 // drained and closed gracefully, so the client resumes from that bookmark
 // instead of relisting; the others are cut off.
-func (c *Cacher) terminateSlow(w *watcher) {
-	graceful := w.listState() == watchlist.BookmarkReceived
+func (c *Cacher) terminateSlow(w *hub.Watcher) {
+	graceful := w.ListState() == watchlist.BookmarkReceived
 	c.metrics.TerminatedWatchers.Inc()
 	c.logger.V(2).Info("Closing a watcher that cannot keep up", "graceful", graceful)
 	c.forgetWatcher(w, graceful)
@@ -207,10 +208,10 @@ func (c *Cacher) terminateSlow(w *watcher) {
 // another replica at once, instead of when the HTTP server's shutdown
 // timeout cuts them off. It returns how many it ended.
 func (c *Cacher) EndWatches() int {
-	ending := c.hub.removeAll()
+	ending := c.hub.RemoveAll()
 	for _, w := range ending {
 		c.left(w)
-		w.drain()
+		w.Drain()
 	}
 	if len(ending) > 0 {
 		c.logger.V(2).Info("Ended every watch: the server is shutting down", "watches", len(ending))
@@ -223,14 +224,14 @@ func (c *Cacher) EndWatches() int {
 // inside the state's exclusive hold that leaves or replaces the state they
 // started from (goNotReady, relist), so no watcher registers against it.
 func (c *Cacher) terminateAll() {
-	for _, w := range c.hub.removeAll() {
+	for _, w := range c.hub.RemoveAll() {
 		c.left(w)
-		w.terminate()
+		w.Terminate()
 	}
 }
 
 // left counts a watcher the hub no longer has.
-func (c *Cacher) left(w *watcher) { w.leaving(c.metrics.WatcherLeft) }
+func (c *Cacher) left(w *hub.Watcher) { w.Leaving(c.metrics.WatcherLeft) }
 
 // keys lists the cached keys once the cache has caught up with etcd.
 func (c *Cacher) keys(ctx context.Context) ([]string, error) {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/hub"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"github.com/watchkeeper/watchkeeper/internal/testchild"
 )
@@ -47,7 +50,7 @@ func TestNotReadyRetryAfter(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.down.String(), func(t *testing.T) {
-			err := notReadyError(testEpoch.Add(tc.down), testEpoch)
+			err := notReadyError(cachertest.Epoch.Add(tc.down), cachertest.Epoch)
 			if !apierrors.IsTooManyRequests(err) {
 				t.Fatalf("notReadyError = %v, want 429", err)
 			}
@@ -685,8 +688,8 @@ func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
 			// cases once the drain frees a slot, and select picks either (the
 			// client still gets an unbroken run of events, then the close).
 			rest := cachertest.DrainUntilClosed(t, slow)
-			if len(rest) < resultBuffer || len(rest) > resultBuffer+1 {
-				t.Errorf("the slow watcher delivered %d events before closing, want the %d in its channel (or one more, in flight)", len(rest), resultBuffer)
+			if len(rest) < hub.ResultBuffer || len(rest) > hub.ResultBuffer+1 {
+				t.Errorf("the slow watcher delivered %d events before closing, want the %d in its channel (or one more, in flight)", len(rest), hub.ResultBuffer)
 			}
 			for i, ev := range rest {
 				if rv := cachertest.EventRV(t, ev); rv != uint64(101+i) {
@@ -710,20 +713,20 @@ func TestSlowButReadingWatcherIsNotClosed(t *testing.T) {
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.WatcherBuffer = events })
 	c.waitReady(t)
 	sw, _ := fs.WaitWatch(t, 1)
-	w := c.startWatch(t, context.Background(), "100", cachertest.Everything(false)).(*watcher)
+	w := c.startWatch(t, context.Background(), "100", cachertest.Everything(false)).(*hub.Watcher)
 	terminatedBefore := terminated(t, c)
 	// pending is what the client has not taken: its channel and its queue.
 	pending := func() int {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return len(w.result) + w.queuedLocked()
+		inChan, queued := w.Pending()
+		return inChan + queued
 	}
 	// settled waits until the dispatcher and the pump have done their part,
 	// so the fake clock never runs ahead of them.
 	settled := func(want int) {
 		t.Helper()
 		cachertest.Poll(t, fmt.Sprintf("%d events pending with a full channel", want), func() bool {
-			return pending() == want && (len(w.result) == resultBuffer || want < resultBuffer)
+			inChan, _ := w.Pending()
+			return pending() == want && (inChan == hub.ResultBuffer || want < hub.ResultBuffer)
 		})
 	}
 	for i := 1; i <= events; i++ {
@@ -734,7 +737,7 @@ func TestSlowButReadingWatcherIsNotClosed(t *testing.T) {
 	// far beyond the timeout, but never 10s without progress.
 	want := events
 	for i := 1; i <= events; i++ {
-		c.clk.Step(slowClientTimeout - time.Second)
+		c.clk.Step(hub.SlowClientTimeout - time.Second)
 		ev := cachertest.NextEvent(t, w)
 		if rv := cachertest.EventRV(t, ev); rv != uint64(100+i) {
 			t.Fatalf("event #%d is %s, want @%d", i, cachertest.Describe(ev), 100+i)
@@ -756,12 +759,12 @@ func TestSlowButReadingWatcherIsNotClosed(t *testing.T) {
 	// A client that stops taking events is closed by the first event that
 	// finds it stalled for longer than the timeout: fill its channel so
 	// events queue, then let the clock run.
-	for i := 1; want <= resultBuffer; i++ {
+	for i := 1; want <= hub.ResultBuffer; i++ {
 		sw.Send(t, watch.Modified, cachertest.NewPod(cachertest.PodName(i), uint64(200+i), nil, ""))
 		want++
 	}
 	settled(want)
-	c.clk.Step(slowClientTimeout + time.Second)
+	c.clk.Step(hub.SlowClientTimeout + time.Second)
 	sw.Send(t, watch.Modified, cachertest.NewPod(cachertest.PodName(1), 1000, nil, ""))
 	cachertest.Poll(t, "the stalled watcher to be closed", func() bool {
 		return terminated(t, c)-terminatedBefore == 1
@@ -788,7 +791,7 @@ func terminated(t *testing.T, c *testCacher) float64 {
 // bookmark was accepted but not sent, so it is closed gracefully.
 func watchListSetup(t *testing.T) (*testCacher, watch.Interface, context.CancelFunc) {
 	t.Helper()
-	const pods = resultBuffer + 2
+	const pods = hub.ResultBuffer + 2
 	var list []*example.Pod
 	for i := range pods {
 		list = append(list, cachertest.NewPod(cachertest.PodName(i), uint64(10+i), nil, ""))
@@ -815,7 +818,7 @@ func watchListSetup(t *testing.T) (*testCacher, watch.Interface, context.CancelF
 	// The initial events do not count against the queue's bound, the live
 	// ones do: the third finds it full.
 	cachertest.Poll(t, "the dispatcher to close the slow watcher", func() bool {
-		return !c.hub.has(w.(*watcher))
+		return !c.hub.Has(w.(*hub.Watcher))
 	})
 	return c, w, cancel
 }
@@ -827,20 +830,20 @@ func TestSlowWatchListWatcherIsDrainedGracefully(t *testing.T) {
 	for _, ev := range events {
 		types = append(types, cachertest.Describe(ev))
 	}
-	if len(events) < resultBuffer+3 {
-		t.Fatalf("got %d events, want the %d initial ones and the end bookmark:\n%s", len(events), resultBuffer+3, strings.Join(types, "\n"))
+	if len(events) < hub.ResultBuffer+3 {
+		t.Fatalf("got %d events, want the %d initial ones and the end bookmark:\n%s", len(events), hub.ResultBuffer+3, strings.Join(types, "\n"))
 	}
-	for i := range resultBuffer + 2 {
+	for i := range hub.ResultBuffer + 2 {
 		if m, _ := meta.Accessor(events[i].Object); events[i].Type != watch.Added || m.GetName() != cachertest.PodName(i) {
 			t.Fatalf("event #%d: %s, want ADDED %s", i, cachertest.Describe(events[i]), cachertest.PodName(i))
 		}
 	}
-	end := events[resultBuffer+2]
+	end := events[hub.ResultBuffer+2]
 	if marked, _ := storage.HasInitialEventsEndBookmarkAnnotation(end.Object); end.Type != watch.Bookmark || !marked || cachertest.EventRV(t, end) < 100 {
 		t.Fatalf("after the initial events: %s, want the initial-events-end bookmark at >= 100", cachertest.Describe(end))
 	}
 	last := cachertest.EventRV(t, end)
-	for _, ev := range events[resultBuffer+3:] {
+	for _, ev := range events[hub.ResultBuffer+3:] {
 		if rv := cachertest.EventRV(t, ev); ev.Type != watch.Modified || rv <= last || rv > 103 {
 			t.Fatalf("after the end bookmark: %s, want MODIFIED in 101..103 in order", cachertest.Describe(ev))
 		}
@@ -870,7 +873,7 @@ func TestBookmarkTickAfterGracefulClose(t *testing.T) {
 	// The watcher was filed for a heartbeat 10s after it started.
 	c.stepTicks(t, 12, nil)
 	events := cachertest.DrainUntilClosed(t, w)
-	if len(events) < resultBuffer+3 {
+	if len(events) < hub.ResultBuffer+3 {
 		t.Fatalf("got %d events, want at least the initial ones and the end bookmark", len(events))
 	}
 }
@@ -1108,7 +1111,7 @@ func TestWatcherGoroutinesEnd(t *testing.T) {
 			// More events than the client's channel holds and nobody
 			// reading: a pump goroutine runs for the rest when the watch
 			// ends.
-			for i := range resultBuffer + 5 {
+			for i := range hub.ResultBuffer + 5 {
 				sw.Send(t, watch.Modified, cachertest.NewPod("a", uint64(101+i), map[string]string{"i": strconv.Itoa(i)}, ""))
 			}
 			cachertest.Poll(t, "a pump to run for the queued events", func() bool { return pumps() > 0 })
@@ -1118,7 +1121,7 @@ func TestWatcherGoroutinesEnd(t *testing.T) {
 			expectNoWatcherGoroutines(t)
 			cachertest.DrainUntilClosed(t, w)
 			// The cache still serves: events flow to a new watcher.
-			next := uint64(101 + resultBuffer + 5)
+			next := uint64(101 + hub.ResultBuffer + 5)
 			c.waitRV(t, next-1)
 			w2 := c.startWatch(t, context.Background(), strconv.FormatUint(next-1, 10), cachertest.Everything(false))
 			sw.Send(t, watch.Modified, cachertest.NewPod("a", next, nil, ""))
@@ -1212,23 +1215,21 @@ func TestEndWatchesDrainsAndKeepsTheCache(t *testing.T) {
 	c := newTestCacher(t, fs, nil)
 	c.waitReady(t)
 	sw, _ := fs.WaitWatch(t, 1)
-	ws := []*watcher{
-		c.startWatch(t, context.Background(), "100", cachertest.Everything(false)).(*watcher),
-		c.startWatch(t, context.Background(), "100", cachertest.Everything(true)).(*watcher),
+	ws := []*hub.Watcher{
+		c.startWatch(t, context.Background(), "100", cachertest.Everything(false)).(*hub.Watcher),
+		c.startWatch(t, context.Background(), "100", cachertest.Everything(true)).(*hub.Watcher),
 	}
 	// More events than the client's channel holds: the rest wait in the
 	// watcher's queue, behind a client that reads nothing yet. Those, not
 	// only what sits in the channel, must reach the client before the close.
-	const events = resultBuffer + 5
+	const events = hub.ResultBuffer + 5
 	for i := 1; i <= events; i++ {
 		sw.Send(t, watch.Modified, cachertest.NewPod("a", uint64(100+i), map[string]string{"v": fmt.Sprint(i)}, ""))
 	}
 	cachertest.Poll(t, "both watchers to have a full channel and the rest queued", func() bool {
 		for _, w := range ws {
-			w.mu.Lock()
-			inChan, queued := len(w.result), w.queuedLocked()
-			w.mu.Unlock()
-			if inChan != resultBuffer || queued != events-resultBuffer {
+			inChan, queued := w.Pending()
+			if inChan != hub.ResultBuffer || queued != events-hub.ResultBuffer {
 				return false
 			}
 		}
@@ -1258,3 +1259,41 @@ func TestEndWatchesDrainsAndKeepsTheCache(t *testing.T) {
 		t.Errorf("second EndWatches ended %d, want 1", n)
 	}
 }
+
+// A watcher closed by its client stays filed on the bookmark calendar until
+// its slot comes up (up to the 1m default frequency), but must let go of
+// its request at once: the request's context, and all a real request
+// hangs off it, must be collectable while the watcher waits in its slot.
+func TestClosedWatcherLetsGoOfItsRequest(t *testing.T) {
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
+	c := newTestCacher(t, fs, func(cfg *Config) { cfg.BookmarkFrequency = time.Minute })
+	c.waitReady(t)
+	fs.WaitWatch(t, 1)
+
+	ref, w := func() (weak.Pointer[[1 << 16]byte], interface{ Stop() }) {
+		payload := new([1 << 16]byte)
+		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), payloadKey{}, payload))
+		_ = cancel // the client ends the watch with Stop, not by cancelling
+		w := c.startWatch(t, ctx, "0", cachertest.Everything(true))
+		if ev := cachertest.NextEvent(t, w); cachertest.EventRV(t, ev) != 100 {
+			t.Fatalf("got %s, want the initial a@100", cachertest.Describe(ev))
+		}
+		return weak.Make(payload), w
+	}()
+	w.Stop()
+	filed := c.hub.CalendarLen()
+	if filed != 1 {
+		t.Fatalf("%d watchers filed on the calendar, want the closed one still in its slot", filed)
+	}
+	for range 5 {
+		runtime.GC()
+		if ref.Value() == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the request's context is still reachable from a closed watcher waiting in its calendar slot")
+}
+
+// payloadKey carries a test payload in a request context.
+type payloadKey struct{}

@@ -100,7 +100,7 @@ func (c *Cacher) freshenBookmarks(now time.Time) {
 	if !ok || silent+ahead < bound {
 		return
 	}
-	if c.hub.hasDueBy(now.Add(ahead)) {
+	if c.hub.HasDueBy(now.Add(ahead)) {
 		c.metrics.FreshnessProbes.Inc()
 		c.feed.progress.request()
 	}

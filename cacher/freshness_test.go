@@ -95,7 +95,7 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 // countingRequester is a progress requester on a fake clock whose send
 // counts the requests; closing stop and waiting on wg end it.
 func countingRequester() (p *progressRequester, clk *testingclock.FakeClock, count func() int, stop chan struct{}, wg *sync.WaitGroup) {
-	clk = testingclock.NewFakeClock(testEpoch)
+	clk = testingclock.NewFakeClock(cachertest.Epoch)
 	var mu sync.Mutex
 	sent := 0
 	count = func() int { mu.Lock(); defer mu.Unlock(); return sent }

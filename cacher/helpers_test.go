@@ -51,7 +51,8 @@ func TestMain(m *testing.M) {
 func cacherGoroutine(g cachertest.Goroutine) bool {
 	// The goroutines running the tests themselves (benchmarks run on the
 	// main one, under TestMain) are not the cacher's.
-	return strings.Contains(g.Stack, "github.com/watchkeeper/watchkeeper/cacher.") &&
+	return (strings.Contains(g.Stack, "github.com/watchkeeper/watchkeeper/cacher.") ||
+		strings.Contains(g.Stack, "github.com/watchkeeper/watchkeeper/cacher/internal/")) &&
 		!strings.Contains(g.Stack, "testing.(*T).Run(") && !strings.Contains(g.Stack, "testing.(*B).Run(")
 }
 
@@ -62,7 +63,7 @@ func expectNoCacherGoroutines(t testing.TB) {
 	}
 }
 
-func isPump(g cachertest.Goroutine) bool { return strings.Contains(g.Stack, "cacher.(*watcher).pump") }
+func isPump(g cachertest.Goroutine) bool { return strings.Contains(g.Stack, "hub.(*Watcher).pump") }
 
 // pumps counts the watcher pump goroutines running now.
 func pumps() int {
@@ -84,8 +85,6 @@ func expectNoWatcherGoroutines(t *testing.T) {
 
 // The cacher under test.
 
-var testEpoch = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
-
 type testCacher struct {
 	*Cacher
 	fs  *cachertest.FakeStorage
@@ -95,13 +94,13 @@ type testCacher struct {
 	stopHung atomic.Bool
 }
 
-// newTestCacher starts a cacher over fs on a fake clock at testEpoch, with
+// newTestCacher starts a cacher over fs on a fake clock at cachertest.Epoch, with
 // a 1s granularity and no jitter, and stops it when the test ends. Each test
 // (or subtest) owns its cacher: the goroutine check in the cleanup looks at
 // every cacher goroutine.
 func newTestCacher(t testing.TB, fs *cachertest.FakeStorage, mutate func(*Config)) *testCacher {
 	t.Helper()
-	clk := testingclock.NewFakeClock(testEpoch)
+	clk := testingclock.NewFakeClock(cachertest.Epoch)
 	cfg := Config{
 		Storage:                   fs,
 		GroupResource:             schema.GroupResource{Resource: "pods"},
@@ -239,16 +238,3 @@ func (tc *testCacher) startWatch(t *testing.T, ctx context.Context, rv string, p
 }
 
 // Reading watches.
-
-// receivedAll is what w's channel holds now, described, without waiting.
-func receivedAll(w *watcher) []string {
-	var got []string
-	for {
-		select {
-		case ev := <-w.ResultChan():
-			got = append(got, strings.TrimSuffix(cachertest.Describe(ev), " labels=map[]"))
-		default:
-			return got
-		}
-	}
-}

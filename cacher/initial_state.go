@@ -7,6 +7,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/hub"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/state"
 )
@@ -74,12 +75,12 @@ func (c *Cacher) addedEvent(o *objects.Object, rv uint64) (watch.Event, bool) {
 // move into the selector adds one in key order. The result is the state at
 // the newest change's RV, as ADDED events. It costs one pass over changes,
 // and one over the state only when a change concerns w.
-func (c *Cacher) fold(events []watch.Event, objs []*objects.Object, w *watcher, changes []*objects.Event) []watch.Event {
+func (c *Cacher) fold(events []watch.Event, objs []*objects.Object, w *hub.Watcher, changes []*objects.Event) []watch.Event {
 	// now is each changed key's object as w sees it after the changes, nil
 	// where w sees none.
 	var now map[string]*objects.Object
 	for _, e := range changes {
-		sel := w.selects(e)
+		sel := w.Selects(e)
 		if sel == 0 {
 			// Outside w's key, or outside its selector before and after:
 			// w's state has no object for it either way.
@@ -88,7 +89,7 @@ func (c *Cacher) fold(events []watch.Event, objs []*objects.Object, w *watcher, 
 		if now == nil {
 			now = make(map[string]*objects.Object)
 		}
-		if e.Type != watch.Deleted && sel&selectsCur != 0 {
+		if e.Type != watch.Deleted && sel&hub.SelectsCur != 0 {
 			now[e.Cur.Key] = e.Cur
 		} else {
 			now[e.Prev.Key] = nil

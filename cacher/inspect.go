@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/watchkeeper/watchkeeper/bookmarks"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/hub"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/state"
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
@@ -74,8 +75,8 @@ func (c *Cacher) Inspect(ctx context.Context) Inspection {
 	var hi state.HistoryStats
 	in.Ready, in.CacheRV, hi = c.state.Inspect()
 	in.History = HistoryInspection(hi)
-	c.hub.each(func(w *watcher) { in.Watchers[w.listState()]++ })
-	in.Calendar = c.hub.calendarSlots()
+	c.hub.Each(func(w *hub.Watcher) { in.Watchers[w.ListState()]++ })
+	in.Calendar = c.hub.CalendarSlots()
 
 	in.EtcdRV, in.EtcdErr = c.storageRV(ctx)
 	return in

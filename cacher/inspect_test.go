@@ -13,6 +13,7 @@ import (
 
 	"github.com/watchkeeper/watchkeeper/bookmarks"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/hub"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/state"
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
@@ -21,7 +22,7 @@ func TestInspect(t *testing.T) {
 	// More pods than a client's channel holds: a WatchList client that
 	// reads nothing keeps its end bookmark queued, BookmarkReceived.
 	pods := []*example.Pod{cachertest.NewPod("a", 100, nil, "")}
-	for i := 1; i <= resultBuffer; i++ {
+	for i := 1; i <= hub.ResultBuffer; i++ {
 		pods = append(pods, cachertest.NewPod(cachertest.PodName(i), 100, nil, ""))
 	}
 	fs := cachertest.NewFakeStorage(100, pods...)
@@ -51,26 +52,26 @@ func TestInspect(t *testing.T) {
 	}
 	t.Cleanup(wl.Stop)
 	c.clk.Step(time.Second)
-	cachertest.Poll(t, "the WatchList watcher's channel to fill", func() bool { return len(wl.ResultChan()) == resultBuffer })
+	cachertest.Poll(t, "the WatchList watcher's channel to fill", func() bool { return len(wl.ResultChan()) == hub.ResultBuffer })
 
 	in := c.Inspect(context.Background())
 	if !in.Ready || in.GroupResource.Resource != "pods" || in.CacheRV != 102 || in.EtcdRV != 105 || in.EtcdErr != nil {
 		t.Fatalf("inspection header: %+v", in)
 	}
-	if !in.Now.Equal(testEpoch.Add(2 * time.Second)) {
-		t.Errorf("taken at %v, want the cache's clock %v", in.Now, testEpoch.Add(2*time.Second))
+	if !in.Now.Equal(cachertest.Epoch.Add(2 * time.Second)) {
+		t.Errorf("taken at %v, want the cache's clock %v", in.Now, cachertest.Epoch.Add(2*time.Second))
 	}
 	if got := in.Watchers; got[watchlist.BookmarkSent] != 4 || got[watchlist.BookmarkReceived] != 1 || got[watchlist.WaitingForBookmark] != 0 {
 		t.Errorf("watchers by state: %v, want 4 BookmarkSent and 1 BookmarkReceived", got)
 	}
 	// Filed at +1s for +11s: one slot of four watchers.
-	want := []bookmarks.SlotCount{{Start: testEpoch.Add(11 * time.Second), Watchers: 4}}
+	want := []bookmarks.SlotCount{{Start: cachertest.Epoch.Add(11 * time.Second), Watchers: 4}}
 	if !slices.Equal(in.Calendar, want) {
 		t.Errorf("calendar: %+v, want %+v", in.Calendar, want)
 	}
 	h := in.History
 	if h.Events != 2 || h.OldestRV != 101 || h.NewestRV != 102 || h.StartRV != 100 || h.Bound != state.MinHistory ||
-		!h.OldestAt.Equal(testEpoch) || !h.NewestAt.Equal(testEpoch.Add(time.Second)) {
+		!h.OldestAt.Equal(cachertest.Epoch) || !h.NewestAt.Equal(cachertest.Epoch.Add(time.Second)) {
 		t.Errorf("history: %+v", h)
 	}
 	if in.Config.BookmarkFrequency != 10*time.Second || in.Config.BookmarkGranularity != time.Second || in.Config.Storage != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/hub"
 )
 
 // BookmarkAll queues, for every watcher whose client takes bookmarks, one
@@ -25,7 +27,7 @@ import (
 // its bookmark at the RV it had would send its clients back as many
 // revisions as the other resources' writes made since the last one.
 func (c *Cacher) BookmarkAll(ctx context.Context) (queued, taken int) {
-	req := bookmarkAllRequest{atLeast: c.catchUp(ctx), reply: make(chan []*watcher, 1)}
+	req := bookmarkAllRequest{atLeast: c.catchUp(ctx), reply: make(chan []*hub.Watcher, 1)}
 	select {
 	case c.fan.bookmarkAll <- req:
 	case <-c.stopCh:
@@ -33,7 +35,7 @@ func (c *Cacher) BookmarkAll(ctx context.Context) (queued, taken int) {
 	case <-ctx.Done():
 		return 0, 0
 	}
-	var ws []*watcher
+	var ws []*hub.Watcher
 	select {
 	case ws = <-req.reply:
 	case <-ctx.Done():
@@ -45,7 +47,7 @@ func (c *Cacher) BookmarkAll(ctx context.Context) (queued, taken int) {
 	poll := c.clock.NewTicker(bookmarkTakenPoll)
 	defer poll.Stop()
 	for {
-		ws = slices.DeleteFunc(ws, (*watcher).tookAll)
+		ws = slices.DeleteFunc(ws, (*hub.Watcher).TookAll)
 		if len(ws) == 0 {
 			return queued, queued
 		}
@@ -65,7 +67,7 @@ func (c *Cacher) BookmarkAll(ctx context.Context) (queued, taken int) {
 // waited for).
 type bookmarkAllRequest struct {
 	atLeast uint64
-	reply   chan []*watcher
+	reply   chan []*hub.Watcher
 }
 
 // answerBookmarkAll runs on the dispatcher goroutine: it answers the
@@ -86,7 +88,7 @@ func (c *Cacher) answerBookmarkAll(waiting []bookmarkAllRequest, rv uint64) []bo
 // cache did not reach it within shutdownCatchUpTimeout, and the bookmarks
 // then go out at the RV the cache has.
 func (c *Cacher) catchUp(ctx context.Context) uint64 {
-	if c.hub.len() == 0 {
+	if c.hub.Len() == 0 {
 		return 0
 	}
 	rvCtx, cancel := context.WithTimeout(ctx, shutdownCatchUpTimeout)
@@ -114,12 +116,12 @@ const bookmarkTakenPoll = 10 * time.Millisecond
 
 // bookmarkEvery is BookmarkAll's work on the dispatcher goroutine, at the
 // dispatcher's RV: every event at or below it is queued ahead.
-func (c *Cacher) bookmarkEvery(rv uint64) []*watcher {
+func (c *Cacher) bookmarkEvery(rv uint64) []*hub.Watcher {
 	shared := c.sharedBookmark(rv)
 	nowNanos := c.clock.Now().UnixNano()
-	var sent []*watcher
-	c.hub.each(func(w *watcher) {
-		if w.bookmarks && w.offerBookmark(rv, shared, nowNanos, true) {
+	var sent []*hub.Watcher
+	c.hub.Each(func(w *hub.Watcher) {
+		if w.Bookmarks && w.OfferBookmark(rv, shared, nowNanos, true) {
 			sent = append(sent, w)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/hub"
 )
 
 // Before a server stops, every watcher that takes bookmarks gets one at the
@@ -22,7 +23,7 @@ func TestBookmarkAllQueuesABookmarkBehindEachWatchersEvents(t *testing.T) {
 	plain := c.startWatch(t, ctx, "100", cachertest.Everything(false))
 	// More events than a client's channel holds: the rest wait in the
 	// watchers' queues until their clients read.
-	const last = 100 + 2*resultBuffer
+	const last = 100 + 2*hub.ResultBuffer
 	for rv := uint64(101); rv <= last; rv++ {
 		sw.Send(t, watch.Added, cachertest.NewPod(cachertest.PodName(int(rv)), rv, nil, ""))
 	}

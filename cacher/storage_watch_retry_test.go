@@ -15,13 +15,13 @@ import (
 
 func TestWatchRetryBudget(t *testing.T) {
 	r := watchRetry{window: 30 * time.Second}
-	now := testEpoch
+	now := cachertest.Epoch
 	// The first re-open is immediate, then the backoff grows to its cap.
 	var waits []time.Duration
 	for range 8 {
 		d, ok := r.next(now)
 		if !ok {
-			t.Fatalf("gave up after %v, inside the window", now.Sub(testEpoch))
+			t.Fatalf("gave up after %v, inside the window", now.Sub(cachertest.Epoch))
 		}
 		waits = append(waits, d)
 		now = now.Add(time.Second)
@@ -36,12 +36,12 @@ func TestWatchRetryBudget(t *testing.T) {
 		}
 	}
 	// Past the window the re-opens go on at the capped backoff.
-	if d, within := r.next(testEpoch.Add(30 * time.Second)); within || d < 2*time.Second || d > 3*time.Second {
+	if d, within := r.next(cachertest.Epoch.Add(30 * time.Second)); within || d < 2*time.Second || d > 3*time.Second {
 		t.Errorf("30s after the first failure: next = %v, within %v; want a capped backoff past the window", d, within)
 	}
 	// A watch that delivered something restarts the budget.
 	r.progressed()
-	if d, within := r.next(testEpoch.Add(40 * time.Second)); !within || d != 0 {
+	if d, within := r.next(cachertest.Epoch.Add(40 * time.Second)); !within || d != 0 {
 		t.Errorf("after progress: next = %v, %v; want an immediate retry within the window", d, within)
 	}
 }

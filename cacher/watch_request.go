@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/hub"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/state"
 	"github.com/watchkeeper/watchkeeper/watchlist"
@@ -54,7 +55,7 @@ type watchRequest struct {
 	// starts with the state as ADDED events (that, or RV unset or "0"
 	// without sendInitialEvents).
 	sendInitial, fromState bool
-	w                      *watcher
+	w                      *hub.Watcher
 	// sig is w's matchSignature, built outside every lock.
 	sig string
 }
@@ -88,20 +89,20 @@ func (c *Cacher) parseWatch(ctx context.Context, key string, opts storage.ListOp
 		sendInitial: opts.SendInitialEvents != nil && *opts.SendInitialEvents,
 	}
 	req.fromState = req.sendInitial || (requestedRV == 0 && opts.SendInitialEvents == nil)
-	w := &watcher{
-		env:       c.fan.watcherEnv,
-		pred:      opts.Predicate,
-		key:       key,
-		recursive: opts.Recursive,
-		bookmarks: opts.Predicate.AllowWatchBookmarks,
-		result:    make(chan watch.Event, resultBuffer),
+	w := &hub.Watcher{
+		Env:       c.fan.watcherEnv,
+		Pred:      opts.Predicate,
+		Key:       key,
+		Recursive: opts.Recursive,
+		Bookmarks: opts.Predicate.AllowWatchBookmarks,
+		Result:    make(chan watch.Event, hub.ResultBuffer),
 	}
-	w.deadline, _ = ctx.Deadline()
-	if w.shard, err = objects.NewShardFilter(opts.Predicate); err != nil {
+	w.Deadline, _ = ctx.Deadline()
+	if w.Shard, err = objects.NewShardFilter(opts.Predicate); err != nil {
 		return nil, errors.NewBadRequest(err.Error())
 	}
-	w.triggerValue, w.triggered = c.trigger.ValueFor(opts.Predicate)
-	req.w, req.sig = w, matchSignature(w)
+	w.TriggerValue, w.Triggered = c.trigger.ValueFor(opts.Predicate)
+	req.w, req.sig = w, hub.MatchSignature(w)
 	return req, nil
 }
 
@@ -143,7 +144,7 @@ func (c *Cacher) waitForWatch(ctx context.Context, req *watchRequest) watch.Inte
 			// backfillTimeout would hold node-high's seats, and the leases
 			// and node status calls would queue behind them (stock's
 			// resumes get their 410 at once).
-			signalInitialized(ctx)
+			hub.SignalInitialized(ctx)
 			if err := c.backfill(ctx, req.requestedRV); err != nil {
 				c.logger.V(4).Info("Resume without a backfill", "from", req.requestedRV, "err", err)
 			}
@@ -171,7 +172,7 @@ func (c *Cacher) register(ctx context.Context, req *watchRequest) (watch.Interfa
 	w := req.w
 	// The request's context ending (client gone, deadline) ends the watch.
 	// Registered after the lock: an ended context runs it at once.
-	w.untilClosed(context.AfterFunc(ctx, func() { c.forgetWatcher(w, false) }))
+	w.UntilClosed(context.AfterFunc(ctx, func() { c.forgetWatcher(w, false) }))
 	return w, nil
 }
 
@@ -207,11 +208,11 @@ func (c *Cacher) startLocked(ctx context.Context, req *watchRequest, start start
 		} else {
 			initial, _ = c.initialAdded(c.state.ObjectsLocked(req.key, opts.Recursive), opts.Predicate, rv)
 		}
-		w.startRV = rv
+		w.StartRV = rv
 	case req.requestedRV == 0:
 		// From now: etcd's current RV when it was read (RV "" with
 		// sendInitialEvents=false), or wherever the cache is.
-		w.startRV = max(req.requiredRV, rv)
+		w.StartRV = max(req.requiredRV, rv)
 	default:
 		from := req.requestedRV
 		if oldest := c.state.HistoryStartLocked(); from < oldest {
@@ -227,13 +228,13 @@ func (c *Cacher) startLocked(ctx context.Context, req *watchRequest, start start
 			return newErrWatcher(errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", req.requestedRV, c.state.ResumableFromLocked()))), nil
 		}
 		initial = c.appendInterested(initial, w, events)
-		w.startRV = max(req.requestedRV, rv)
+		w.StartRV = max(req.requestedRV, rv)
 	}
 	floor := uint64(0)
-	if req.sendInitial && w.bookmarks {
+	if req.sendInitial && w.Bookmarks {
 		floor = max(watchlist.Floor(opts.ResourceVersion, req.requestedRV, req.requiredRV, rv), 1)
 	}
-	w.tracker = watchlist.NewTracker(floor)
+	w.Tracker = watchlist.NewTracker(floor)
 	if floor > 0 && rv >= floor {
 		// The cache already holds the floor: end the initial events now
 		// rather than on the next tick (kubernetes issue 122277).
@@ -244,25 +245,25 @@ func (c *Cacher) startLocked(ctx context.Context, req *watchRequest, start start
 		if err != nil {
 			return nil, err
 		}
-		w.tracker.Accept(rv)
+		w.Tracker.Accept(rv)
 		initial = append(initial, watch.Event{Type: watch.Bookmark, Object: end})
 	}
-	c.metrics.WatcherArrived(w.tracker.State(), w.shard != nil)
+	c.metrics.WatcherArrived(w.Tracker.State(), w.Shard != nil)
 	c.metrics.InitEvents.Add(float64(len(initial)))
 	// Queued before the dispatcher can see the watcher, so they come
 	// first; under the lock that saw the cache ready, so Stop waits for
 	// the pump.
-	w.start(ctx, initial)
-	c.hub.add(w, req.sig, c.clock.Now())
+	w.Start(ctx, initial)
+	c.hub.Add(w, req.sig, c.clock.Now())
 	return nil, nil
 }
 
 // appendInterested appends what w is sent of events, those that concern it.
-func (c *Cacher) appendInterested(out []watch.Event, w *watcher, events []*objects.Event) []watch.Event {
+func (c *Cacher) appendInterested(out []watch.Event, w *hub.Watcher, events []*objects.Event) []watch.Event {
 	for _, e := range events {
-		if sel := w.selects(e); sel != 0 {
+		if sel := w.Selects(e); sel != 0 {
 			objs := c.objectsOf(e, 0) // not dispatched: initial events are not timed
-			if ev, ok := objs.forSelection(sel); ok {
+			if ev, ok := objs.ForSelection(sel); ok {
 				out = append(out, ev)
 			}
 		}

@@ -192,3 +192,20 @@ func Closed(ch <-chan struct{}) bool {
 		return false
 	}
 }
+
+// Epoch is the fake clocks' start: far from the real time, so a test that
+// reads the real clock where it should read the fake one fails.
+var Epoch = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// ReceivedAll is what w's channel holds now, described, without waiting.
+func ReceivedAll(w watch.Interface) []string {
+	var got []string
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			got = append(got, strings.TrimSuffix(Describe(ev), " labels=map[]"))
+		default:
+			return got
+		}
+	}
+}

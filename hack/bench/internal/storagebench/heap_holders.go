@@ -44,6 +44,7 @@ var Holders = []string{HolderDecoded, HolderAttrs, HolderKeyIndex, HolderOrdered
 // Function name prefixes of the stacks the rules read.
 const (
 	wkCacher = "github.com/watchkeeper/watchkeeper/cacher."
+	wkState  = "github.com/watchkeeper/watchkeeper/cacher/internal/state."
 	upCacher = "k8s.io/apiserver/pkg/storage/cacher."
 	upStore  = "k8s.io/apiserver/pkg/storage/cacher/store."
 	btreePkg = "k8s.io/utils/third_party/forked/golang/btree."
@@ -80,7 +81,7 @@ var holderRules = []struct {
 	// The clones' own headers, and the records of the snapshots (upstream
 	// keeps them in a B-tree of its own).
 	{holder: HolderSnapshots, frames: []string{btreePkg}, alsoFrames: []string{").Clone", "napshot"}},
-	{holder: HolderSnapshots, frames: []string{wkCacher + "(*snapshots)", wkCacher + "orderedObjects.clone", upStore + "(*storeSnapshotter)"}},
+	{holder: HolderSnapshots, frames: []string{wkState + "(*snapshots)", wkState + "orderedObjects.clone", upStore + "(*storeSnapshotter)"}},
 	{holder: HolderOrdered, frames: []string{btreePkg}},
 	{holder: HolderAttrs, frames: []string{"internal/fixtures.PodAttrs", "internal/fixtures.CorePodAttrs"}},
 	{holder: HolderDecoded, frames: []string{"k8s.io/apimachinery/pkg/runtime/serializer/protobuf.", "k8s.io/apimachinery/pkg/runtime.Decode",
@@ -90,10 +91,10 @@ var holderRules = []struct {
 		"k8s.io/apimachinery/pkg/api/meta.extractList"}},
 	// client-go's indexer, not its reflector, under which upstream's
 	// cache applies every event.
-	{holder: HolderKeyIndex, frames: []string{wkCacher + "(*Cacher).newObject", wkCacher + "newStore",
+	{holder: HolderKeyIndex, frames: []string{wkCacher + "(*Cacher).newObject", wkState + "newStore",
 		"k8s.io/client-go/tools/cache.(*cache)", "k8s.io/client-go/tools/cache.(*threadSafeMap)", "k8s.io/client-go/tools/cache.(*storeIndex)",
 		upStore, upCacher + "(*watchCache).Replace", "k8s.io/apiserver/pkg/storage.NamespaceKeyFunc"}},
-	{holder: HolderHistory, frames: []string{wkCacher + "(*history)", wkCacher + "(*Cacher).newEvent",
+	{holder: HolderHistory, frames: []string{wkState + "(*history)", wkCacher + "(*Cacher).newEvent",
 		upCacher + "(*watchCache).processEvent", upCacher + "(*watchCacheHistory)"}},
 }
 

@@ -11,6 +11,7 @@ func TestHolderOf(t *testing.T) {
 	const (
 		btree = "k8s.io/utils/third_party/forked/golang/btree."
 		wk    = "github.com/watchkeeper/watchkeeper/cacher."
+		wkst  = "github.com/watchkeeper/watchkeeper/cacher/internal/state."
 		up    = "k8s.io/apiserver/pkg/storage/cacher."
 		store = "k8s.io/apiserver/pkg/storage/cacher/store."
 		// upstream applies events under client-go's reflector
@@ -40,15 +41,15 @@ func TestHolderOf(t *testing.T) {
 		{"upstream's key", []string{"k8s.io/apiserver/pkg/storage.NamespaceKeyFunc", up + "(*watchCache).processEvent", reflector}, HolderKeyIndex},
 		{"upstream's index", []string{store + "(*indexer).add", store + "(*threadedStoreIndexer).addOrUpdate", up + "(*watchCache).processEvent", reflector}, HolderKeyIndex},
 		{"upstream's list entries", []string{up + "(*watchCache).Replace", "k8s.io/client-go/tools/cache.(*Reflector).watchList"}, HolderKeyIndex},
-		{"watchkeeper's tree built", []string{btree + "(*FreeList[go.shape.*uint8]).newNode", btree + "(*BTree[go.shape.*uint8]).ReplaceOrInsert", wk + "orderedObjects.set", wk + "(*orderedObjects).reset", wk + "(*Cacher).list"}, HolderOrdered},
+		{"watchkeeper's tree built", []string{btree + "(*FreeList[go.shape.*uint8]).newNode", btree + "(*BTree[go.shape.*uint8]).ReplaceOrInsert", wkst + "orderedObjects.set", wkst + "(*orderedObjects).reset", wk + "(*Cacher).list"}, HolderOrdered},
 		{"upstream's tree grown", []string{btree + "(*items[go.shape.*uint8]).insertAt", btree + "(*node[go.shape.*uint8]).insert", store + "(*btreeStore).addOrUpdateElem", store + "(*WatchCacheStorage).UpdateStoreLocked", up + "(*watchCache).processEvent", reflector}, HolderOrdered},
-		{"watchkeeper's copy on write", []string{btree + "(*FreeList[go.shape.*uint8]).newNode", btree + "(*node[go.shape.*uint8]).mutableFor", btree + "(*node[go.shape.*uint8]).mutableChild", wk + "orderedObjects.set", wk + "(*Cacher).apply"}, treeCopies},
+		{"watchkeeper's copy on write", []string{btree + "(*FreeList[go.shape.*uint8]).newNode", btree + "(*node[go.shape.*uint8]).mutableFor", btree + "(*node[go.shape.*uint8]).mutableChild", wkst + "orderedObjects.set", wk + "(*Cacher).apply"}, treeCopies},
 		{"upstream's copy on write", []string{btree + "(*node[go.shape.*uint8]).mutableFor", store + "(*btreeStore).addOrUpdateElem", store + "(*WatchCacheStorage).UpdateStoreLocked", up + "(*watchCache).processEvent", reflector}, treeCopies},
 		{"upstream's clone", []string{btree + "(*BTree[go.shape.*uint8]).Clone", store + "(*btreeStore).Clone", store + "(*storeSnapshotter).Add"}, HolderSnapshots},
 		{"upstream's snapshot records", []string{btree + "(*items[go.shape.struct { k8s.io/apiserver/pkg/storage/cacher/store.resourceVersion uint64; k8s.io/apiserver/pkg/storage/cacher/store.snapshot k8s.io/apiserver/pkg/storage/cacher/store.Snapshot }]).insertAt", btree + "(*BTree[go.shape.struct {}]).ReplaceOrInsert", store + "(*storeSnapshotter).Add"}, HolderSnapshots},
-		{"watchkeeper's snapshot records", []string{wk + "(*snapshots).add", wk + "(*Cacher).snapshotLocked"}, HolderSnapshots},
+		{"watchkeeper's snapshot records", []string{wkst + "(*snapshots).add", wkst + "(*State).snapshotLocked"}, HolderSnapshots},
 		{"watchkeeper's event", []string{wk + "(*Cacher).newEvent", wk + "(*Cacher).apply"}, HolderHistory},
-		{"watchkeeper's ring", []string{wk + "(*history).resize", wk + "(*history).add", wk + "(*Cacher).apply"}, HolderHistory},
+		{"watchkeeper's ring", []string{wkst + "(*history).resize", wkst + "(*history).add", wk + "(*Cacher).apply"}, HolderHistory},
 		{"upstream's event", []string{up + "(*watchCache).processEvent", up + "(*watchCache).Update", reflector}, HolderHistory},
 		{"upstream's ring", []string{up + "(*watchCacheHistory).doCacheResizeLocked", up + "(*watchCache).processEvent", reflector}, HolderHistory},
 		// Made under the etcd3 storage or beside a cache's tree, but the

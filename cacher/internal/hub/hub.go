@@ -1,4 +1,4 @@
-package cacher
+package hub
 
 import (
 	"sync"
@@ -10,7 +10,7 @@ import (
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
-// hub is the fan-out side's registry: the open watchers, filed for the
+// Hub is the fan-out side's registry: the open watchers, filed for the
 // dispatcher (watcherSet), and the bookmark calendar. Its lock is its own:
 // the dispatcher looks up an event's watchers and the tick pops its due
 // watchers without waiting on the state's lock, so neither a relist's
@@ -27,42 +27,42 @@ import (
 // state they started from.
 //
 // Lock order (doc.go): the state's mu, then mu, then a watcher's mu.
-type hub struct {
+type Hub struct {
 	policy      bookmarks.Policy
 	granularity time.Duration
 
 	mu       sync.RWMutex
 	watchers watcherSet
-	calendar *bookmarks.Calendar[*watcher]
+	calendar *bookmarks.Calendar[*Watcher]
 }
 
-func newHub(policy bookmarks.Policy, granularity time.Duration, clk clock.PassiveClock) *hub {
-	return &hub{
+func New(policy bookmarks.Policy, granularity time.Duration, clk clock.PassiveClock) *Hub {
+	return &Hub{
 		policy:      policy,
 		granularity: granularity,
 		watchers:    newWatcherSet(),
-		calendar:    bookmarks.NewCalendar[*watcher](clk, granularity),
+		calendar:    bookmarks.NewCalendar[*Watcher](clk, granularity),
 	}
 }
 
-// add registers w, with sig its matchSignature, and files it on the
+// Add registers w, with sig its matchSignature, and files it on the
 // calendar when it takes bookmarks. The caller holds the state's read lock
 // over the state w starts from.
-func (h *hub) add(w *watcher, sig string, now time.Time) {
+func (h *Hub) Add(w *Watcher, sig string, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.watchers.add(w, sig)
-	if !w.bookmarks {
+	if !w.Bookmarks {
 		return
 	}
-	if next, ok := h.policy.Next(now, w.deadline, w.floorReached()); ok {
+	if next, ok := h.policy.Next(now, w.Deadline, w.floorReached()); ok {
 		h.calendar.Add(w, next)
 	}
 }
 
-// remove takes w out; false when it was not in. A closed watcher may stay
+// Remove takes w out; false when it was not in. A closed watcher may stay
 // on the calendar until its slot comes up: the tick skips it.
-func (h *hub) remove(w *watcher) bool {
+func (h *Hub) Remove(w *Watcher) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.watchers.has(w) {
@@ -72,11 +72,11 @@ func (h *hub) remove(w *watcher) bool {
 	return true
 }
 
-// removeAll takes every watcher out and returns them.
-func (h *hub) removeAll() []*watcher {
+// RemoveAll takes every watcher out and returns them.
+func (h *Hub) RemoveAll() []*Watcher {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]*watcher, 0, len(h.watchers.all))
+	out := make([]*Watcher, 0, len(h.watchers.all))
 	for w := range h.watchers.all {
 		h.watchers.remove(w)
 		out = append(out, w)
@@ -84,20 +84,20 @@ func (h *hub) removeAll() []*watcher {
 	return out
 }
 
-func (h *hub) has(w *watcher) bool {
+func (h *Hub) Has(w *Watcher) bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.watchers.has(w)
 }
 
-func (h *hub) len() int {
+func (h *Hub) Len() int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return len(h.watchers.all)
 }
 
-// each calls f for every watcher, under the read lock: f must not wait.
-func (h *hub) each(f func(w *watcher)) {
+// Each calls f for every watcher, under the read lock: f must not wait.
+func (h *Hub) Each(f func(w *Watcher)) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	for w := range h.watchers.all {
@@ -105,30 +105,30 @@ func (h *hub) each(f func(w *watcher)) {
 	}
 }
 
-// candidates is watcherSet.candidatesAndShardFiltered under the lock.
-func (h *hub) candidates(dst []*watcher, e *objects.Event) ([]*watcher, int) {
+// Candidates is watcherSet.candidatesAndShardFiltered under the lock.
+func (h *Hub) Candidates(dst []*Watcher, e *objects.Event) ([]*Watcher, int) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.watchers.candidatesAndShardFiltered(dst, e)
 }
 
-// hasDueBy is whether a bookmark comes due by t.
-func (h *hub) hasDueBy(t time.Time) bool {
+// HasDueBy is whether a bookmark comes due by t.
+func (h *Hub) HasDueBy(t time.Time) bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.calendar.HasDueBy(t)
 }
 
-// popDue appends to due the slots of watchers due a bookmark now.
-func (h *hub) popDue(due [][]*watcher) [][]*watcher {
+// PopDue appends to due the slots of watchers due a bookmark now.
+func (h *Hub) PopDue(due [][]*Watcher) [][]*Watcher {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.calendar.PopDue(due)
 }
 
-// offer calls send for each watcher of due still registered, under the
+// Offer calls send for each watcher of due still registered, under the
 // read lock (send never waits), and counts them and how many it sent.
-func (h *hub) offer(due [][]*watcher, send func(w *watcher) bool) (sent, count int) {
+func (h *Hub) Offer(due [][]*Watcher, send func(w *Watcher) bool) (sent, count int) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	for _, slot := range due {
@@ -142,9 +142,9 @@ func (h *hub) offer(due [][]*watcher, send func(w *watcher) bool) (sent, count i
 	return sent, count
 }
 
-// refile puts the watchers of due a tick has just served, those still
+// Refile puts the watchers of due a tick has just served, those still
 // registered, back on the calendar.
-func (h *hub) refile(due [][]*watcher, now time.Time) {
+func (h *Hub) Refile(due [][]*Watcher, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, slot := range due {
@@ -152,21 +152,21 @@ func (h *hub) refile(due [][]*watcher, now time.Time) {
 			if !h.watchers.has(w) {
 				continue
 			}
-			if next, ok := h.policy.AfterBookmark(now, w.deadline, w.floorReached(), h.granularity); ok {
+			if next, ok := h.policy.AfterBookmark(now, w.Deadline, w.floorReached(), h.granularity); ok {
 				h.calendar.Add(w, next)
 			}
 		}
 	}
 }
 
-// calendarSlots and calendarLen are the calendar as Inspect and tests see it.
-func (h *hub) calendarSlots() []bookmarks.SlotCount {
+// CalendarSlots and calendarLen are the calendar as Inspect and tests see it.
+func (h *Hub) CalendarSlots() []bookmarks.SlotCount {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.calendar.Slots()
 }
 
-func (h *hub) calendarLen() int {
+func (h *Hub) CalendarLen() int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.calendar.Len()

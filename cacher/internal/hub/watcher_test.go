@@ -1,13 +1,10 @@
-package cacher
+package hub
 
 import (
-	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
-	"weak"
 
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -23,16 +20,16 @@ import (
 
 // newLoneWatcher is a watcher with no cache around it: what it needs is
 // given (watcherEnv), and forgetting it terminates it.
-func newLoneWatcher(buffer int) (*watcher, *sync.WaitGroup, chan struct{}) {
+func newLoneWatcher(buffer int) (*Watcher, *sync.WaitGroup, chan struct{}) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	w := &watcher{result: make(chan watch.Event, resultBuffer), tracker: watchlist.NewTracker(0)}
-	w.env = &watcherEnv{
-		clock: testingclock.NewFakeClock(testEpoch), buffer: buffer, stop: stop, wg: &wg,
-		forget:   func(w *watcher, graceful bool) { w.terminate() },
-		moved:    func(from, to watchlist.State) {},
-		bookmark: func(uint64) (kruntime.Object, error) { return nil, fmt.Errorf("no bookmarks here") },
-		dropped:  func(string, uint64, error, ...any) {},
+	w := &Watcher{Result: make(chan watch.Event, ResultBuffer), Tracker: watchlist.NewTracker(0)}
+	w.Env = &WatcherEnv{
+		Clock: testingclock.NewFakeClock(cachertest.Epoch), Buffer: buffer, Stop: stop, WG: &wg,
+		Forget:   func(w *Watcher, graceful bool) { w.Terminate() },
+		Moved:    func(from, to watchlist.State) {},
+		Bookmark: func(uint64) (kruntime.Object, error) { return nil, fmt.Errorf("no bookmarks here") },
+		Dropped:  func(string, uint64, error, ...any) {},
 	}
 	return w, &wg, stop
 }
@@ -48,16 +45,16 @@ func podEvent(i int) watch.Event {
 func TestWatcherAloneDeliversInOrderWithinItsBuffer(t *testing.T) {
 	const buffer = 3
 	w, wg, _ := newLoneWatcher(buffer)
-	now := testEpoch.UnixNano()
-	for i := range resultBuffer + buffer {
+	now := cachertest.Epoch.UnixNano()
+	for i := range ResultBuffer + buffer {
 		if !w.deliver(podEvent(i), now) {
 			t.Fatalf("event %d refused with room left", i)
 		}
 	}
-	if w.deliver(podEvent(resultBuffer+buffer), now) {
-		t.Fatalf("event %d accepted beyond the channel and the buffer", resultBuffer+buffer)
+	if w.deliver(podEvent(ResultBuffer+buffer), now) {
+		t.Fatalf("event %d accepted beyond the channel and the buffer", ResultBuffer+buffer)
 	}
-	for i := range resultBuffer + buffer {
+	for i := range ResultBuffer + buffer {
 		ev := <-w.ResultChan()
 		if got := cachertest.EventRV(t, ev); got != uint64(100+i) {
 			t.Fatalf("event %d arrived at RV %d, want %d", i, got, 100+i)
@@ -79,11 +76,11 @@ func TestWatcherAloneDeliversInOrderWithinItsBuffer(t *testing.T) {
 // event even with room in the buffer; one that keeps taking is not.
 func TestWatcherAloneSlowClientTimeout(t *testing.T) {
 	w, wg, stop := newLoneWatcher(100)
-	now := testEpoch.UnixNano()
-	for i := range resultBuffer + 1 { // one queued behind a full channel
+	now := cachertest.Epoch.UnixNano()
+	for i := range ResultBuffer + 1 { // one queued behind a full channel
 		w.deliver(podEvent(i), now)
 	}
-	later := now + int64(slowClientTimeout)
+	later := now + int64(SlowClientTimeout)
 	if !w.deliver(podEvent(50), later) {
 		t.Fatalf("refused exactly at the timeout")
 	}
@@ -96,7 +93,7 @@ func TestWatcherAloneSlowClientTimeout(t *testing.T) {
 	// A client that takes an event while its queue waits starts the timeout
 	// again: long after the queue filled, it is still given more.
 	w, wg, stop = newLoneWatcher(100)
-	for i := range resultBuffer + 2 { // two queued behind a full channel
+	for i := range ResultBuffer + 2 { // two queued behind a full channel
 		w.deliver(podEvent(i), now)
 	}
 	<-w.ResultChan()
@@ -106,7 +103,7 @@ func TestWatcherAloneSlowClientTimeout(t *testing.T) {
 		return w.taken == 1
 	})
 	if !w.deliver(podEvent(52), later+int64(5*time.Second)) {
-		t.Errorf("refused an event %v after the queue filled, although the client has taken one since", slowClientTimeout+5*time.Second)
+		t.Errorf("refused an event %v after the queue filled, although the client has taken one since", SlowClientTimeout+5*time.Second)
 	}
 	close(stop)
 	wg.Wait()
@@ -117,47 +114,47 @@ func TestWatcherAloneSlowClientTimeout(t *testing.T) {
 // handed over, and reports a watcher whose buffer is full as too slow.
 func TestDispatcherAlone(t *testing.T) {
 	all, _, _ := newLoneWatcher(100)
-	all.key, all.recursive, all.pred, all.startRV = "/pods/", true, cachertest.Everything(false), 100
+	all.Key, all.Recursive, all.Pred, all.StartRV = "/pods/", true, cachertest.Everything(false), 100
 	other, _, _ := newLoneWatcher(100)
-	other.key, other.pred, other.startRV = "/pods/ns/other", cachertest.Everything(false), 100
+	other.Key, other.Pred, other.StartRV = "/pods/ns/other", cachertest.Everything(false), 100
 	late, _, _ := newLoneWatcher(100)
 	// Started from a state at the event's RV: it has the event already.
-	late.key, late.recursive, late.pred, late.startRV = "/pods/", true, cachertest.Everything(false), 150
+	late.Key, late.Recursive, late.Pred, late.StartRV = "/pods/", true, cachertest.Everything(false), 150
 	full, _, _ := newLoneWatcher(0)
-	full.key, full.recursive, full.pred, full.startRV = "/pods/", true, cachertest.Everything(false), 100
-	for i := range resultBuffer { // its channel is full, and it may queue nothing
-		full.deliver(podEvent(i), testEpoch.UnixNano())
+	full.Key, full.Recursive, full.Pred, full.StartRV = "/pods/", true, cachertest.Everything(false), 100
+	for i := range ResultBuffer { // its channel is full, and it may queue nothing
+		full.deliver(podEvent(i), cachertest.Epoch.UnixNano())
 	}
-	var slow []*watcher
+	var slow []*Watcher
 	dispatched := 0
-	d := &dispatcher{env: dispatchEnv{
-		clock:      testingclock.NewFakeClock(testEpoch),
-		candidates: func(dst []*watcher, _ *objects.Event) []*watcher { return append(dst, all, other, late, full) },
-		objects: func(e *objects.Event, _ int64) eventObjects {
-			return eventObjects{e: e, versioner: storage.APIObjectVersioner{}, dropped: func(string, uint64, error, ...any) {}}
+	d := &Dispatcher{Env: DispatchEnv{
+		Clock:      testingclock.NewFakeClock(cachertest.Epoch),
+		Candidates: func(dst []*Watcher, _ *objects.Event) []*Watcher { return append(dst, all, other, late, full) },
+		Objects: func(e *objects.Event, _ int64) EventObjects {
+			return EventObjects{Event: e, Versioner: storage.APIObjectVersioner{}, Dropped: func(string, uint64, error, ...any) {}}
 		},
-		tooSlow:    func(w *watcher) { slow = append(slow, w) },
-		dispatched: func() { dispatched++ },
+		TooSlow:    func(w *Watcher) { slow = append(slow, w) },
+		Dispatched: func() { dispatched++ },
 	}}
 	pod := cachertest.NewPod("a", 150, nil, "")
 	key, _ := cachertest.PodKey(pod)
 	cur := &objects.Object{Key: key, Obj: pod, Labels: labels.Set{}, Fields: fields.Set{}}
-	d.dispatch(&objects.Event{Type: watch.Added, RV: 150, Cur: cur})
+	d.Dispatch(&objects.Event{Type: watch.Added, RV: 150, Cur: cur})
 	if dispatched != 1 || len(slow) != 1 || slow[0] != full {
 		t.Fatalf("counted %d events dispatched, %d watchers too slow; want 1 (once per event) and the full one", dispatched, len(slow))
 	}
 	if ev := <-all.ResultChan(); ev.Type != watch.Added || cachertest.EventRV(t, ev) != 150 {
 		t.Fatalf("got %s, want ADDED a@150", cachertest.Describe(ev))
 	}
-	for name, w := range map[string]*watcher{"another key": other, "started at the event's RV": late} {
+	for name, w := range map[string]*Watcher{"another key": other, "started at the event's RV": late} {
 		select {
 		case ev := <-w.ResultChan():
 			t.Errorf("%s: got %s, want nothing", name, cachertest.Describe(ev))
 		default:
 		}
 	}
-	if d.rv != 150 {
-		t.Errorf("dispatcher RV %d, want 150", d.rv)
+	if d.RV != 150 {
+		t.Errorf("dispatcher RV %d, want 150", d.RV)
 	}
 }
 
@@ -166,36 +163,36 @@ func TestDispatcherAlone(t *testing.T) {
 // cannot take them is reported too slow once; a later batch does not
 // mistake a watcher for one met before.
 func TestDispatcherBatch(t *testing.T) {
-	newWatcher := func(key string, recursive bool, startRV uint64, buffer int) *watcher {
+	newWatcher := func(key string, recursive bool, startRV uint64, buffer int) *Watcher {
 		w, _, _ := newLoneWatcher(buffer)
-		w.key, w.recursive, w.pred, w.startRV = key, recursive, cachertest.Everything(false), startRV
+		w.Key, w.Recursive, w.Pred, w.StartRV = key, recursive, cachertest.Everything(false), startRV
 		return w
 	}
 	all := newWatcher("/pods/", true, 100, 100)
 	onlyB := newWatcher("/pods/ns/b", false, 100, 100)
 	late := newWatcher("/pods/", true, 151, 100) // has the state at 151
 	full := newWatcher("/pods/", true, 100, 0)
-	for i := range resultBuffer - 1 { // room for one more event, and no queue
-		full.deliver(podEvent(i), testEpoch.UnixNano())
+	for i := range ResultBuffer - 1 { // room for one more event, and no queue
+		full.deliver(podEvent(i), cachertest.Epoch.UnixNano())
 	}
-	watchers := []*watcher{all, onlyB, late, full}
-	var slow []*watcher
+	watchers := []*Watcher{all, onlyB, late, full}
+	var slow []*Watcher
 	dispatched := 0
-	d := &dispatcher{env: dispatchEnv{
-		clock:      testingclock.NewFakeClock(testEpoch),
-		candidates: func(dst []*watcher, _ *objects.Event) []*watcher { return append(dst, watchers...) },
-		objects: func(e *objects.Event, _ int64) eventObjects {
-			return eventObjects{e: e, versioner: storage.APIObjectVersioner{}, dropped: func(string, uint64, error, ...any) {}}
+	d := &Dispatcher{Env: DispatchEnv{
+		Clock:      testingclock.NewFakeClock(cachertest.Epoch),
+		Candidates: func(dst []*Watcher, _ *objects.Event) []*Watcher { return append(dst, watchers...) },
+		Objects: func(e *objects.Event, _ int64) EventObjects {
+			return EventObjects{Event: e, Versioner: storage.APIObjectVersioner{}, Dropped: func(string, uint64, error, ...any) {}}
 		},
-		tooSlow:    func(w *watcher) { slow = append(slow, w) },
-		dispatched: func() { dispatched++ },
+		TooSlow:    func(w *Watcher) { slow = append(slow, w) },
+		Dispatched: func() { dispatched++ },
 	}}
 	obj := func(name string, rv uint64) *objects.Object {
 		pod := cachertest.NewPod(name, rv, nil, "")
 		key, _ := cachertest.PodKey(pod)
 		return &objects.Object{Key: key, Obj: pod, Labels: labels.Set{}, Fields: fields.Set{}}
 	}
-	d.dispatch(
+	d.Dispatch(
 		&objects.Event{Type: watch.Added, RV: 150, Cur: obj("a", 150)},
 		&objects.Event{Type: watch.Added, RV: 151, Cur: obj("b", 151)},
 		&objects.Event{Type: watch.Modified, RV: 152, Cur: obj("a", 152), Prev: obj("a", 150)},
@@ -204,79 +201,42 @@ func TestDispatcherBatch(t *testing.T) {
 	)
 	// The progress at 153 moves the RV and is not counted (1.38's
 	// apiserver_watch_cache_events_dispatched_total).
-	if dispatched != 4 || d.rv != 154 {
-		t.Errorf("counted %d events dispatched, dispatcher RV %d; want 4 and 154", dispatched, d.rv)
+	if dispatched != 4 || d.RV != 154 {
+		t.Errorf("counted %d events dispatched, dispatcher RV %d; want 4 and 154", dispatched, d.RV)
 	}
 	if len(slow) != 1 || slow[0] != full {
 		t.Errorf("too slow: %d watchers, want the full one once", len(slow))
 	}
 	for name, c := range map[string]struct {
-		w    *watcher
+		w    *Watcher
 		want []string
 	}{
 		"all":         {all, []string{"ADDED a@150", "ADDED b@151", "MODIFIED a@152", "DELETED b@154"}},
 		"only b":      {onlyB, []string{"ADDED b@151", "DELETED b@154"}},
 		"from 151 on": {late, []string{"MODIFIED a@152", "DELETED b@154"}},
 	} {
-		if got := receivedAll(c.w); fmt.Sprint(got) != fmt.Sprint(c.want) {
+		if got := cachertest.ReceivedAll(c.w); fmt.Sprint(got) != fmt.Sprint(c.want) {
 			t.Errorf("%s got %v, want %v", name, got, c.want)
 		}
 	}
 
 	// The next batch, the candidates in another order: onlyB's slot from
 	// the first batch is where late now stands.
-	watchers = []*watcher{all, late, onlyB}
-	d.dispatch(
+	watchers = []*Watcher{all, late, onlyB}
+	d.Dispatch(
 		&objects.Event{Type: watch.Modified, RV: 155, Cur: obj("a", 155), Prev: obj("a", 152)},
 		&objects.Event{Type: watch.Added, RV: 156, Cur: obj("b", 156)},
 	)
 	for name, c := range map[string]struct {
-		w    *watcher
+		w    *Watcher
 		want []string
 	}{
 		"all":         {all, []string{"MODIFIED a@155", "ADDED b@156"}},
 		"only b":      {onlyB, []string{"ADDED b@156"}},
 		"from 151 on": {late, []string{"MODIFIED a@155", "ADDED b@156"}},
 	} {
-		if got := receivedAll(c.w); fmt.Sprint(got) != fmt.Sprint(c.want) {
+		if got := cachertest.ReceivedAll(c.w); fmt.Sprint(got) != fmt.Sprint(c.want) {
 			t.Errorf("second batch: %s got %v, want %v", name, got, c.want)
 		}
 	}
-}
-
-type payloadKey struct{}
-
-// A watcher closed by its client stays filed on the bookmark calendar until
-// its slot comes up (up to the 1m default frequency), but must let go of
-// its request at once: the request's context, and all a real request
-// hangs off it, must be collectable while the watcher waits in its slot.
-func TestClosedWatcherLetsGoOfItsRequest(t *testing.T) {
-	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 100, nil, ""))
-	c := newTestCacher(t, fs, func(cfg *Config) { cfg.BookmarkFrequency = time.Minute })
-	c.waitReady(t)
-	fs.WaitWatch(t, 1)
-
-	ref, w := func() (weak.Pointer[[1 << 16]byte], interface{ Stop() }) {
-		payload := new([1 << 16]byte)
-		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), payloadKey{}, payload))
-		_ = cancel // the client ends the watch with Stop, not by cancelling
-		w := c.startWatch(t, ctx, "0", cachertest.Everything(true))
-		if ev := cachertest.NextEvent(t, w); cachertest.EventRV(t, ev) != 100 {
-			t.Fatalf("got %s, want the initial a@100", cachertest.Describe(ev))
-		}
-		return weak.Make(payload), w
-	}()
-	w.Stop()
-	filed := c.hub.calendarLen()
-	if filed != 1 {
-		t.Fatalf("%d watchers filed on the calendar, want the closed one still in its slot", filed)
-	}
-	for range 5 {
-		runtime.GC()
-		if ref.Value() == nil {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("the request's context is still reachable from a closed watcher waiting in its calendar slot")
 }

@@ -1,4 +1,4 @@
-package cacher
+package hub
 
 import (
 	"k8s.io/apimachinery/pkg/watch"
@@ -7,7 +7,7 @@ import (
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
-// dispatchLatency feeds apiserver_watch_events_dispatch_duration_seconds
+// DispatchLatency feeds apiserver_watch_events_dispatch_duration_seconds
 // (dispatch_stages.go): all five stages once per delivery of a live event,
 // as v0.38's cache watcher observes them; initial events and bookmarks are
 // not timed.
@@ -24,8 +24,8 @@ import (
 // upstream's are for a client that keeps up. Nothing is built per watcher
 // after the queue (the object is shared and encoded once), so the event is
 // built when it is dequeued.
-type dispatchLatency struct {
-	stages *cachemetrics.ResourceStages
+type DispatchLatency struct {
+	Stages *cachemetrics.ResourceStages
 }
 
 // timedObject is ev's shared object if ev is a live event.
@@ -43,12 +43,12 @@ func timedObject(ev watch.Event) *objects.SharedObject {
 // sent observes one delivery of ev, queued for the watcher at queuedNanos,
 // taken off its queue at dequeuedNanos, taken by the client's channel at
 // sentNanos.
-func (l *dispatchLatency) sent(ev watch.Event, queuedNanos, dequeuedNanos, sentNanos int64) {
+func (l *DispatchLatency) sent(ev watch.Event, queuedNanos, dequeuedNanos, sentNanos int64) {
 	if l == nil {
 		return
 	}
 	if s := timedObject(ev); s != nil {
-		l.stages.Observe(s.Times, queuedNanos, dequeuedNanos, sentNanos, 1)
+		l.Stages.Observe(s.Times, queuedNanos, dequeuedNanos, sentNanos, 1)
 	}
 }
 
@@ -56,9 +56,9 @@ func (l *dispatchLatency) sent(ev watch.Event, queuedNanos, dequeuedNanos, sentN
 // clients' channels took straight from the dispatcher at nowNanos: the
 // dispatcher counts them over its batch (dispatcher.atOnce) and observes
 // them in one step, as they share every point.
-func (l *dispatchLatency) sentAtOnce(t objects.EventTimes, n uint32, nowNanos int64) {
+func (l *DispatchLatency) sentAtOnce(t objects.EventTimes, n uint32, nowNanos int64) {
 	if l == nil {
 		return
 	}
-	l.stages.Observe(t, nowNanos, nowNanos, nowNanos, uint64(n))
+	l.Stages.Observe(t, nowNanos, nowNanos, nowNanos, uint64(n))
 }

@@ -1,7 +1,6 @@
-package cacher
+package hub
 
 import (
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 
@@ -9,16 +8,16 @@ import (
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
-// eventObjects turns one cached event into what each interested watcher is
+// EventObjects turns one cached event into what each interested watcher is
 // sent, building each shared object at most once per event: the object after
 // the change, and, for watchers the change moved out of their selector, the
 // object before it at the event's RV (a DELETED).
-type eventObjects struct {
-	e         *objects.Event
-	versioner storage.Versioner
-	dropped   func(what string, rv uint64, err error, keysAndValues ...any)
-	// dispatchedNanos is when the dispatcher took the event.
-	dispatchedNanos int64
+type EventObjects struct {
+	Event     *objects.Event
+	Versioner storage.Versioner
+	Dropped   func(what string, rv uint64, err error, keysAndValues ...any)
+	// DispatchedNanos is when the dispatcher took the event.
+	DispatchedNanos int64
 	cur             *objects.SharedObject
 	movedOut        *objects.SharedObject
 	// curFailed and movedOutFailed: building it failed, was reported once,
@@ -26,20 +25,16 @@ type eventObjects struct {
 	curFailed, movedOutFailed bool
 }
 
-func (c *Cacher) objectsOf(e *objects.Event, dispatchedNanos int64) eventObjects {
-	return eventObjects{e: e, versioner: c.cfg.Versioner, dropped: c.dropped, dispatchedNanos: dispatchedNanos}
+func (x *EventObjects) times() objects.EventTimes {
+	return objects.EventTimes{Decoded: x.Event.DecodedNanos, Received: x.Event.RecordedNanos, Dispatched: x.DispatchedNanos}
 }
 
-func (x *eventObjects) times() objects.EventTimes {
-	return objects.EventTimes{Decoded: x.e.DecodedNanos, Received: x.e.RecordedNanos, Dispatched: x.dispatchedNanos}
-}
-
-// forSelection is the event as a client whose watcher selects sel of it
+// ForSelection is the event as a client whose watcher selects sel of it
 // sees it, if at all: an update that moved the object into the selector is
 // an ADDED, one that moved it out a DELETED of the old object at the new RV.
-func (x *eventObjects) forSelection(sel selection) (watch.Event, bool) {
-	e := x.e
-	curOK := e.Type != watch.Deleted && sel&selectsCur != 0
+func (x *EventObjects) ForSelection(sel selection) (watch.Event, bool) {
+	e := x.Event
+	curOK := e.Type != watch.Deleted && sel&SelectsCur != 0
 	prevOK := sel&selectsPrev != 0
 	var typ watch.EventType
 	switch {
@@ -58,7 +53,7 @@ func (x *eventObjects) forSelection(sel selection) (watch.Event, bool) {
 		s, err := objects.Share(e.Cur.Obj)
 		if err != nil {
 			x.curFailed = true
-			x.dropped(cachemetrics.DropEvent, e.RV, err, "key", e.Cur.Key)
+			x.Dropped(cachemetrics.DropEvent, e.RV, err, "key", e.Cur.Key)
 			return watch.Event{}, false
 		}
 		s.Times = x.times()
@@ -70,16 +65,16 @@ func (x *eventObjects) forSelection(sel selection) (watch.Event, bool) {
 	return watch.Event{Type: typ, Object: x.cur.ForWatcher()}, true
 }
 
-func (x *eventObjects) movedOutEvent() (watch.Event, bool) {
+func (x *EventObjects) movedOutEvent() (watch.Event, bool) {
 	if x.movedOut == nil && !x.movedOutFailed {
-		old := x.e.Prev.Obj.DeepCopyObject()
+		old := x.Event.Prev.Obj.DeepCopyObject()
 		s, err := objects.Share(old)
 		if err == nil {
-			err = x.versioner.UpdateObject(old, x.e.RV)
+			err = x.Versioner.UpdateObject(old, x.Event.RV)
 		}
 		if err != nil {
 			x.movedOutFailed = true
-			x.dropped(cachemetrics.DropMovedOut, x.e.RV, err, "key", x.e.Prev.Key)
+			x.Dropped(cachemetrics.DropMovedOut, x.Event.RV, err, "key", x.Event.Prev.Key)
 			return watch.Event{}, false
 		}
 		s.Times = x.times()
@@ -89,14 +84,4 @@ func (x *eventObjects) movedOutEvent() (watch.Event, bool) {
 		return watch.Event{}, false
 	}
 	return watch.Event{Type: watch.Deleted, Object: x.movedOut.ForWatcher()}, true
-}
-
-// bookmarkObject is an empty object of the resource's type at rv, as a
-// bookmark carries.
-func (c *Cacher) bookmarkObject(rv uint64) (runtime.Object, error) {
-	obj := c.cfg.NewFunc()
-	if err := c.cfg.Versioner.UpdateObject(obj, rv); err != nil {
-		return nil, err
-	}
-	return obj, nil
 }

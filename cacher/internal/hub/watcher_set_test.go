@@ -1,4 +1,4 @@
-package cacher
+package hub
 
 import (
 	"fmt"
@@ -19,14 +19,14 @@ import (
 // prefix of its key, or under its trigger values: never a watcher of
 // another key or namespace, and none twice.
 func TestWatcherSetCandidates(t *testing.T) {
-	named := map[*watcher]string{}
-	mk := func(name, key string, recursive bool, trigger string) *watcher {
-		w := &watcher{key: key, recursive: recursive, triggerValue: trigger, triggered: trigger != ""}
+	named := map[*Watcher]string{}
+	mk := func(name, key string, recursive bool, trigger string) *Watcher {
+		w := &Watcher{Key: key, Recursive: recursive, TriggerValue: trigger, Triggered: trigger != ""}
 		named[w] = name
 		return w
 	}
 	s := newWatcherSet()
-	for _, w := range []*watcher{
+	for _, w := range []*Watcher{
 		mk("all pods", "/pods/", true, ""),
 		mk("namespace ns1", "/pods/ns1/", true, ""),
 		mk("namespace ns2", "/pods/ns2/", true, ""),
@@ -36,7 +36,7 @@ func TestWatcherSetCandidates(t *testing.T) {
 		mk("node-1", "/pods/", true, "node-1"),
 		mk("node-2", "/pods/", true, "node-2"),
 	} {
-		s.add(w, matchSignature(w))
+		s.add(w, MatchSignature(w))
 	}
 	names := func(e *objects.Event) string {
 		var out []string
@@ -83,14 +83,14 @@ func describeKey(e *objects.Event) string {
 func TestWatcherSetRemoveInAnyOrder(t *testing.T) {
 	const n = 200
 	s := newWatcherSet()
-	open := map[*watcher]bool{}
-	var ws []*watcher
+	open := map[*Watcher]bool{}
+	var ws []*Watcher
 	for i := range n {
-		w := &watcher{key: "/pods/", recursive: true}
+		w := &Watcher{Key: "/pods/", Recursive: true}
 		if i%4 == 0 { // some on a key of their own list
-			w = &watcher{key: "/pods/ns1/a"}
+			w = &Watcher{Key: "/pods/ns1/a"}
 		}
-		s.add(w, matchSignature(w))
+		s.add(w, MatchSignature(w))
 		open[w] = true
 		ws = append(ws, w)
 	}
@@ -99,7 +99,7 @@ func TestWatcherSetRemoveInAnyOrder(t *testing.T) {
 		s.remove(ws[i])
 		delete(open, ws[i])
 		got := s.candidates(nil, e)
-		seen := map[*watcher]bool{}
+		seen := map[*Watcher]bool{}
 		for _, w := range got {
 			if !open[w] || seen[w] {
 				t.Fatalf("after %d removals: candidate %p is closed or comes twice", step+1, w)
@@ -126,14 +126,14 @@ func TestWatcherSetFilesShardedWatchersByRange(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ShardedListAndWatch, true)
 	const shards = 16
 	s := newWatcherSet()
-	var ws []*watcher
+	var ws []*Watcher
 	add := func(key, expr string) {
-		w := &watcher{key: key, recursive: true}
+		w := &Watcher{Key: key, Recursive: true}
 		var err error
-		if w.shard, err = objects.NewShardFilter(cachertest.ShardPred(t, expr)); err != nil {
+		if w.Shard, err = objects.NewShardFilter(cachertest.ShardPred(t, expr)); err != nil {
 			t.Fatal(err)
 		}
-		s.add(w, matchSignature(w))
+		s.add(w, MatchSignature(w))
 		ws = append(ws, w)
 	}
 	for i := range shards {
@@ -143,15 +143,15 @@ func TestWatcherSetFilesShardedWatchersByRange(t *testing.T) {
 		add("/pods/ns1/", cachertest.ShardRange(objects.ShardFieldNamespace, i, 3))
 	}
 	add("/pods/", cachertest.ShardRange(objects.ShardFieldUID, 0, 2)+" || "+cachertest.ShardRange(objects.ShardFieldUID, 1, 2))
-	plain := &watcher{key: "/pods/", recursive: true}
-	s.add(plain, matchSignature(plain))
+	plain := &Watcher{Key: "/pods/", Recursive: true}
+	s.add(plain, MatchSignature(plain))
 
 	check := func(step int) {
 		for i := range 300 {
 			name, ns := fmt.Sprintf("p%d", i), []string{"ns1", "ns2"}[i%2]
 			o := &objects.Object{Key: "/pods/" + ns + "/" + name, Obj: cachertest.ShardPod(name, ns)}
 			got, filtered := s.candidatesAndShardFiltered(nil, &objects.Event{Cur: o})
-			seen := map[*watcher]bool{}
+			seen := map[*Watcher]bool{}
 			for _, w := range got {
 				if seen[w] {
 					t.Fatalf("step %d: %s: a watcher comes twice", step, o.Key)
@@ -160,16 +160,16 @@ func TestWatcherSetFilesShardedWatchersByRange(t *testing.T) {
 			}
 			sharded, in := 0, 0
 			for _, w := range ws {
-				if !s.has(w) || !(o.Key[:len(w.key)] == w.key) {
+				if !s.has(w) || !(o.Key[:len(w.Key)] == w.Key) {
 					continue
 				}
 				sharded++
-				want := w.shard.Selects(o)
+				want := w.Shard.Selects(o)
 				if want {
 					in++
 				}
 				if seen[w] != want {
-					t.Fatalf("step %d: %s: sharded watcher on %s %v is a candidate: %v, its shard holds the object: %v", step, o.Key, w.key, w.shard.Text, seen[w], want)
+					t.Fatalf("step %d: %s: sharded watcher on %s %v is a candidate: %v, its shard holds the object: %v", step, o.Key, w.Key, w.Shard.Text, seen[w], want)
 				}
 			}
 			if s.has(plain) != seen[plain] {

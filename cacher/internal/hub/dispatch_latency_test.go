@@ -1,4 +1,4 @@
-package cacher
+package hub
 
 import (
 	"testing"
@@ -34,14 +34,14 @@ func liveEvent(t *testing.T, i int, times objects.EventTimes) watch.Event {
 func TestEachDeliveryTimedByStage(t *testing.T) {
 	w, wg, stop := newLoneWatcher(10)
 	defer func() { close(stop); wg.Wait() }()
-	clk := w.env.clock.(*testingclock.FakeClock)
-	w.env.latency = &dispatchLatency{stages: cachemetrics.NewResourceStages(schema.GroupResource{Resource: "pods"}, []int64{int64(time.Millisecond), int64(time.Second)})}
-	stages := w.env.latency.stages
-	t0 := testEpoch.UnixNano()
+	clk := w.Env.Clock.(*testingclock.FakeClock)
+	w.Env.Latency = &DispatchLatency{Stages: cachemetrics.NewResourceStages(schema.GroupResource{Resource: "pods"}, []int64{int64(time.Millisecond), int64(time.Second)})}
+	stages := w.Env.Latency.Stages
+	t0 := cachertest.Epoch.UnixNano()
 	times := objects.EventTimes{Decoded: t0 - int64(3*time.Millisecond), Received: t0 - int64(2*time.Millisecond), Dispatched: t0 - int64(time.Millisecond)}
 
 	// An initial event first: it is not timed.
-	w.start(t.Context(), []watch.Event{liveEvent(t, 0, objects.EventTimes{})})
+	w.Start(t.Context(), []watch.Event{liveEvent(t, 0, objects.EventTimes{})})
 	<-w.ResultChan()
 	cachertest.Poll(t, "the initial event to be taken", func() bool {
 		w.mu.Lock()
@@ -52,24 +52,24 @@ func TestEachDeliveryTimedByStage(t *testing.T) {
 	// resultBuffer deliveries of one event straight into the channel, as
 	// the dispatcher hands a batch out and observes what was taken at once,
 	// then two events behind it, and a bookmark.
-	var objs [dispatchBatch]eventObjects
-	objs[0] = eventObjects{
-		e: &objects.Event{Type: watch.Modified, RV: 101, Cur: &objects.Object{Key: "/pods/ns/" + cachertest.PodName(1), Obj: cachertest.NewPod(cachertest.PodName(1), 101, nil, "")},
+	var objs [DispatchBatch]EventObjects
+	objs[0] = EventObjects{
+		Event: &objects.Event{Type: watch.Modified, RV: 101, Cur: &objects.Object{Key: "/pods/ns/" + cachertest.PodName(1), Obj: cachertest.NewPod(cachertest.PodName(1), 101, nil, "")},
 			DecodedNanos: times.Decoded, RecordedNanos: times.Received},
-		dispatchedNanos: times.Dispatched,
+		DispatchedNanos: times.Dispatched,
 	}
 	var sels batchSelections
-	sels[0] = selectsCur | selectsPrev
-	var atOnce [dispatchBatch]uint32
-	for i := range resultBuffer {
+	sels[0] = SelectsCur | selectsPrev
+	var atOnce [DispatchBatch]uint32
+	for i := range ResultBuffer {
 		if !w.deliverBatch(&sels, &objs, &atOnce, t0) {
 			t.Fatalf("delivery %d refused", i)
 		}
 	}
-	if atOnce[0] != resultBuffer {
-		t.Fatalf("%d deliveries counted as taken at once, want %d", atOnce[0], resultBuffer)
+	if atOnce[0] != ResultBuffer {
+		t.Fatalf("%d deliveries counted as taken at once, want %d", atOnce[0], ResultBuffer)
 	}
-	w.env.latency.sentAtOnce(objs[0].times(), atOnce[0], t0)
+	w.Env.Latency.sentAtOnce(objs[0].times(), atOnce[0], t0)
 	for i := range 2 {
 		if !w.deliver(liveEvent(t, 2+i, times), t0) {
 			t.Fatalf("queued event %d refused", i)
@@ -78,10 +78,10 @@ func TestEachDeliveryTimedByStage(t *testing.T) {
 	w.deliver(watch.Event{Type: watch.Bookmark, Object: liveEvent(t, 99, times).Object}, t0)
 	const busy = 2 * time.Second
 	clk.Step(busy)
-	for range resultBuffer + 3 {
+	for range ResultBuffer + 3 {
 		<-w.ResultChan()
 	}
-	const deliveries = resultBuffer + 2
+	const deliveries = ResultBuffer + 2
 	cachertest.Poll(t, "the pump to send the queued events", func() bool {
 		n, _ := stages.Count(cachemetrics.StageTotal)
 		return n == deliveries
@@ -108,7 +108,7 @@ func TestEachDeliveryTimedByStage(t *testing.T) {
 		t.Errorf("watcher_queue_latency sum %v, watcher_to_client_handler sum %v: want them %v in all, the queue at least %v", queueSum, sendSum, 2*busy, busy)
 	}
 	// The deliveries taken at once are in the first bucket of both.
-	if n := stages.Stages[cachemetrics.StageWatcherQueue].Counts[0].Load(); n < resultBuffer {
-		t.Errorf("watcher_queue_latency has %d in its first bucket, want the %d deliveries taken at once", n, resultBuffer)
+	if n := stages.Stages[cachemetrics.StageWatcherQueue].Counts[0].Load(); n < ResultBuffer {
+		t.Errorf("watcher_queue_latency has %d in its first bucket, want the %d deliveries taken at once", n, ResultBuffer)
 	}
 }

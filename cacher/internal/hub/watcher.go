@@ -1,4 +1,4 @@
-package cacher
+package hub
 
 import (
 	"context"
@@ -17,16 +17,16 @@ import (
 	"github.com/watchkeeper/watchkeeper/watchlist"
 )
 
-// resultBuffer is how many events wait in the client's channel, and so stay
+// ResultBuffer is how many events wait in the client's channel, and so stay
 // readable after Stop (the storage conformance suite's delayed-delivery test
 // wants upstream's 10). They also let the dispatcher hand over a burst
 // without queueing. Each slot costs every idle watcher 32 bytes.
-const resultBuffer = 10
+const ResultBuffer = 10
 
-// slowClientTimeout is how long a client may leave its queued events unread
+// SlowClientTimeout is how long a client may leave its queued events unread
 // before the watcher is closed. The dispatcher never waits for a client, so
 // this only bounds how long a stalled client holds its queue.
-const slowClientTimeout = 10 * time.Second
+const SlowClientTimeout = 10 * time.Second
 
 // watcherState is where a watcher is in its life.
 type watcherState uint8
@@ -38,25 +38,25 @@ const (
 	watcherClosed
 )
 
-// watcher is one client's watch. It has no goroutine while its client keeps
+// Watcher is one client's watch. It has no goroutine while its client keeps
 // up: the dispatcher hands each event straight to the client's channel, and a
 // pump goroutine runs only while events are queued behind a busy client.
 // An idle watch then costs a few hundred bytes instead of a goroutine stack
 // (upstream runs one goroutine per watch).
-type watcher struct {
-	env       *watcherEnv
-	pred      storage.SelectionPredicate
-	key       string // exact key, or prefix when recursive
-	recursive bool
-	// shard is the watch's shard selector compiled, nil when not sharded.
-	shard    *objects.ShardFilter
-	deadline time.Time
-	// triggerValue is the trigger field's value the watcher's selector pins,
+type Watcher struct {
+	Env       *WatcherEnv
+	Pred      storage.SelectionPredicate
+	Key       string // exact key, or prefix when recursive
+	Recursive bool
+	// Shard is the watch's shard selector compiled, nil when not sharded.
+	Shard    *objects.ShardFilter
+	Deadline time.Time
+	// TriggerValue is the trigger field's value the watcher's selector pins,
 	// when triggered; see watcherSet.
-	triggerValue string
-	triggered    bool
-	// bookmarks is whether the client asked for bookmarks at all.
-	bookmarks bool
+	TriggerValue string
+	Triggered    bool
+	// Bookmarks is whether the client asked for bookmarks at all.
+	Bookmarks bool
 	// batchSlot belongs to the dispatcher goroutine: the watcher's place
 	// in the batch being dispatched, if it is in it.
 	batchSlot int32
@@ -67,11 +67,11 @@ type watcher struct {
 	// watcherSet files it (nil for a watcher never filed).
 	class *matchClass
 
-	// startRV is the RV of the state the client starts from: live events at
+	// StartRV is the RV of the state the client starts from: live events at
 	// or below it are already covered by the initial events and are dropped.
-	startRV uint64
+	StartRV uint64
 
-	result chan watch.Event
+	Result chan watch.Event
 	// stopOnCancel unhooks the request context's cancellation.
 	stopOnCancel func() bool
 
@@ -101,64 +101,64 @@ type watcher struct {
 	// delivered; they are not bounded by the queue limit.
 	initialLeft int
 	initCtx     context.Context
-	tracker     watchlist.Tracker
+	Tracker     watchlist.Tracker
 }
 
-var _ watch.Interface = (*watcher)(nil)
+var _ watch.Interface = (*Watcher)(nil)
 
-// watcherEnv is what a watcher needs of its cache, given rather than the
+// WatcherEnv is what a watcher needs of its cache, given rather than the
 // cache itself, so a watcher can be tested alone. One per cache, shared by
 // its watchers.
-type watcherEnv struct {
-	clock clock.PassiveClock
-	// buffer bounds the events queued behind a client (Config.WatcherBuffer).
-	buffer int
-	// stop ends every pump when the cache stops; wg owns the pumps.
-	stop <-chan struct{}
-	wg   *sync.WaitGroup
-	// forget removes a watcher from the cache (Stop), graceful or not.
-	forget func(w *watcher, graceful bool)
-	// moved counts a watcher moving between WatchList states.
-	moved func(from, to watchlist.State)
-	// bookmark builds an empty object at rv; dropped reports what could not
+type WatcherEnv struct {
+	Clock clock.PassiveClock
+	// Buffer bounds the events queued behind a client (Config.WatcherBuffer).
+	Buffer int
+	// Stop ends every pump when the cache stops; wg owns the pumps.
+	Stop <-chan struct{}
+	WG   *sync.WaitGroup
+	// Forget removes a watcher from the cache (Stop), graceful or not.
+	Forget func(w *Watcher, graceful bool)
+	// Moved counts a watcher moving between WatchList states.
+	Moved func(from, to watchlist.State)
+	// Bookmark builds an empty object at rv; dropped reports what could not
 	// be built.
-	bookmark func(rv uint64) (runtime.Object, error)
-	dropped  func(what string, rv uint64, err error, keysAndValues ...any)
-	// latency observes each live event a client's channel takes (nil: not).
-	latency *dispatchLatency
+	Bookmark func(rv uint64) (runtime.Object, error)
+	Dropped  func(what string, rv uint64, err error, keysAndValues ...any)
+	// Latency observes each live event a client's channel takes (nil: not).
+	Latency *DispatchLatency
 }
 
 // ResultChan implements watch.Interface.
-func (w *watcher) ResultChan() <-chan watch.Event { return w.result }
+func (w *Watcher) ResultChan() <-chan watch.Event { return w.Result }
 
 // Stop implements watch.Interface. Events already in the channel stay
 // readable; what is still queued is dropped.
-func (w *watcher) Stop() { w.env.forget(w, false) }
+func (w *Watcher) Stop() { w.Env.Forget(w, false) }
 
-// selects is what of e concerns this watcher: nothing unless the key is
+// Selects is what of e concerns this watcher: nothing unless the key is
 // its, and then whether its selector matches the object after the change,
 // and before it.
-func (w *watcher) selects(e *objects.Event) selection {
+func (w *Watcher) Selects(e *objects.Event) selection {
 	o := e.Cur
 	if o == nil {
 		o = e.Prev
 	}
-	if w.recursive {
-		if !strings.HasPrefix(o.Key, w.key) {
+	if w.Recursive {
+		if !strings.HasPrefix(o.Key, w.Key) {
 			return 0
 		}
-	} else if o.Key != w.key {
+	} else if o.Key != w.Key {
 		return 0
 	}
-	if w.shard != nil && !w.shard.Selects(o) {
+	if w.Shard != nil && !w.Shard.Selects(o) {
 		// cur and prev are in one shard: the shard key is immutable.
 		return 0
 	}
 	var sel selection
-	if objects.MatchesAttrs(w.pred, e.Cur) {
-		sel |= selectsCur
+	if objects.MatchesAttrs(w.Pred, e.Cur) {
+		sel |= SelectsCur
 	}
-	if objects.MatchesAttrs(w.pred, e.Prev) {
+	if objects.MatchesAttrs(w.Pred, e.Prev) {
 		sel |= selectsPrev
 	}
 	return sel
@@ -166,34 +166,42 @@ func (w *watcher) selects(e *objects.Event) selection {
 
 // byShard is whether the watcherSet files w by its shard's ranges: a
 // sharded watch of a prefix not already filed by a trigger value.
-func (w *watcher) byShard() bool { return w.shard != nil && w.recursive && !w.triggered }
+func (w *Watcher) byShard() bool { return w.Shard != nil && w.Recursive && !w.Triggered }
 
 // floorReached reports whether the WatchList bookmark floor has been met,
 // for the bookmark policy.
-func (w *watcher) floorReached() bool {
+func (w *Watcher) floorReached() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.tracker.FloorReached()
+	return w.Tracker.FloorReached()
 }
 
-func (w *watcher) queuedLocked() int { return len(w.queue) - w.head }
+func (w *Watcher) queuedLocked() int { return len(w.queue) - w.head }
 
-// start hands the watcher its initial events (nil for none) before it is
+// Pending is what the client has not taken yet: the events in its channel
+// and those queued behind it.
+func (w *Watcher) Pending() (inChannel, queued int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.Result), w.queuedLocked()
+}
+
+// Start hands the watcher its initial events (nil for none) before it is
 // visible to the dispatcher, so they come first. The caller holds the
 // state's read lock, under which Stop cannot have started waiting for the
 // pump.
-func (w *watcher) start(ctx context.Context, initial []watch.Event) {
+func (w *Watcher) Start(ctx context.Context, initial []watch.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.queue = initial
 	w.timedFrom = len(initial)
 	w.initialLeft = len(initial)
 	if w.initialLeft == 0 {
-		signalInitialized(ctx)
+		SignalInitialized(ctx)
 		return
 	}
 	w.initCtx = ctx
-	w.blockedSinceNanos = w.env.clock.Now().UnixNano()
+	w.blockedSinceNanos = w.Env.Clock.Now().UnixNano()
 	w.startPumpLocked()
 }
 
@@ -203,7 +211,7 @@ func (w *watcher) start(ctx context.Context, initial []watch.Event) {
 // the caller then closes the watcher.
 // nowNanos is the dispatcher's clock reading for this event (one read per
 // event rather than one per watcher behind).
-func (w *watcher) deliver(ev watch.Event, nowNanos int64) bool {
+func (w *Watcher) deliver(ev watch.Event, nowNanos int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	ok, _ := w.deliverLocked(ev, nowNanos)
@@ -214,14 +222,14 @@ func (w *watcher) deliver(ev watch.Event, nowNanos int64) bool {
 // something of (sels[j] for objs[j]), in order, under one hold of the lock,
 // counting in atOnce[j] a delivery of objs[j] the client's channel took at
 // once; false when the client is too slow for them.
-func (w *watcher) deliverBatch(sels *batchSelections, objs *[dispatchBatch]eventObjects, atOnce *[dispatchBatch]uint32, nowNanos int64) bool {
+func (w *Watcher) deliverBatch(sels *batchSelections, objs *[DispatchBatch]EventObjects, atOnce *[DispatchBatch]uint32, nowNanos int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for j, sel := range sels {
 		if sel == 0 {
 			continue
 		}
-		ev, ok := objs[j].forSelection(sel)
+		ev, ok := objs[j].ForSelection(sel)
 		if !ok {
 			continue
 		}
@@ -238,14 +246,14 @@ func (w *watcher) deliverBatch(sels *batchSelections, objs *[dispatchBatch]event
 
 // deliverLocked hands ev to the client's channel (atOnce) or queues it;
 // ok is false when the client is too slow for it.
-func (w *watcher) deliverLocked(ev watch.Event, now int64) (ok, atOnce bool) {
+func (w *Watcher) deliverLocked(ev watch.Event, now int64) (ok, atOnce bool) {
 	if w.state != watcherOpen {
 		return true, false
 	}
 	queued := w.queuedLocked()
 	if queued == 0 && !w.pumping {
 		select {
-		case w.result <- ev:
+		case w.Result <- ev:
 			w.deliveredLocked(ev)
 			return true, true
 		default:
@@ -267,43 +275,43 @@ func (w *watcher) deliverLocked(ev watch.Event, now int64) (ok, atOnce bool) {
 
 // roomLocked is whether the client is keeping up well enough to be queued
 // one more event.
-func (w *watcher) roomLocked(queued int, nowNanos int64) bool {
-	if queued >= w.env.buffer+w.initialLeft {
+func (w *Watcher) roomLocked(queued int, nowNanos int64) bool {
+	if queued >= w.Env.Buffer+w.initialLeft {
 		return false
 	}
 	if w.taken != w.seenTaken {
 		w.seenTaken, w.blockedSinceNanos = w.taken, nowNanos
 	}
-	return queued == 0 || time.Duration(nowNanos-w.blockedSinceNanos) <= slowClientTimeout
+	return queued == 0 || time.Duration(nowNanos-w.blockedSinceNanos) <= SlowClientTimeout
 }
 
 // deliveredLocked records that the client's channel took ev.
-func (w *watcher) deliveredLocked(ev watch.Event) {
+func (w *Watcher) deliveredLocked(ev watch.Event) {
 	// While the marker is on its way no other bookmark is queued, so the
 	// bookmark delivered now is the marker (annotated when it was built).
-	if ev.Type == watch.Bookmark && w.tracker.Delivered() {
-		w.env.moved(watchlist.BookmarkReceived, watchlist.BookmarkSent)
+	if ev.Type == watch.Bookmark && w.Tracker.Delivered() {
+		w.Env.Moved(watchlist.BookmarkReceived, watchlist.BookmarkSent)
 	}
 }
 
-func (w *watcher) startPumpLocked() {
+func (w *Watcher) startPumpLocked() {
 	if w.done == nil {
 		w.done = make(chan struct{})
 	}
 	w.pumping = true
-	w.env.wg.Add(1)
+	w.Env.WG.Add(1)
 	go w.pump()
 }
 
 // pump delivers the queue to a client that was busy when events came, and
 // exits once the queue is empty.
-func (w *watcher) pump() {
-	defer w.env.wg.Done()
+func (w *Watcher) pump() {
+	defer w.Env.WG.Done()
 	for {
 		w.mu.Lock()
 		if w.state == watcherClosed {
 			w.pumping = false
-			close(w.result)
+			close(w.Result)
 			w.releaseLocked()
 			w.mu.Unlock()
 			return
@@ -327,19 +335,19 @@ func (w *watcher) pump() {
 
 		var dequeuedAt int64
 		if queuedAt != 0 {
-			dequeuedAt = w.env.clock.Now().UnixNano()
+			dequeuedAt = w.Env.Clock.Now().UnixNano()
 		}
 		select {
-		case w.result <- ev:
+		case w.Result <- ev:
 			if queuedAt != 0 {
-				w.env.latency.sent(ev, queuedAt, dequeuedAt, w.env.clock.Now().UnixNano())
+				w.Env.Latency.sent(ev, queuedAt, dequeuedAt, w.Env.Clock.Now().UnixNano())
 			}
 		case <-done:
 			continue
-		case <-w.env.stop:
+		case <-w.Env.Stop:
 			// The cache stopping ends even a watcher draining towards a
 			// client that does not read, so Stop never waits on a client.
-			w.terminate()
+			w.Terminate()
 			continue
 		}
 
@@ -359,7 +367,7 @@ func (w *watcher) pump() {
 		}
 		w.mu.Unlock()
 		if initialized != nil {
-			signalInitialized(initialized)
+			SignalInitialized(initialized)
 		}
 	}
 }
@@ -373,8 +381,8 @@ func releaseQueue[T any](q []T) []T {
 	return q[:0]
 }
 
-// terminate closes the watcher at once; what is queued is dropped.
-func (w *watcher) terminate() {
+// Terminate closes the watcher at once; what is queued is dropped.
+func (w *Watcher) Terminate() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.state == watcherClosed {
@@ -395,7 +403,7 @@ func (w *watcher) terminate() {
 // releaseLocked lets go of the request: a closed watcher may stay filed on
 // the bookmark calendar until its slot comes up (up to a period), and must
 // not keep the request's context and what hangs off it alive until then.
-func (w *watcher) releaseLocked() {
+func (w *Watcher) releaseLocked() {
 	if w.stopOnCancel != nil {
 		w.stopOnCancel()
 		w.stopOnCancel = nil
@@ -403,8 +411,8 @@ func (w *watcher) releaseLocked() {
 	w.initCtx = nil
 }
 
-// drain lets the client read what is queued, then closes the watcher.
-func (w *watcher) drain() {
+// Drain lets the client read what is queued, then closes the watcher.
+func (w *Watcher) Drain() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.state != watcherOpen {
@@ -418,26 +426,26 @@ func (w *watcher) drain() {
 
 // closeLocked closes the client's channel; called once, by whoever sees the
 // watcher ending with no pump running.
-func (w *watcher) closeLocked() {
+func (w *Watcher) closeLocked() {
 	w.state = watcherClosed
-	close(w.result)
+	close(w.Result)
 	w.releaseLocked()
 }
 
-// offerBookmark queues a bookmark at the dispatched RV (or the watcher's
+// OfferBookmark queues a bookmark at the dispatched RV (or the watcher's
 // start, if later) unless the floor refuses it or events are already queued,
 // which is proof of life enough (behindEvents: then it goes behind them).
 // shared is the tick's bookmark at the dispatched RV, used when no
 // initial-events-end marker is due. It reports whether a bookmark was
 // queued.
-func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *objects.SharedObject, nowNanos int64, behindEvents bool) bool {
-	rv := max(dispatchedRV, w.startRV)
+func (w *Watcher) OfferBookmark(dispatchedRV uint64, shared func() *objects.SharedObject, nowNanos int64, behindEvents bool) bool {
+	rv := max(dispatchedRV, w.StartRV)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state != watcherOpen || rv < w.tracker.Floor() {
+	if w.state != watcherOpen || rv < w.Tracker.Floor() {
 		return false
 	}
-	before := w.tracker.State()
+	before := w.Tracker.State()
 	queued := w.queuedLocked()
 	if before == watchlist.BookmarkReceived || (queued > 0 && before == watchlist.BookmarkSent && !behindEvents) {
 		// A marker is already on its way, or events are.
@@ -455,57 +463,57 @@ func (w *watcher) offerBookmark(dispatchedRV uint64, shared func() *objects.Shar
 		}
 	}
 	if obj == nil {
-		own, err := w.env.bookmark(rv)
+		own, err := w.Env.Bookmark(rv)
 		if err == nil && before == watchlist.WaitingForBookmark {
 			err = storage.AnnotateInitialEventsEndBookmark(own)
 		}
 		if err != nil {
-			w.env.dropped(cachemetrics.DropBookmark, rv, err)
+			w.Env.Dropped(cachemetrics.DropBookmark, rv, err)
 			return false
 		}
 		obj = own
 	}
 	ev := watch.Event{Type: watch.Bookmark, Object: obj}
-	w.tracker.Accept(rv)
-	if after := w.tracker.State(); after != before {
-		w.env.moved(before, after)
+	w.Tracker.Accept(rv)
+	if after := w.Tracker.State(); after != before {
+		w.Env.Moved(before, after)
 	}
 	ok, _ := w.deliverLocked(ev, nowNanos)
 	return ok
 }
 
-// signalInitialized tells API priority and fairness that the watch's
+// SignalInitialized tells API priority and fairness that the watch's
 // initial burst is out, so it stops counting the request as in flight.
-func signalInitialized(ctx context.Context) { utilflowcontrol.WatchInitialized(ctx) }
+func SignalInitialized(ctx context.Context) { utilflowcontrol.WatchInitialized(ctx) }
 
-// tookAll is whether the client took everything queued for it, or the
+// TookAll is whether the client took everything queued for it, or the
 // watcher closed.
-func (w *watcher) tookAll() bool {
+func (w *Watcher) TookAll() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.state == watcherClosed || (w.queuedLocked() == 0 && len(w.result) == 0)
+	return w.state == watcherClosed || (w.queuedLocked() == 0 && len(w.Result) == 0)
 }
 
-// listState is the watcher's WatchList state now.
-func (w *watcher) listState() watchlist.State {
+// ListState is the watcher's WatchList state now.
+func (w *Watcher) ListState() watchlist.State {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.tracker.State()
+	return w.Tracker.State()
 }
 
-// leaving reports the watcher's WatchList state and whether it is sharded
+// Leaving reports the watcher's WatchList state and whether it is sharded
 // to record, under its lock, so no move between states (offerBookmark,
 // deliveredLocked) comes between the read and the record.
-func (w *watcher) leaving(record func(state watchlist.State, sharded bool)) {
+func (w *Watcher) Leaving(record func(state watchlist.State, sharded bool)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	record(w.tracker.State(), w.shard != nil)
+	record(w.Tracker.State(), w.Shard != nil)
 }
 
-// untilClosed keeps stop, which unhooks the request context's
+// UntilClosed keeps stop, which unhooks the request context's
 // cancellation, until the watcher lets go of its request; a watcher
 // already closed calls it at once.
-func (w *watcher) untilClosed(stop func() bool) {
+func (w *Watcher) UntilClosed(stop func() bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.state == watcherClosed {

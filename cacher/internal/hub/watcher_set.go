@@ -1,4 +1,4 @@
-package cacher
+package hub
 
 import (
 	"slices"
@@ -28,7 +28,7 @@ import (
 //
 // It also interns the watchers' match classes (matchClass), by signature.
 type watcherSet struct {
-	all      map[*watcher]struct{}
+	all      map[*Watcher]struct{}
 	byValue  watcherIndex
 	byKey    watcherIndex
 	byPrefix watcherIndex
@@ -40,11 +40,11 @@ type watcherSet struct {
 
 // watcherIndex files watchers by one string: a trigger value, a key or a
 // prefix.
-type watcherIndex map[string][]*watcher
+type watcherIndex map[string][]*Watcher
 
 func newWatcherSet() watcherSet {
 	return watcherSet{
-		all:         make(map[*watcher]struct{}),
+		all:         make(map[*Watcher]struct{}),
 		byValue:     make(watcherIndex),
 		byKey:       make(watcherIndex),
 		byPrefix:    make(watcherIndex),
@@ -54,26 +54,26 @@ func newWatcherSet() watcherSet {
 	}
 }
 
-func (s *watcherSet) has(w *watcher) bool {
+func (s *watcherSet) has(w *Watcher) bool {
 	_, ok := s.all[w]
 	return ok
 }
 
 // index is the index and the string w is filed under.
-func (s *watcherSet) index(w *watcher) (watcherIndex, string) {
+func (s *watcherSet) index(w *Watcher) (watcherIndex, string) {
 	switch {
-	case w.triggered:
-		return s.byValue, w.triggerValue
-	case !w.recursive:
-		return s.byKey, w.key
+	case w.Triggered:
+		return s.byValue, w.TriggerValue
+	case !w.Recursive:
+		return s.byKey, w.Key
 	default:
-		return s.byPrefix, w.key
+		return s.byPrefix, w.Key
 	}
 }
 
 // add files w, with sig its matchSignature (built by the caller, outside
 // the hub's lock). The hub's lock guards the set (hub.go).
-func (s *watcherSet) add(w *watcher, sig string) {
+func (s *watcherSet) add(w *Watcher, sig string) {
 	s.all[w] = struct{}{}
 	class := s.classes[sig]
 	if class == nil {
@@ -83,7 +83,7 @@ func (s *watcherSet) add(w *watcher, sig string) {
 	class.refs++
 	w.class = class
 	if w.byShard() {
-		k := shardKey{w.key, w.shard.Field}
+		k := shardKey{w.Key, w.Shard.Field}
 		b := s.byShard[k]
 		if b == nil {
 			b = &shardBuckets{}
@@ -98,7 +98,7 @@ func (s *watcherSet) add(w *watcher, sig string) {
 	m[k] = append(m[k], w)
 }
 
-func (s *watcherSet) remove(w *watcher) {
+func (s *watcherSet) remove(w *Watcher) {
 	if _, ok := s.all[w]; !ok {
 		return
 	}
@@ -109,7 +109,7 @@ func (s *watcherSet) remove(w *watcher) {
 		}
 	}
 	if w.byShard() {
-		k := shardKey{w.key, w.shard.Field}
+		k := shardKey{w.Key, w.Shard.Field}
 		b := s.byShard[k]
 		b.remove(w)
 		if b.watchers == 0 {
@@ -145,7 +145,7 @@ func (s *watcherSet) remove(w *watcher) {
 // key, under a prefix of its key, or, sharded, under a prefix with a range
 // holding its shard key's hash. Each watcher is filed once, so none comes
 // twice.
-func (s *watcherSet) candidates(dst []*watcher, e *objects.Event) []*watcher {
+func (s *watcherSet) candidates(dst []*Watcher, e *objects.Event) []*Watcher {
 	dst, _ = s.candidatesAndShardFiltered(dst, e)
 	return dst
 }
@@ -154,7 +154,7 @@ func (s *watcherSet) candidates(dst []*watcher, e *objects.Event) []*watcher {
 // of the event's prefixes its shard key left out (upstream's
 // apiserver_watch_filtered_events_total counts those, after label and
 // field selection, which the index does not look at).
-func (s *watcherSet) candidatesAndShardFiltered(dst []*watcher, e *objects.Event) ([]*watcher, int) {
+func (s *watcherSet) candidatesAndShardFiltered(dst []*Watcher, e *objects.Event) ([]*Watcher, int) {
 	dst = append(dst, s.byValue[e.CurTrigger]...)
 	if e.PrevTrigger != e.CurTrigger {
 		dst = append(dst, s.byValue[e.PrevTrigger]...)
@@ -182,7 +182,7 @@ func (s *watcherSet) candidatesAndShardFiltered(dst []*watcher, e *objects.Event
 // shardCandidates appends the sharded watchers of o's prefixes whose
 // ranges hold o's shard key hash, and counts those whose do not. cur and
 // prev hash alike: the shard key is immutable.
-func (s *watcherSet) shardCandidates(dst []*watcher, o *objects.Object) ([]*watcher, int) {
+func (s *watcherSet) shardCandidates(dst []*Watcher, o *objects.Object) ([]*Watcher, int) {
 	key := o.Key
 	filtered := 0
 	for field := range s.shardFields {
@@ -198,7 +198,7 @@ func (s *watcherSet) shardCandidates(dst []*watcher, o *objects.Object) ([]*watc
 			in := 0
 			if ok {
 				for _, w := range sb.buckets[objects.BucketOf(h)] {
-					if w.shard.Contains(h) {
+					if w.Shard.Contains(h) {
 						dst = append(dst, w)
 						in++
 					}

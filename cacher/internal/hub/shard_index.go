@@ -1,4 +1,4 @@
-package cacher
+package hub
 
 import "github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 
@@ -8,17 +8,17 @@ import "github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 // watcher at most once, and the exact range check (shardFilter.contains)
 // is left to the watcher's selection.
 type shardBuckets struct {
-	buckets  [1 << objects.ShardBucketBits][]*watcher
+	buckets  [1 << objects.ShardBucketBits][]*Watcher
 	watchers int
 }
 
-func (s *shardBuckets) add(w *watcher) {
-	w.shard.EachBucket(func(b int) { s.buckets[b] = append(s.buckets[b], w) })
+func (s *shardBuckets) add(w *Watcher) {
+	w.Shard.EachBucket(func(b int) { s.buckets[b] = append(s.buckets[b], w) })
 	s.watchers++
 }
 
-func (s *shardBuckets) remove(w *watcher) {
-	w.shard.EachBucket(func(b int) {
+func (s *shardBuckets) remove(w *Watcher) {
+	w.Shard.EachBucket(func(b int) {
 		list := s.buckets[b]
 		for i, x := range list {
 			if x == w {

@@ -1,4 +1,4 @@
-package cacher
+package hub
 
 import (
 	"fmt"
@@ -32,36 +32,36 @@ func (s countingSelector) Matches(f fields.Fields) bool {
 // dispatches to the candidates the set gives.
 type classTest struct {
 	set   watcherSet
-	d     *dispatcher
+	d     *Dispatcher
 	calls int
 }
 
 func newClassTest() *classTest {
 	ct := &classTest{set: newWatcherSet()}
-	ct.d = &dispatcher{env: dispatchEnv{
-		clock:      testingclock.NewFakeClock(testEpoch),
-		candidates: func(dst []*watcher, e *objects.Event) []*watcher { return ct.set.candidates(dst, e) },
-		objects: func(e *objects.Event, _ int64) eventObjects {
-			return eventObjects{e: e, versioner: storage.APIObjectVersioner{}, dropped: func(string, uint64, error, ...any) {}}
+	ct.d = &Dispatcher{Env: DispatchEnv{
+		Clock:      testingclock.NewFakeClock(cachertest.Epoch),
+		Candidates: func(dst []*Watcher, e *objects.Event) []*Watcher { return ct.set.candidates(dst, e) },
+		Objects: func(e *objects.Event, _ int64) EventObjects {
+			return EventObjects{Event: e, Versioner: storage.APIObjectVersioner{}, Dropped: func(string, uint64, error, ...any) {}}
 		},
-		tooSlow:    func(*watcher) {},
-		dispatched: func() {},
+		TooSlow:    func(*Watcher) {},
+		Dispatched: func() {},
 	}}
 	return ct
 }
 
 // watch files a watcher of key with the field selector sel, whose matches
 // are counted.
-func (ct *classTest) watch(t *testing.T, key string, sel string) *watcher {
+func (ct *classTest) watch(t *testing.T, key string, sel string) *Watcher {
 	t.Helper()
 	parsed, err := fields.ParseSelector(sel)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w, _, _ := newLoneWatcher(100)
-	w.key, w.startRV = key, 100
-	w.pred = storage.SelectionPredicate{Label: labels.Everything(), Field: countingSelector{parsed, &ct.calls}}
-	ct.set.add(w, matchSignature(w))
+	w.Key, w.StartRV = key, 100
+	w.Pred = storage.SelectionPredicate{Label: labels.Everything(), Field: countingSelector{parsed, &ct.calls}}
+	ct.set.add(w, MatchSignature(w))
 	return w
 }
 
@@ -79,7 +79,7 @@ func podA(rv uint64, status string) *objects.Object {
 func TestMatchClassSelectsOncePerEvent(t *testing.T) {
 	ct := newClassTest()
 	a := podA(150, "on")
-	var same []*watcher
+	var same []*Watcher
 	for range 10 {
 		same = append(same, ct.watch(t, a.Key, "metadata.name=a"))
 	}
@@ -87,12 +87,12 @@ func TestMatchClassSelectsOncePerEvent(t *testing.T) {
 	if len(ct.set.classes) != 2 {
 		t.Fatalf("%d match classes, want 2: one per key and selector", len(ct.set.classes))
 	}
-	ct.d.dispatch(&objects.Event{Type: watch.Modified, RV: 151, Cur: podA(151, "on"), Prev: a})
+	ct.d.Dispatch(&objects.Event{Type: watch.Modified, RV: 151, Cur: podA(151, "on"), Prev: a})
 	if ct.calls != 4 {
 		t.Errorf("%d selector matches for 11 watchers in 2 classes, want 4 (before and after, once per class)", ct.calls)
 	}
 	for i, w := range append(same, other) {
-		if got := fmt.Sprint(receivedAll(w)); got != "[MODIFIED a@151]" {
+		if got := fmt.Sprint(cachertest.ReceivedAll(w)); got != "[MODIFIED a@151]" {
 			t.Errorf("watcher %d got %s, want [MODIFIED a@151]", i, got)
 		}
 	}
@@ -107,12 +107,12 @@ func TestMatchClassMemoIsPerEvent(t *testing.T) {
 	w1 := ct.watch(t, a.Key, "status=on")
 	w2 := ct.watch(t, a.Key, "status=on")
 	on := podA(151, "on")
-	ct.d.dispatch(
+	ct.d.Dispatch(
 		&objects.Event{Type: watch.Modified, RV: 151, Cur: on, Prev: a},
 		&objects.Event{Type: watch.Modified, RV: 152, Cur: podA(152, "off"), Prev: on},
 	)
-	for i, w := range []*watcher{w1, w2} {
-		if got := fmt.Sprint(receivedAll(w)); got != "[MODIFIED a@151 DELETED a@152]" {
+	for i, w := range []*Watcher{w1, w2} {
+		if got := fmt.Sprint(cachertest.ReceivedAll(w)); got != "[MODIFIED a@151 DELETED a@152]" {
 			t.Errorf("watcher %d got %s, want [MODIFIED a@151 DELETED a@152]", i+1, got)
 		}
 	}
@@ -124,7 +124,7 @@ func TestMatchClassInterning(t *testing.T) {
 	ct := newClassTest()
 	w1 := ct.watch(t, "/pods/ns/a", "status=on")
 	w2 := ct.watch(t, "/pods/ns/a", "status=on")
-	for name, w := range map[string]*watcher{
+	for name, w := range map[string]*Watcher{
 		"another key":      ct.watch(t, "/pods/ns/b", "status=on"),
 		"another selector": ct.watch(t, "/pods/ns/a", "status=off"),
 	} {
@@ -136,20 +136,20 @@ func TestMatchClassInterning(t *testing.T) {
 	// Everything and Nothing both print as "".
 	for _, sel := range []labels.Selector{labels.Everything(), labels.Nothing()} {
 		w, _, _ := newLoneWatcher(100)
-		w.key, w.pred = "/pods/ns/c", storage.SelectionPredicate{Label: sel}
-		ct.set.add(w, matchSignature(w))
+		w.Key, w.Pred = "/pods/ns/c", storage.SelectionPredicate{Label: sel}
+		ct.set.add(w, MatchSignature(w))
 	}
 	if len(ct.set.classes) != 3 {
 		t.Errorf("%d classes after adding Everything and Nothing of /pods/ns/c, want 3", len(ct.set.classes))
 	}
 	for w := range ct.set.all {
-		if w.key == "/pods/ns/c" {
+		if w.Key == "/pods/ns/c" {
 			ct.set.remove(w)
 		}
 	}
 	recursive, _, _ := newLoneWatcher(100)
-	recursive.key, recursive.recursive, recursive.pred = "/pods/ns/a", true, w1.pred
-	ct.set.add(recursive, matchSignature(recursive))
+	recursive.Key, recursive.Recursive, recursive.Pred = "/pods/ns/a", true, w1.Pred
+	ct.set.add(recursive, MatchSignature(recursive))
 	if recursive.class == w1.class {
 		t.Error("a recursive watcher shares the class of an exact-key one")
 	}
@@ -172,10 +172,10 @@ func TestMatchClassInterning(t *testing.T) {
 // dispatcher's per-class memo must not hand one the other's selection.
 func TestShardIsPartOfTheMatchSignature(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ShardedListAndWatch, true)
-	a := &watcher{key: "/pods/", recursive: true}
-	b := &watcher{key: "/pods/", recursive: true}
-	b.shard, _ = objects.NewShardFilter(cachertest.ShardPred(t, cachertest.ShardRange(objects.ShardFieldUID, 0, 2)))
-	if matchSignature(a) == matchSignature(b) {
+	a := &Watcher{Key: "/pods/", Recursive: true}
+	b := &Watcher{Key: "/pods/", Recursive: true}
+	b.Shard, _ = objects.NewShardFilter(cachertest.ShardPred(t, cachertest.ShardRange(objects.ShardFieldUID, 0, 2)))
+	if MatchSignature(a) == MatchSignature(b) {
 		t.Fatal("a sharded and an unsharded watch share a match class")
 	}
 }

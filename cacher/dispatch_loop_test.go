@@ -14,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/hub"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
@@ -47,7 +48,7 @@ func BenchmarkDispatch(b *testing.B) {
 	rv := uint64(101)
 	for b.Loop() {
 		rv++
-		d.dispatch(&objects.Event{Type: watch.Modified, RV: rv, Cur: obj, Prev: obj})
+		d.Dispatch(&objects.Event{Type: watch.Modified, RV: rv, Cur: obj, Prev: obj})
 	}
 }
 
@@ -79,7 +80,7 @@ func BenchmarkBookmarkTick(b *testing.B) {
 		}()
 		defer w.Stop()
 	}
-	var due [][]*watcher
+	var due [][]*hub.Watcher
 	// -cpuprofile would mostly show the 100,000 Watch calls above: set
 	// WATCHKEEPER_TICK_PROFILE to profile the ticks alone.
 	if path := os.Getenv("WATCHKEEPER_TICK_PROFILE"); path != "" {
@@ -145,7 +146,7 @@ func BenchmarkDispatchExactKeyWatchers(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				rv++
 				o := objs[(i*7919)%nObjects]
-				d.dispatch(&objects.Event{Type: watch.Modified, RV: rv, Cur: o, Prev: o})
+				d.Dispatch(&objects.Event{Type: watch.Modified, RV: rv, Cur: o, Prev: o})
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(watchers)/nObjects, "watchers/write")

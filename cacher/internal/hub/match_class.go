@@ -1,4 +1,4 @@
-package cacher
+package hub
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 type selection uint8
 
 const (
-	selectsCur selection = 1 << iota
+	SelectsCur selection = 1 << iota
 	selectsPrev
 )
 
@@ -34,19 +34,19 @@ type matchClass struct {
 	sel selection
 }
 
-// matchSignature is what two watchers of a cache share when they select
+// MatchSignature is what two watchers of a cache share when they select
 // alike. A selector of apimachinery's prints its canonical form (Parse reads
 // it back to an equal selector), so the same type and string select the same
 // objects; the type tells apart the two that print as "" (Everything and
 // Nothing). Selectors that select alike but print differently only make two
 // classes.
-func matchSignature(w *watcher) string {
+func MatchSignature(w *Watcher) string {
 	shard := ""
-	if w.shard != nil {
-		shard = w.shard.Text
+	if w.Shard != nil {
+		shard = w.Shard.Text
 	}
 	return fmt.Sprintf("%s\x00%t\x00%T\x00%s\x00%T\x00%s\x00%s",
-		w.key, w.recursive, w.pred.Label, selectorString(w.pred.Label), w.pred.Field, selectorString(w.pred.Field), shard)
+		w.Key, w.Recursive, w.Pred.Label, selectorString(w.Pred.Label), w.Pred.Field, selectorString(w.Pred.Field), shard)
 }
 
 func selectorString(s fmt.Stringer) string {
@@ -59,13 +59,13 @@ func selectorString(s fmt.Stringer) string {
 // selectionFor is what w selects of e, the dispatcher's event number seq:
 // from the memo of w's class when another watcher of the class already
 // worked it out for this event.
-func selectionFor(w *watcher, e *objects.Event, seq uint64) selection {
+func selectionFor(w *Watcher, e *objects.Event, seq uint64) selection {
 	c := w.class
 	if c == nil {
-		return w.selects(e)
+		return w.Selects(e)
 	}
 	if c.seq != seq {
-		c.seq, c.sel = seq, w.selects(e)
+		c.seq, c.sel = seq, w.Selects(e)
 	}
 	return c.sel
 }
