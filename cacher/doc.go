@@ -28,8 +28,10 @@ package cacher
 // straight through to the wrapped storage; the cache learns of them from its
 // own watch.
 //
-// The state is a type of its own, cacheState (state.go: its invariants and
-// its lock), as upstream keeps its watchCache apart from its Cacher: the
+// The owners are packages under internal/: state (State: its invariants
+// and its lock), hub (Hub, Watcher, Dispatcher), and the leaves objects,
+// cachemetrics, versions and, for tests, cachertest. The state is kept
+// apart from the Cacher as upstream keeps its watchCache: the
 // current objects (store.go, and ordered.go's index by key), the history
 // (history.go), the snapshots (snapshots.go), the RV and readiness. Its
 // changes are in state.go (apply, relist, progress, trims), its reads in
@@ -43,7 +45,7 @@ package cacher
 // # Lock order
 //
 // Every lock lives in the type it guards. Taken together, only in this
-// order: the state's mu (cacheState), then the hub's mu, then a watcher's
+// order: the state's mu (state.State), then the hub's mu, then a watcher's
 // mu. The progress requester's mu is taken with the state's mu held or
 // alone, never with a watcher's. Leaves, held with nothing taken inside:
 // the state's cloneMu and its store's lock, the backfiller's mu (never
