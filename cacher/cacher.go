@@ -31,8 +31,8 @@ const incomingBuffer = 1000
 //
 // It keeps the storage feed (the reflector, its retries, the liveness and
 // consistency checks, backfills) and the dispatcher. What the cache holds
-// of the resource is its state (cacheState, state.go); the watchers and the
-// bookmark calendar are the hub's (hub.go). Each guards itself with a lock
+// of the resource is its state (state.State, internal/state); the watchers and the
+// bookmark calendar are the hub's (internal/hub). Each guards itself with a lock
 // of its own; the lock order is in doc.go.
 type Cacher struct {
 	// cfg is the completed Config: the resource, its storage and versioner,
@@ -55,7 +55,7 @@ type Cacher struct {
 	// dropLog limits the log of what could not be built (dropped.go).
 	dropLog dropLog
 
-	// state is the objects, history and snapshots (cacheState); hub the
+	// state is the objects, history and snapshots (state.State); hub the
 	// watchers and the bookmark calendar. Each has its own lock; the order
 	// is in doc.go.
 	state *state.State
@@ -76,7 +76,7 @@ type lifecycle struct {
 
 // fanOut is what the dispatcher side keeps besides the hub.
 type fanOut struct {
-	// watcherEnv is what every watcher of this cache is given (watcher.go).
+	// watcherEnv is what every watcher of this cache is given (internal/hub/watcher.go).
 	watcherEnv *hub.WatcherEnv
 	// lastTickNanos is how long the last bookmark tick took, for Inspect.
 	lastTickNanos atomic.Int64

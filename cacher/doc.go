@@ -19,10 +19,10 @@ package cacher
 // Data flows one way. The reflector (reflector.go) lists and watches the
 // wrapped storage, re-opening its watch on transient errors
 // (storage_watch_retry.go), and applies each event to the cache's state,
-// then hands it to the dispatcher. The dispatcher (dispatch.go), one
+// then hands it to the dispatcher. The dispatcher (internal/hub/dispatch.go, run by dispatch_loop.go), one
 // goroutine, fans events out to the watchers whose key and selectors match
 // and, on the bookmark tick, sends a bookmark to the watchers whose slot in
-// the bookmarks.Calendar is due. A watcher (watcher.go) has no goroutine while its client keeps up:
+// the bookmarks.Calendar is due. A watcher (internal/hub/watcher.go) has no goroutine while its client keeps up:
 // the dispatcher hands each event to the client's channel, and a pump
 // goroutine runs only while events queue behind a busy client. Writes go
 // straight through to the wrapped storage; the cache learns of them from its
@@ -40,7 +40,8 @@ package cacher
 // for the dispatcher (watcher_set.go), and the bookmark calendar, under a
 // lock of its own: a watcher is registered with it while Watch holds the
 // state's read lock, so it starts exactly after the state it was given.
-// The Cacher keeps the feed and the dispatcher, and calls both.
+// File names in this paragraph are internal/state's and internal/hub's.
+// The Cacher keeps the feed and the dispatch loop, and calls both.
 //
 // # Lock order
 //
@@ -58,8 +59,8 @@ package cacher
 // goNotReady run them in.
 //
 // Files follow a request: a watch is parsed, started and registered in
-// watch_request.go, delivered by dispatch.go, event_objects.go,
-// cacheable.go and watcher.go; freshness.go is how reads and watches wait
+// watch_request.go, delivered by dispatch_loop.go and internal/hub (dispatch.go,
+// event_objects.go, watcher.go) with internal/objects' cacheable.go; freshness.go is how reads and watches wait
 // for the RV they need (and the progress requests that move it);
 // routing.go sends each Get and GetList to the cache or to etcd, and
 // read.go and snapshot_list.go serve what the cache answers; backfill.go

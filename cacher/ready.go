@@ -11,7 +11,7 @@ import (
 
 // goNotReady takes the cache out of service for why: pending until a list
 // or its storage watch mends it, or stopped for good; alsoLocked runs in
-// the same hold of the state's lock (cacheState.goNotReady). A transition
+// the same hold of the state's lock (state.State.GoNotReady). A transition
 // from ready is counted (not_ready_total), so an operator sees why reads
 // went to etcd or got 429.
 func (c *Cacher) goNotReady(why string, alsoLocked func()) {

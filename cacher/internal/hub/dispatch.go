@@ -10,7 +10,7 @@ import (
 
 // Dispatcher fans events out to the watchers; its state lives on the
 // cache's dispatch goroutine, and it is given what it needs of the cache
-// (dispatchEnv), so it can be tested alone.
+// (DispatchEnv), so it can be tested alone.
 type Dispatcher struct {
 	Env DispatchEnv
 	// RV is the RV of the last event or progress handed to watchers. A

@@ -14,7 +14,7 @@ import (
 //
 // The points, in UnixNano: decoded by the etcd3 store (it stamps each
 // event when the cache asks it to, ListOptions.RecordTimestamps; 0 when it
-// did not), applied by the cache, taken by the dispatcher (eventTimes,
+// did not), applied by the cache, taken by the dispatcher (objects.EventTimes,
 // shared by every delivery of the event), then per delivery: queued for
 // the watcher, taken off that queue, sent to the client's channel.
 // watchkeeper queues an event for a watcher only while its client is busy

@@ -5,7 +5,7 @@ import "github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 // shardBuckets files the sharded watchers of one prefix and shard field by
 // the buckets their ranges overlap. A watcher stands once in each bucket it
 // overlaps, in no order; an event looks up one bucket, so it meets each
-// watcher at most once, and the exact range check (shardFilter.contains)
+// watcher at most once, and the exact range check (objects.ShardFilter.Contains)
 // is left to the watcher's selection.
 type shardBuckets struct {
 	buckets  [1 << objects.ShardBucketBits][]*Watcher

@@ -19,7 +19,7 @@ import (
 )
 
 // newLoneWatcher is a watcher with no cache around it: what it needs is
-// given (watcherEnv), and forgetting it terminates it.
+// given (WatcherEnv), and forgetting it terminates it.
 func newLoneWatcher(buffer int) (*Watcher, *sync.WaitGroup, chan struct{}) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})

@@ -75,7 +75,7 @@ func matches(pred storage.SelectionPredicate, o *Object) bool {
 }
 
 // MatcherFor is matches for a walk over many objects: the shard selector
-// compiled once (shardFilter) rather than formatted and compared as text
+// compiled once (ShardFilter) rather than formatted and compared as text
 // per object. A selector that does not compile is left to upstream's.
 func MatcherFor(pred storage.SelectionPredicate) func(*Object) bool {
 	f, err := NewShardFilter(pred)
@@ -86,7 +86,7 @@ func MatcherFor(pred storage.SelectionPredicate) func(*Object) bool {
 }
 
 // MatchesAttrs is matches without the shard: a watcher checks its own,
-// compiled (shardFilter).
+// compiled (ShardFilter).
 func MatchesAttrs(pred storage.SelectionPredicate, o *Object) bool {
 	if o == nil {
 		return false

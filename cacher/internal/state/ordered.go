@@ -13,7 +13,7 @@ import (
 // orderedObjects keeps the cached objects sorted by key beside the indexer,
 // so a list walks only the keys under its prefix, already in order, instead
 // of copying and sorting every object of the resource (upstream's cache keeps
-// a B-tree for the same reason). cacheState.mu guards it: writers hold the
+// a B-tree for the same reason). State.mu guards it: writers hold the
 // lock, lists the read lock.
 type orderedObjects struct{ tree *btree.BTree[*objects.Object] }
 

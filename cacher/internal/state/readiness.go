@@ -12,7 +12,7 @@ const (
 	Stopped
 )
 
-// readiness is the cache's serving state; cacheState.mu guards it.
+// readiness is the cache's serving state; State.mu guards it.
 type readiness struct {
 	state readyState
 	// since is when the cache last stopped being ready, for Retry-After.

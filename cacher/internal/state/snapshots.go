@@ -21,7 +21,7 @@ const CheckpointEvery = 32
 // at, as upstream's cache keeps since ListFromCacheSnapshot: they serve
 // lists at an exact RV and the later pages of a paginated list (whose
 // continue token carries the RV of its first page) from memory.
-// cacheState.mu guards them.
+// State.mu guards them.
 //
 // Upstream keeps a copy-on-write clone of its store per event. Each clone
 // is O(1) to take, but the next write copies the B-tree nodes on its path
@@ -31,7 +31,7 @@ const CheckpointEvery = 32
 // included) by the collector's share. Here a clone is kept only every
 // checkpointEvery RVs; the state at any RV in between is the next
 // checkpoint with the history's events after that RV undone, and above the
-// last checkpoint, the current state (cacheState.currentTreeLocked, a clone
+// last checkpoint, the current state (State.currentTreeLocked, a clone
 // taken only when something reads it) with them undone: the same states,
 // at 1/checkpointEvery of the memory, and a write copies a path of nodes
 // only after a checkpoint or a read, not after every write.

@@ -70,7 +70,7 @@ import (
 // takes it to set current (currentTreeLocked); a writer holding mu
 // exclusively sets and clears current without it.
 //
-// The lock order is in doc.go. Methods of cacheState named ...Locked need
+// The lock order is in cacher/doc.go. Methods of State named ...Locked need
 // mu held by the caller (exclusively where they change something); the
 // others take it themselves.
 //

@@ -18,7 +18,7 @@ import (
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 )
 
-// TestCacheStateInvariants drives a cacheState alone, the way the reflector
+// TestCacheStateInvariants drives a State alone, the way the reflector
 // does (a list, then random additions, updates, deletions, some of keys it
 // never held, transactions of several events at one RV, progress, a drop of
 // the history's start), and checks after every step the invariants written
@@ -198,7 +198,7 @@ func sortedKeys(state map[string]*objects.Object) []string {
 	return keys
 }
 
-// filledState is a cacheState listed with n pods at RV 100 (window and
+// filledState is a State listed with n pods at RV 100 (window and
 // the clock's start as given), and update, which applies a MODIFIED of
 // the i-th write's pod (a fixed stride over them) at the next RV.
 type filledState struct {
