@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
-	"time"
 
-	"google.golang.org/grpc/metadata"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/watchkeeper/watchkeeper/bookmarks"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/feed"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/hub"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/state"
@@ -29,11 +27,12 @@ const incomingBuffer = 1000
 
 // Cacher is one resource's watch cache. It implements storage.Interface.
 //
-// It keeps the storage feed (the reflector, its retries, the liveness and
-// consistency checks, backfills) and the dispatcher. What the cache holds
-// of the resource is its state (state.State, internal/state); the watchers and the
-// bookmark calendar are the hub's (internal/hub). Each guards itself with a lock
-// of its own; the lock order is in doc.go.
+// It is a facade over owners that each guard themselves with a lock of
+// their own (the order is in doc.go): the storage feed (internal/feed: the
+// reflector, its retries, the liveness and consistency checks, backfills),
+// the only writer of the state (internal/state: the objects, history and
+// snapshots), and the hub (internal/hub: the watchers and the bookmark
+// calendar), which the Cacher's dispatch loop drives.
 type Cacher struct {
 	// cfg is the completed Config: the resource, its storage and versioner,
 	// the schedule's settings.
@@ -50,8 +49,6 @@ type Cacher struct {
 	stopCh chan struct{}
 	wg     sync.WaitGroup
 	life   lifecycle
-	// incoming is the applied events the dispatcher has not taken yet.
-	incoming chan *objects.Event
 	// dropLog limits the log of what could not be built (dropped.go).
 	dropLog dropLog
 
@@ -60,10 +57,13 @@ type Cacher struct {
 	// is in doc.go.
 	state *state.State
 	hub   *hub.Hub
-	// feed is what the storage feed keeps between its goroutines (feed.go);
-	// fan what the fan-out side does (the dispatcher and the watchers).
-	feed storageFeed
-	fan  fanOut
+	// feed is the storage feed (internal/feed), the state's only writer;
+	// loop the hub's dispatcher goroutine (events, the bookmark tick,
+	// shutdown bookmarks); watcherEnv what every watcher of this cache is
+	// given.
+	feed       *feed.Feed
+	loop       *hub.Loop
+	watcherEnv *hub.WatcherEnv
 }
 
 // lifecycle is the cache's stop: Stop runs once, and ctx ends with it.
@@ -72,17 +72,6 @@ type lifecycle struct {
 	// ctx ends when the cache stops; background requests use it.
 	ctx       context.Context
 	cancelCtx context.CancelFunc
-}
-
-// fanOut is what the dispatcher side keeps besides the hub.
-type fanOut struct {
-	// watcherEnv is what every watcher of this cache is given (internal/hub/watcher.go).
-	watcherEnv *hub.WatcherEnv
-	// lastTickNanos is how long the last bookmark tick took, for Inspect.
-	lastTickNanos atomic.Int64
-	// bookmarkAll asks the dispatcher for a bookmark to every watcher
-	// (shutdown_bookmarks.go); it answers on the request's channel.
-	bookmarkAll chan bookmarkAllRequest
 }
 
 var _ storage.Interface = (*Cacher)(nil)
@@ -98,34 +87,38 @@ func New(cfg Config) (*Cacher, error) {
 	if err != nil {
 		return nil, err
 	}
-	metrics := cachemetrics.NewResource(cfg.GroupResource, backfillCooldown)
+	metrics := cachemetrics.NewResource(cfg.GroupResource, feed.BackfillCooldown)
 	c := &Cacher{
-		trigger:  trig,
-		cfg:      cfg,
-		storage:  cfg.Storage,
-		clock:    cfg.Clock,
-		metrics:  metrics,
-		logger:   klog.Background().WithValues("resource", cfg.GroupResource.String()),
-		stopCh:   make(chan struct{}),
-		incoming: make(chan *objects.Event, incomingBuffer),
-		fan:      fanOut{bookmarkAll: make(chan bookmarkAllRequest)},
+		trigger: trig,
+		cfg:     cfg,
+		storage: cfg.Storage,
+		clock:   cfg.Clock,
+		metrics: metrics,
+		logger:  klog.Background().WithValues("resource", cfg.GroupResource.String()),
+		stopCh:  make(chan struct{}),
 		state: state.New(cfg.ResourcePrefix, cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
 			utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot), metrics, cfg.Clock.Now()),
 		hub: hub.New(bookmarks.Policy{Frequency: cfg.BookmarkFrequency, PreDeadlineOffset: cfg.BookmarkPreDeadlineOffset},
 			cfg.BookmarkGranularity, cfg.Clock),
-		feed: storageFeed{
-			watchMetadata:     metadata.New(map[string]string{"source": "watchkeeper", "resource": cfg.GroupResource.String()}),
-			backfillMetadata:  metadata.New(map[string]string{"source": "watchkeeper-backfill", "resource": cfg.GroupResource.String()}),
-			forcedEvictionLog: cachemetrics.EveryInterval{Interval: 10 * time.Second},
-		},
 	}
-	c.life.ctx, c.life.cancelCtx = context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.feed.watchMetadata))
-	c.feed.progress = newProgressRequester(c.life.ctx, c.stopCh, &c.wg, c.clock, c.requestProgress)
-	c.fan.watcherEnv = &hub.WatcherEnv{
+	c.life.ctx, c.life.cancelCtx = context.WithCancel(context.Background())
+	c.watcherEnv = &hub.WatcherEnv{
 		Clock: c.clock, Buffer: cfg.WatcherBuffer, Stop: c.stopCh, WG: &c.wg,
 		Forget: c.forgetWatcher, Moved: c.metrics.WatcherMoved, Bookmark: c.bookmarkObject, Dropped: c.dropped,
 		Latency: &hub.DispatchLatency{Stages: cachemetrics.DispatchStages.ForResource(c.cfg.GroupResource)},
+		Feed:    c.resumeStalled,
 	}
+	c.loop = c.newLoop()
+	c.feed = feed.New(feed.Config{
+		GroupResource: cfg.GroupResource, ResourcePrefix: cfg.ResourcePrefix, Versioner: cfg.Versioner,
+		KeyFunc: cfg.KeyFunc, GetAttrsFunc: cfg.GetAttrsFunc, NewListFunc: cfg.NewListFunc,
+		HistoryCapacity: cfg.HistoryCapacity, EventsHistoryWindow: cfg.EventsHistoryWindow,
+		StorageSilenceTimeout: cfg.StorageSilenceTimeout, StorageWatchWithoutPrevKV: cfg.StorageWatchWithoutPrevKV,
+		ListBackfillRevisions: cfg.ListBackfillRevisions,
+	}, feed.Env{
+		Storage: c.storage, State: c.state, Trigger: trig, Clock: c.clock, Metrics: metrics, Logger: c.logger,
+		Stop: c.stopCh, WG: &c.wg, Ctx: c.life.ctx, Incoming: c.loop.Incoming(), EndWatchers: c.terminateAll,
+	})
 	if utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {
 		// The store estimates object sizes for list cost from the keys it is
 		// told exist; the cache knows them without asking etcd.
@@ -133,10 +126,8 @@ func New(cfg Config) (*Cacher, error) {
 			return nil, fmt.Errorf("enabling size estimation for %v: %w", c.cfg.GroupResource, err)
 		}
 	}
-	c.wg.Add(3)
-	go c.reflectLoop()
-	go c.dispatchLoop()
-	go c.feedChecks()
+	c.loop.Start()
+	c.feed.Start()
 	c.logger.Info("Watch cache started",
 		"bookmarkFrequency", cfg.BookmarkFrequency, "preDeadlineOffset", cfg.BookmarkPreDeadlineOffset,
 		"historyWindow", cfg.EventsHistoryWindow, "granularity", cfg.BookmarkGranularity, "jitter", cfg.BookmarkJitter)
@@ -149,7 +140,7 @@ func (c *Cacher) Stop() {
 	c.life.stopOnce.Do(func() {
 		close(c.stopCh)
 		c.life.cancelCtx()
-		c.goNotReady(cachemetrics.NotReadyStopped, c.terminateAll)
+		c.feed.GoNotReady(cachemetrics.NotReadyStopped, c.terminateAll)
 		c.wg.Wait()
 	})
 }
@@ -191,13 +182,15 @@ func (c *Cacher) forgetWatcher(w *hub.Watcher, graceful bool) {
 	w.Terminate()
 }
 
-// terminateSlow closes a watcher that could not keep up. One whose client
-// has been handed its initial-events-end bookmark but not read it yet is
-// drained and closed gracefully, so the client resumes from that bookmark
-// instead of relisting; the others are cut off.
+// terminateSlow closes a watcher that could not keep up, with stalling off
+// (stall.go). One whose client has been handed its initial-events-end
+// bookmark but not read it yet is drained and closed gracefully, so the
+// client resumes from that bookmark instead of relisting; the others are
+// cut off.
 func (c *Cacher) terminateSlow(w *hub.Watcher) {
 	graceful := w.ListState() == watchlist.BookmarkReceived
 	c.metrics.TerminatedWatchers.Inc()
+	c.metrics.SlowWatcher(cachemetrics.SlowClosed)
 	c.logger.V(2).Info("Closing a watcher that cannot keep up", "graceful", graceful)
 	c.forgetWatcher(w, graceful)
 }
@@ -235,11 +228,11 @@ func (c *Cacher) left(w *hub.Watcher) { w.Leaving(c.metrics.WatcherLeft) }
 
 // keys lists the cached keys once the cache has caught up with etcd.
 func (c *Cacher) keys(ctx context.Context) ([]string, error) {
-	rv, err := c.storageRV(ctx)
+	rv, err := c.feed.StorageRV(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.waitFresh(ctx, rv); err != nil {
+	if err := c.feed.WaitFresh(ctx, rv); err != nil {
 		return nil, err
 	}
 	return c.state.Keys(), nil

@@ -25,7 +25,9 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/feed"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/hub"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
 	"github.com/watchkeeper/watchkeeper/internal/testchild"
@@ -515,9 +517,9 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 			// are armed, and etcd was asked for progress once.
 			cachertest.Poll(t, "the watch to wait for RV 200", func() bool { return fs.ProgressCount() == 1 && c.clk.Waiters() == cacheTimers+2 })
 			// Every progressRequestPeriod it asks again.
-			c.clk.Step(progressRequestPeriod)
+			c.clk.Step(feed.ProgressRequestPeriod)
 			cachertest.Poll(t, "a second progress request", func() bool { return fs.ProgressCount() == 2 && c.clk.Waiters() == cacheTimers+2 })
-			c.clk.Step(freshnessTimeout - 2*progressRequestPeriod)
+			c.clk.Step(feed.FreshnessTimeout - 2*feed.ProgressRequestPeriod)
 			// Still waiting: its freshness timer is armed until it returns.
 			cachertest.Poll(t, "the progress timer to be re-armed", func() bool { return fs.ProgressCount() == 3 && c.clk.Waiters() == cacheTimers+2 })
 			select {
@@ -553,7 +555,7 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 				return
 			}
 
-			c.clk.Step(2 * progressRequestPeriod) // reaches the 3s timeout
+			c.clk.Step(2 * feed.ProgressRequestPeriod) // reaches the 3s timeout
 			var r watchResult
 			select {
 			case r = <-done:
@@ -624,7 +626,14 @@ func TestPlainWatchAheadStartsAtOnce(t *testing.T) {
 }
 
 // --- 7. Slow watchers ---
+//
+// With stalling on (the default) a watcher that falls behind stalls and
+// resumes (stall_test.go); these are the rules for when it falls behind,
+// and, with stalling off, what closing it does.
 
+// With stalling off (--watch-cache-stall-slow-watchers=false), a watcher
+// whose queue is full is closed, as upstream's cache closes it, and the
+// others get everything.
 func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
 	const (
 		watcherBuffer = 2
@@ -635,6 +644,7 @@ func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
 			fs := cachertest.NewFakeStorage(100)
 			c := newTestCacher(t, fs, func(cfg *Config) {
 				cfg.WatcherBuffer = watcherBuffer
+				cfg.StallSlowWatchers = false
 				if clockName == "real clock" {
 					cfg.Clock = clock.RealClock{}
 				}
@@ -704,9 +714,9 @@ func TestSlowWatcherIsClosedOthersGetEverything(t *testing.T) {
 }
 
 // A client that reads slower than events come, but keeps reading, is never
-// closed while its queue has room: only one that takes nothing for
-// slowClientTimeout is. Upstream closes a client the dispatcher waited on
-// for 100ms, which on a busy machine is any client.
+// stalled (nor closed, with stalling off) while its queue has room: only one
+// that takes nothing for SlowClientTimeout is. Upstream closes a client the
+// dispatcher waited on for 100ms, which on a busy machine is any client.
 func TestSlowButReadingWatcherIsNotClosed(t *testing.T) {
 	const events = 30
 	fs := cachertest.NewFakeStorage(100)
@@ -714,7 +724,22 @@ func TestSlowButReadingWatcherIsNotClosed(t *testing.T) {
 	c.waitReady(t)
 	sw, _ := fs.WaitWatch(t, 1)
 	w := c.startWatch(t, context.Background(), "100", cachertest.Everything(false)).(*hub.Watcher)
-	terminatedBefore := terminated(t, c)
+	terminatedBefore, stalledBefore := terminated(t, c), slowCount(t, c, cachemetrics.SlowStalled)
+	// unread is the RVs sent that the client has not read, in order.
+	var unread []uint64
+	send := func(typ watch.EventType, name string, rv uint64) {
+		t.Helper()
+		sw.Send(t, typ, cachertest.NewPod(name, rv, nil, ""))
+		unread = append(unread, rv)
+	}
+	read := func() {
+		t.Helper()
+		ev := cachertest.NextEvent(t, w)
+		if rv := cachertest.EventRV(t, ev); rv != unread[0] {
+			t.Fatalf("got %s, want @%d (of %v unread)", cachertest.Describe(ev), unread[0], unread)
+		}
+		unread = unread[1:]
+	}
 	// pending is what the client has not taken: its channel and its queue.
 	pending := func() int {
 		inChan, queued := w.Pending()
@@ -730,7 +755,7 @@ func TestSlowButReadingWatcherIsNotClosed(t *testing.T) {
 		})
 	}
 	for i := 1; i <= events; i++ {
-		sw.Send(t, watch.Added, cachertest.NewPod(cachertest.PodName(i), uint64(100+i), nil, ""))
+		send(watch.Added, cachertest.PodName(i), uint64(100+i))
 	}
 	settled(events)
 	// The client takes one event every 9s of the cache's clock: 270s in all,
@@ -738,16 +763,13 @@ func TestSlowButReadingWatcherIsNotClosed(t *testing.T) {
 	want := events
 	for i := 1; i <= events; i++ {
 		c.clk.Step(hub.SlowClientTimeout - time.Second)
-		ev := cachertest.NextEvent(t, w)
-		if rv := cachertest.EventRV(t, ev); rv != uint64(100+i) {
-			t.Fatalf("event #%d is %s, want @%d", i, cachertest.Describe(ev), 100+i)
-		}
+		read()
 		want--
 		settled(want)
 		// Each event that finds the queue non-empty checks the client's
 		// progress; push one more now and then so the check runs.
 		if i%5 == 0 {
-			sw.Send(t, watch.Modified, cachertest.NewPod(cachertest.PodName(i), uint64(100+events+i), nil, ""))
+			send(watch.Modified, cachertest.PodName(i), uint64(100+events+i))
 			want++
 			settled(want)
 		}
@@ -755,21 +777,30 @@ func TestSlowButReadingWatcherIsNotClosed(t *testing.T) {
 	if got := terminated(t, c) - terminatedBefore; got != 0 {
 		t.Fatalf("terminated watchers = %v, want 0 for a client that kept reading", got)
 	}
+	if got := slowCount(t, c, cachemetrics.SlowStalled) - stalledBefore; got != 0 {
+		t.Fatalf("stalled watchers = %v, want 0 for a client that kept reading", got)
+	}
 
-	// A client that stops taking events is closed by the first event that
-	// finds it stalled for longer than the timeout: fill its channel so
+	// A client that stops taking events is stalled by the first event that
+	// finds it behind for longer than the timeout: fill its channel so
 	// events queue, then let the clock run.
 	for i := 1; want <= hub.ResultBuffer; i++ {
-		sw.Send(t, watch.Modified, cachertest.NewPod(cachertest.PodName(i), uint64(200+i), nil, ""))
+		send(watch.Modified, cachertest.PodName(i), uint64(200+i))
 		want++
 	}
 	settled(want)
 	c.clk.Step(hub.SlowClientTimeout + time.Second)
-	sw.Send(t, watch.Modified, cachertest.NewPod(cachertest.PodName(1), 1000, nil, ""))
-	cachertest.Poll(t, "the stalled watcher to be closed", func() bool {
-		return terminated(t, c)-terminatedBefore == 1
+	send(watch.Modified, cachertest.PodName(1), 1000)
+	cachertest.Poll(t, "the watcher behind for longer than the timeout to stall", func() bool {
+		return slowCount(t, c, cachemetrics.SlowStalled)-stalledBefore == 1
 	})
-	cachertest.DrainUntilClosed(t, w)
+	if got := terminated(t, c) - terminatedBefore; got != 0 {
+		t.Fatalf("terminated watchers = %v, want 0: it stalls", got)
+	}
+	// Read, it has everything, in order, the last event included.
+	for len(unread) > 0 {
+		read()
+	}
 }
 
 // terminated reads the cache's closed-for-slowness counter, which upstream's
@@ -787,9 +818,10 @@ func terminated(t *testing.T, c *testCacher) float64 {
 
 // watchListSetup starts a WatchList watch (sendInitialEvents=true, RV "",
 // bookmarks) over more objects than the result buffer, never reads it, and
-// pushes events until the dispatcher closes it for being slow. Its end
-// bookmark was accepted but not sent, so it is closed gracefully.
-func watchListSetup(t *testing.T) (*testCacher, watch.Interface, context.CancelFunc) {
+// pushes events until the dispatcher takes it out of the fan-out for being
+// slow: with stall, it stalls (stall.go); without, its end bookmark was
+// accepted but not sent, so it is closed gracefully.
+func watchListSetup(t *testing.T, stall bool) (*testCacher, watch.Interface, context.CancelFunc) {
 	t.Helper()
 	const pods = hub.ResultBuffer + 2
 	var list []*example.Pod
@@ -800,6 +832,7 @@ func watchListSetup(t *testing.T) (*testCacher, watch.Interface, context.CancelF
 	c := newTestCacher(t, fs, func(cfg *Config) {
 		cfg.WatcherBuffer = 2
 		cfg.BookmarkFrequency = 10 * time.Second
+		cfg.StallSlowWatchers = stall
 	})
 	c.waitReady(t)
 	sw, _ := fs.WaitWatch(t, 1)
@@ -817,14 +850,16 @@ func watchListSetup(t *testing.T) (*testCacher, watch.Interface, context.CancelF
 	}
 	// The initial events do not count against the queue's bound, the live
 	// ones do: the third finds it full.
-	cachertest.Poll(t, "the dispatcher to close the slow watcher", func() bool {
+	cachertest.Poll(t, "the dispatcher to stall or close the slow watcher", func() bool {
 		return !c.hub.Has(w.(*hub.Watcher))
 	})
 	return c, w, cancel
 }
 
+// With stalling off, a WatchList watcher whose end bookmark is queued is
+// drained and closed, so that its client resumes from that bookmark.
 func TestSlowWatchListWatcherIsDrainedGracefully(t *testing.T) {
-	_, w, _ := watchListSetup(t)
+	_, w, _ := watchListSetup(t, false)
 	events := cachertest.DrainUntilClosed(t, w)
 	var types []string
 	for _, ev := range events {
@@ -855,7 +890,7 @@ func TestSlowWatchListWatcherIsDrainedGracefully(t *testing.T) {
 // watcher closed gracefully for being slow has left the watcher set but its
 // goroutine still waits for its client.
 func TestStopEndsGracefullyClosingWatcher(t *testing.T) {
-	c, w, cancel := watchListSetup(t)
+	c, w, cancel := watchListSetup(t, false)
 	// When Stop hangs, the client going away is what frees it.
 	c.stopWithin(t, "it waits for a gracefully closed watcher whose client does not read, and never stops it", cancel)
 	cachertest.DrainUntilClosed(t, w)
@@ -869,7 +904,7 @@ func TestBookmarkTickAfterGracefulClose(t *testing.T) {
 	if !testchild.Isolate(t) {
 		return
 	}
-	c, w, _ := watchListSetup(t)
+	c, w, _ := watchListSetup(t, false)
 	// The watcher was filed for a heartbeat 10s after it started.
 	c.stepTicks(t, 12, nil)
 	events := cachertest.DrainUntilClosed(t, w)

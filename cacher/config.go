@@ -29,9 +29,6 @@ const (
 	// takes seconds; read right after the list, it runs before the new
 	// server takes requests.
 	DefaultListBackfillRevisions = 2000
-	// freshnessTimeout is how long a read or watch waits for the cache to
-	// reach a resourceVersion before it gives up (upstream: 3s).
-	freshnessTimeout = 3 * time.Second
 )
 
 // Config describes one resource's watch cache. The first block mirrors what a
@@ -64,8 +61,16 @@ type Config struct {
 	// HistoryCapacity caps the number of events kept, whatever the window.
 	HistoryCapacity int
 	// WatcherBuffer bounds the events queued for a client that is behind;
-	// one that falls further behind is closed.
+	// one that falls further behind stalls, or is closed (StallSlowWatchers).
 	WatcherBuffer int
+	// StallSlowWatchers: a watcher that falls behind (its queue full, or
+	// nothing taken for 10s) gives up its queue, keeps only its position,
+	// leaves the fan-out, and is fed again from the history when its
+	// client reads again; it ends with 410 only when the history no longer
+	// holds its position (internal/hub/stall.go). Off, it is closed, as
+	// upstream's cache closes it, and its client resumes or relists on its
+	// own.
+	StallSlowWatchers bool
 	// BookmarkMaxStaleness, when set, makes the tick ask etcd for progress
 	// before bookmarks come due if the cache has heard nothing from etcd for
 	// nearly that long, so a bookmark's RV was confirmed current at most

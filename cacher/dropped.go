@@ -23,17 +23,24 @@ type dropLog struct {
 // resource (the cache's logger), what and at which resourceVersion.
 func (c *Cacher) dropped(what string, rv uint64, err error, keysAndValues ...any) {
 	c.metrics.Dropped[what].Inc()
-	now := c.clock.Now()
-	l := &c.dropLog
-	l.mu.Lock()
-	if !l.last.IsZero() && now.Sub(l.last) < droppedLogInterval {
-		l.unseen++
-		l.mu.Unlock()
+	unseen, log := c.dropLog.admit(c.clock.Now())
+	if !log {
 		return
 	}
-	unseen := l.unseen
-	l.last, l.unseen = now, 0
-	l.mu.Unlock()
 	kv := append([]any{"what", what, "resourceVersion", rv, "droppedSinceLastLog", unseen}, keysAndValues...)
 	c.logger.Error(err, "Watch cache could not build what a client is owed; dropped it", kv...)
+}
+
+// admit says whether a drop at now gets a log line (one per
+// droppedLogInterval) and how many went unlogged since the last one.
+func (l *dropLog) admit(now time.Time) (unseen int, log bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) < droppedLogInterval {
+		l.unseen++
+		return 0, false
+	}
+	unseen = l.unseen
+	l.last, l.unseen = now, 0
+	return unseen, true
 }

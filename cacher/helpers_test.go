@@ -117,8 +117,10 @@ func newTestCacher(t testing.TB, fs *cachertest.FakeStorage, mutate func(*Config
 		EventsHistoryWindow:       75 * time.Second,
 		HistoryCapacity:           100_000,
 		WatcherBuffer:             DefaultWatcherBuffer,
+		// The options' default (stall.go); tests of closing turn it off.
+		StallSlowWatchers: true,
 		// The fake clock runs far ahead of a fake storage that says
-		// nothing: off here; storage_liveness_test.go turns it on.
+		// nothing: off here; feed_storage_liveness_test.go turns it on.
 		StorageSilenceTimeout: 0,
 	}
 	if mutate != nil {

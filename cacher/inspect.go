@@ -19,9 +19,13 @@ type Inspection struct {
 	// Now is when it was taken, on the cache's clock.
 	Now   time.Time
 	Ready bool
-	// Watchers counts open watchers by WatchList state; a plain watch is
-	// BookmarkSent.
+	// Watchers counts the watchers in the fan-out by WatchList state; a
+	// plain watch is BookmarkSent.
 	Watchers map[watchlist.State]int
+	// Stalled counts the watchers out of the fan-out because their client
+	// fell behind, to be fed from the history when it reads again
+	// (Config.StallSlowWatchers).
+	Stalled int
 	// Calendar is every filed slot of the bookmark calendar, oldest first.
 	Calendar []bookmarks.SlotCount
 	History  HistoryInspection
@@ -64,20 +68,19 @@ func (c *Cacher) Inspect(ctx context.Context) Inspection {
 		GroupResource:    c.cfg.GroupResource,
 		Now:              c.clock.Now(),
 		Watchers:         map[watchlist.State]int{},
-		LastTickDuration: time.Duration(c.fan.lastTickNanos.Load()),
+		LastTickDuration: c.loop.LastTick(),
 		Config:           c.cfg,
+		LastHeard:        c.feed.LastHeard(),
 	}
 	in.Config.Storage = nil // the wrapped storage is not a fact to show
-	if heard := c.feed.heardNanos.Load(); heard > 0 {
-		in.LastHeard = time.Unix(0, heard)
-	}
 
 	var hi state.HistoryStats
 	in.Ready, in.CacheRV, hi = c.state.Inspect()
 	in.History = HistoryInspection(hi)
 	c.hub.Each(func(w *hub.Watcher) { in.Watchers[w.ListState()]++ })
+	in.Stalled = c.hub.StalledLen()
 	in.Calendar = c.hub.CalendarSlots()
 
-	in.EtcdRV, in.EtcdErr = c.storageRV(ctx)
+	in.EtcdRV, in.EtcdErr = c.feed.StorageRV(ctx)
 	return in
 }

@@ -43,7 +43,7 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 		c.metrics.ReadToStorage(cachemetrics.GetNotReady)
 		return c.storage.Get(ctx, key, opts, objPtr)
 	}
-	if err := c.waitFresh(ctx, rv); err != nil {
+	if err := c.feed.WaitFresh(ctx, rv); err != nil {
 		return err
 	}
 	o, ok, cacheRV := c.state.Get(key)
@@ -77,7 +77,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		// it, as upstream does, and is a 504 if it does not: etcd would read
 		// an RV beyond int64 as a negative revision and answer 500.
 		if rv, err := c.cfg.Versioner.ParseResourceVersion(opts.ResourceVersion); err == nil && rv > 0 && c.Ready() && rv > c.state.CurrentRV() {
-			if err := c.waitFresh(ctx, rv); err != nil {
+			if err := c.feed.WaitFresh(ctx, rv); err != nil {
 				c.metrics.FreshnessTimedOut(cachemetrics.RequestList, err)
 				return err
 			}
@@ -105,7 +105,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		// An exact RV, or a later page at its first page's RV: from the
 		// snapshot of that state once the cache has it, or etcd when it is
 		// gone since the decision.
-		if err := c.waitFresh(ctx, at); err != nil {
+		if err := c.feed.WaitFresh(ctx, at); err != nil {
 			c.metrics.FreshnessTimedOut(cachemetrics.RequestList, err)
 			return err
 		}
@@ -116,7 +116,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		return c.storage.GetList(ctx, key, opts, listObj)
 	}
 	if decision.ConsistentRead {
-		if rv, err = c.consistentRV(ctx); err != nil {
+		if rv, err = c.feed.ConsistentRV(ctx); err != nil {
 			if skipConsistentFallback() {
 				c.metrics.ConsistentRead(false, cachemetrics.FallbackNo)
 				return err
@@ -127,7 +127,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 			return err
 		}
 	}
-	if err := c.waitFresh(ctx, rv); err != nil {
+	if err := c.feed.WaitFresh(ctx, rv); err != nil {
 		if decision.ConsistentRead && storage.IsTooLargeResourceVersion(err) {
 			if skipConsistentFallback() {
 				c.metrics.FreshnessTimedOut(cachemetrics.RequestList, err)

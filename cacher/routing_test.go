@@ -16,6 +16,7 @@ import (
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/feed"
 )
 
 // A later page asked for with RV "0" and a limit gets the rest of the list
@@ -137,7 +138,7 @@ func TestConsistentListTimeoutFallsBackUnlessTheGateSkipsIt(t *testing.T) {
 			// The list waits: the tick, its freshness timer, the progress
 			// requester's backoff.
 			c.waitWaiters(t, cacheTimers+2)
-			for step := time.Duration(0); step <= freshnessTimeout; step += 100 * time.Millisecond {
+			for step := time.Duration(0); step <= feed.FreshnessTimeout; step += 100 * time.Millisecond {
 				c.clk.Step(100 * time.Millisecond)
 				time.Sleep(time.Millisecond)
 			}

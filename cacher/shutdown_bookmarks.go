@@ -27,20 +27,8 @@ import (
 // its bookmark at the RV it had would send its clients back as many
 // revisions as the other resources' writes made since the last one.
 func (c *Cacher) BookmarkAll(ctx context.Context) (queued, taken int) {
-	req := bookmarkAllRequest{atLeast: c.catchUp(ctx), reply: make(chan []*hub.Watcher, 1)}
-	select {
-	case c.fan.bookmarkAll <- req:
-	case <-c.stopCh:
-		return 0, 0
-	case <-ctx.Done():
-		return 0, 0
-	}
-	var ws []*hub.Watcher
-	select {
-	case ws = <-req.reply:
-	case <-ctx.Done():
-		return 0, 0
-	case <-c.stopCh:
+	ws, ok := c.loop.BookmarkEvery(ctx, c.catchUp(ctx))
+	if !ok {
 		return 0, 0
 	}
 	queued = len(ws)
@@ -61,28 +49,6 @@ func (c *Cacher) BookmarkAll(ctx context.Context) (queued, taken int) {
 	}
 }
 
-// bookmarkAllRequest is a BookmarkAll call's request to the dispatcher:
-// the bookmarks go out once it has dispatched atLeast, and the watchers
-// they went to come back on reply (buffered: a caller that gave up is not
-// waited for).
-type bookmarkAllRequest struct {
-	atLeast uint64
-	reply   chan []*hub.Watcher
-}
-
-// answerBookmarkAll runs on the dispatcher goroutine: it answers the
-// requests whose RV the dispatcher has reached, at rv, and returns the
-// others.
-func (c *Cacher) answerBookmarkAll(waiting []bookmarkAllRequest, rv uint64) []bookmarkAllRequest {
-	return slices.DeleteFunc(waiting, func(req bookmarkAllRequest) bool {
-		if req.atLeast > rv {
-			return false
-		}
-		req.reply <- c.bookmarkEvery(rv)
-		return true
-	})
-}
-
 // catchUp brings the cache to etcd's current revision, for shutdown
 // bookmarks, and returns it; 0 when there is no watcher to bookmark or the
 // cache did not reach it within shutdownCatchUpTimeout, and the bookmarks
@@ -92,10 +58,10 @@ func (c *Cacher) catchUp(ctx context.Context) uint64 {
 		return 0
 	}
 	rvCtx, cancel := context.WithTimeout(ctx, shutdownCatchUpTimeout)
-	rv, err := c.storageRV(rvCtx)
+	rv, err := c.feed.StorageRV(rvCtx)
 	cancel()
 	if err == nil {
-		err = c.awaitRV(ctx, rv, shutdownCatchUpTimeout, nil)
+		err = c.feed.AwaitRV(ctx, rv, shutdownCatchUpTimeout, nil)
 	}
 	if err != nil {
 		c.logger.V(2).Info("Shutdown bookmarks at the cache's own resourceVersion: it did not catch up with etcd's", "err", err)
@@ -113,18 +79,3 @@ const shutdownCatchUpTimeout = time.Second
 // bookmarkTakenPoll is how often BookmarkAll looks whether the clients took
 // their bookmarks: a client that keeps up takes one within microseconds.
 const bookmarkTakenPoll = 10 * time.Millisecond
-
-// bookmarkEvery is BookmarkAll's work on the dispatcher goroutine, at the
-// dispatcher's RV: every event at or below it is queued ahead.
-func (c *Cacher) bookmarkEvery(rv uint64) []*hub.Watcher {
-	shared := c.sharedBookmark(rv)
-	nowNanos := c.clock.Now().UnixNano()
-	var sent []*hub.Watcher
-	c.hub.Each(func(w *hub.Watcher) {
-		if w.Bookmarks && w.OfferBookmark(rv, shared, nowNanos, true) {
-			sent = append(sent, w)
-		}
-	})
-	c.metrics.BookmarksSent.Add(float64(len(sent)))
-	return sent
-}

@@ -90,7 +90,7 @@ func (c *Cacher) parseWatch(ctx context.Context, key string, opts storage.ListOp
 	}
 	req.fromState = req.sendInitial || (requestedRV == 0 && opts.SendInitialEvents == nil)
 	w := &hub.Watcher{
-		Env:       c.fan.watcherEnv,
+		Env:       c.watcherEnv,
 		Pred:      opts.Predicate,
 		Key:       key,
 		Recursive: opts.Recursive,
@@ -115,7 +115,7 @@ func (c *Cacher) waitForWatch(ctx context.Context, req *watchRequest) watch.Inte
 	opts := req.opts
 	if opts.ResourceVersion == "" && opts.SendInitialEvents != nil {
 		// A consistent start: the state must include every write etcd has.
-		rv, err := c.storageRV(ctx)
+		rv, err := c.feed.StorageRV(ctx)
 		if err != nil {
 			return newErrWatcher(err)
 		}
@@ -127,7 +127,7 @@ func (c *Cacher) waitForWatch(ctx context.Context, req *watchRequest) watch.Inte
 		// starts at once and hears the events after its RV when the cache
 		// applies them. A WatchList ends with the 504 rather than waiting
 		// on: client-go then falls back to a LIST, which etcd can serve.
-		if err := c.waitFresh(ctx, req.requiredRV); err != nil {
+		if err := c.feed.WaitFresh(ctx, req.requiredRV); err != nil {
 			c.metrics.FreshnessTimedOut(cachemetrics.RequestWatchList, err)
 			return newErrWatcher(err)
 		}
@@ -145,7 +145,7 @@ func (c *Cacher) waitForWatch(ctx context.Context, req *watchRequest) watch.Inte
 			// and node status calls would queue behind them (stock's
 			// resumes get their 410 at once).
 			hub.SignalInitialized(ctx)
-			if err := c.backfill(ctx, req.requestedRV); err != nil {
+			if err := c.feed.Backfill(ctx, req.requestedRV); err != nil {
 				c.logger.V(4).Info("Resume without a backfill", "from", req.requestedRV, "err", err)
 			}
 		}
@@ -225,7 +225,7 @@ func (c *Cacher) startLocked(ctx context.Context, req *watchRequest, start start
 		events, ok := c.state.SinceLocked(from)
 		if !ok {
 			c.metrics.ExpiredWatches.Inc()
-			return newErrWatcher(errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", req.requestedRV, c.state.ResumableFromLocked()))), nil
+			return newErrWatcher(c.tooOldLocked(req.requestedRV)), nil
 		}
 		initial = c.appendInterested(initial, w, events)
 		w.StartRV = max(req.requestedRV, rv)
@@ -238,10 +238,7 @@ func (c *Cacher) startLocked(ctx context.Context, req *watchRequest, start start
 	if floor > 0 && rv >= floor {
 		// The cache already holds the floor: end the initial events now
 		// rather than on the next tick (kubernetes issue 122277).
-		end, err := c.bookmarkObject(rv)
-		if err == nil {
-			err = storage.AnnotateInitialEventsEndBookmark(end)
-		}
+		end, err := c.watcherEnv.EndBookmark(rv)
 		if err != nil {
 			return nil, err
 		}
@@ -256,6 +253,13 @@ func (c *Cacher) startLocked(ctx context.Context, req *watchRequest, start start
 	w.Start(ctx, initial)
 	c.hub.Add(w, req.sig, c.clock.Now())
 	return nil, nil
+}
+
+// tooOldLocked is the 410 a watch from rv gets once the history no longer
+// holds rv, naming the oldest RV a watch may resume from. The caller holds
+// the state's read lock.
+func (c *Cacher) tooOldLocked(rv uint64) *errors.StatusError {
+	return errors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", rv, c.state.ResumableFromLocked()))
 }
 
 // appendInterested appends what w is sent of events, those that concern it.

@@ -53,7 +53,7 @@ func (t *cacheTxn) initialState(ctx context.Context, ignoreNotFound bool) (*stor
 // GetCurrentState implements storage.TxnDelegator: the object once the cache
 // has applied etcd's current revision.
 func (t *cacheTxn) GetCurrentState(ctx context.Context, ignoreNotFound bool) (*storage.ObjState, error) {
-	rv, err := t.c.storageRV(ctx)
+	rv, err := t.c.feed.StorageRV(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func (t *cacheTxn) GetCurrentState(ctx context.Context, ignoreNotFound bool) (*s
 
 // stateAt is the object once the cache has applied rv.
 func (t *cacheTxn) stateAt(ctx context.Context, rv uint64, ignoreNotFound bool) (*storage.ObjState, error) {
-	if err := t.c.waitFresh(ctx, rv); err != nil {
+	if err := t.c.feed.WaitFresh(ctx, rv); err != nil {
 		return nil, err
 	}
 	o, ok, cacheRV := t.c.state.Get(t.key)

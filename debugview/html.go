@@ -120,6 +120,7 @@ func newHTMLResource(s Snapshot) htmlResource {
 		{"streaming: plain watches, and WatchLists past their initial events", "BookmarkSent", s.Watchers["BookmarkSent"]},
 		{"WatchList sending its initial events, waiting for its floor", "WaitingForBookmark", s.Watchers["WaitingForBookmark"]},
 		{"WatchList whose end bookmark is queued, not yet read", "BookmarkReceived", s.Watchers["BookmarkReceived"]},
+		{"stalled: its client fell behind; fed from the history when it reads again", "stalled", s.StalledWatchers},
 	}
 	for _, w := range r.Watchers {
 		r.Total += w.Count

@@ -16,8 +16,11 @@ type Snapshot struct {
 	// Watchers counts open watchers by WatchList state; a plain watch is
 	// BookmarkSent.
 	Watchers map[string]int `json:"watchers"`
-	Calendar CalendarView   `json:"calendar"`
-	History  HistoryView    `json:"history"`
+	// StalledWatchers counts the watchers whose client fell behind, out of
+	// the fan-out until it reads again.
+	StalledWatchers int          `json:"stalledWatchers"`
+	Calendar        CalendarView `json:"calendar"`
+	History         HistoryView  `json:"history"`
 	// CacheRV is the RV the cache has applied; EtcdRV etcd's current
 	// revision (0 with EtcdError set when it could not be read).
 	CacheRV   uint64 `json:"cacheRV"`
@@ -83,13 +86,14 @@ type ScheduleView struct {
 func newSnapshot(in cacher.Inspection) Snapshot {
 	cfg, now := in.Config, in.Now
 	s := Snapshot{
-		Group:    in.GroupResource.Group,
-		Resource: in.GroupResource.Resource,
-		Ready:    in.Ready,
-		Watchers: map[string]int{},
-		Calendar: calendarView(in, cfg.BookmarkGranularity, cfg.BookmarkFrequency),
-		CacheRV:  in.CacheRV,
-		EtcdRV:   in.EtcdRV,
+		Group:           in.GroupResource.Group,
+		Resource:        in.GroupResource.Resource,
+		Ready:           in.Ready,
+		Watchers:        map[string]int{},
+		StalledWatchers: in.Stalled,
+		Calendar:        calendarView(in, cfg.BookmarkGranularity, cfg.BookmarkFrequency),
+		CacheRV:         in.CacheRV,
+		EtcdRV:          in.EtcdRV,
 		Schedule: ScheduleView{
 			BookmarkFrequency:         seconds(cfg.BookmarkFrequency),
 			BookmarkPreDeadlineOffset: seconds(cfg.BookmarkPreDeadlineOffset),

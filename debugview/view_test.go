@@ -20,6 +20,7 @@ func TestNewSnapshot(t *testing.T) {
 		Now:           now,
 		Ready:         true,
 		Watchers:      map[watchlist.State]int{watchlist.BookmarkSent: 5, watchlist.WaitingForBookmark: 1},
+		Stalled:       2,
 		Calendar: []bookmarks.SlotCount{
 			{Start: now.Add(-3 * time.Second), Watchers: 2}, // past: due on the next tick
 			{Start: now.Add(8 * time.Second), Watchers: 4},
@@ -43,6 +44,9 @@ func TestNewSnapshot(t *testing.T) {
 	}
 	if s.Watchers["BookmarkSent"] != 5 || s.Watchers["WaitingForBookmark"] != 1 || s.Watchers["BookmarkReceived"] != 0 || len(s.Watchers) != 3 {
 		t.Errorf("watchers: %v", s.Watchers)
+	}
+	if s.StalledWatchers != 2 {
+		t.Errorf("stalled watchers: %d, want 2", s.StalledWatchers)
 	}
 	want := make([]int, 10)
 	want[8] = 4

@@ -262,6 +262,7 @@ func Schedule(o *options.WatchCacheOptions, gr schema.GroupResource) cacher.Conf
 		HistoryCapacity:           r.EventsHistoryCapacity,
 		StorageSilenceTimeout:     r.StorageSilenceTimeout,
 		WatcherBuffer:             cacher.DefaultWatcherBuffer,
+		StallSlowWatchers:         r.StallSlowWatchers,
 		ListBackfillRevisions:     cacher.DefaultListBackfillRevisions,
 	}
 }

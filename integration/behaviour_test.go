@@ -687,7 +687,9 @@ func TestBehaviourWatchStops(t *testing.T) {
 	})
 }
 
-// TestBehaviourSlowWatchListClientClosedGracefully: a WatchList client that
+// TestBehaviourSlowWatchListClientClosedGracefully: with stalling off
+// (--watch-cache-stall-slow-watchers=false; on, it stalls and resumes,
+// cacher/stall.go), a WatchList client that
 // stalls after its initial-events-end bookmark was queued, while writes fill
 // its queue, is drained and closed rather than cut off: it still reads its
 // initial events, the annotated bookmark and what was queued, in order, then
@@ -697,7 +699,7 @@ func TestBehaviourWatchStops(t *testing.T) {
 func TestBehaviourSlowWatchListClientClosedGracefully(t *testing.T) {
 	const buffer = 4
 	e := setup(t, withSchedule(time.Second, 500*time.Millisecond, 16*time.Second),
-		func(c *cacher.Config) { c.WatcherBuffer = buffer })
+		func(c *cacher.Config) { c.WatcherBuffer = buffer }, withoutStall)
 	ctx := context.Background()
 	// More initial objects than the watcher's result buffer, so it is still
 	// sending them, its end bookmark queued but not delivered, when the

@@ -156,13 +156,15 @@ func TestCorrectness(t *testing.T) {
 //
 // Its stalled watchers, never read while 25 events pass, must be closed
 // part way (upstream's cache drops them; etcd would deliver everything).
-// Our cache queues up to cacher.DefaultWatcherBuffer events for a client
-// that is behind and would deliver all 25, so the test gives it the buffer
-// of upstream's watchers, 10 events.
+// Our cache stalls such a watcher and delivers all 25 once it reads again
+// (cacher/stall.go), and queues up to
+// cacher.DefaultWatcherBuffer events for a client that is behind, so the
+// test runs it as upstream's: stalling off and the buffer of upstream's
+// watchers, 10 events.
 func TestWatchResync(t *testing.T) {
 	isolatedWithGates(t, []featuregate.Feature{features.ListFromCacheSnapshot}, func(t *testing.T) {
 		clk := testingclock.NewFakeClock(time.Now())
-		e := setup(t, withClock(clk), nodeNameIndex, withWatcherBuffer(upstreamWatcherBuffer))
+		e := setup(t, withClock(clk), nodeNameIndex, withWatcherBuffer(upstreamWatcherBuffer), withoutStall)
 		// Upstream's steps: past the time its cache gives a blocked
 		// watcher (its dispatch budget), and past one bookmark period.
 		resync := func() {
@@ -216,3 +218,7 @@ const upstreamWatcherBuffer = 10
 func withWatcherBuffer(n int) setupOption {
 	return func(c *cacher.Config) { c.WatcherBuffer = n }
 }
+
+// withoutStall closes a slow watcher, as upstream's cache does
+// (--watch-cache-stall-slow-watchers=false).
+func withoutStall(c *cacher.Config) { c.StallSlowWatchers = false }

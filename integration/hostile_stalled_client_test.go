@@ -376,7 +376,8 @@ func TestHostileStalledClient(t *testing.T) {
 	sides := []*side{{name: "A"}, {name: "B"}}
 	t0 := time.Now()
 	for _, sd := range sides {
-		sd.s = startSampleServer(t, hostileServerArgs()...)
+		// Closing a stalled watch is what this test checks: stalling off.
+		sd.s = startSampleServer(t, append(hostileServerArgs(), "--watch-cache-stall-slow-watchers=false")...)
 		widgets := sd.s.Client.DemoV1alpha1().Widgets(ns)
 		sd.objs = make([]*v1alpha1.Widget, objects)
 		for i := range sd.objs {

@@ -40,6 +40,7 @@ const (
 	FlagEventsHistoryCapacity     = "watch-cache-events-history-capacity"
 	FlagStorageSilenceTimeout     = "watch-cache-storage-silence-timeout"
 	FlagBookmarkMaxStaleness      = "watch-cache-bookmark-max-staleness"
+	FlagStallSlowWatchers         = "watch-cache-stall-slow-watchers"
 )
 
 // WatchCacheOptions configures the watch cache of every resource.
@@ -92,6 +93,17 @@ type WatchCacheOptions struct {
 	// this lag. 0 turns it off (upstream's behaviour: a bookmark carries
 	// whatever RV the cache last saw).
 	BookmarkMaxStaleness time.Duration
+	// StallSlowWatchers: a watch whose client falls behind (its queue of
+	// events full, or nothing read for 10s) gives up its queue, keeps only
+	// its position and is fed again from the event history when its client
+	// reads again, instead of being closed; it ends with 410 Gone only when
+	// the history no longer holds its position. On by default: a client is
+	// never worse off (a closed watch would resume from the same position,
+	// or relist). Off, such a watch is closed as upstream's cache closes it:
+	// a server that would rather shed a client that stopped reading (whose
+	// watch otherwise holds its HTTP stream and two goroutines until its
+	// deadline) turns it off.
+	StallSlowWatchers bool
 	// ResourceOverrides sets part of the schedule per group/resource; see
 	// --watch-cache-resource-overrides.
 	ResourceOverrides map[schema.GroupResource]ResourceOverride
@@ -111,6 +123,7 @@ func NewWatchCacheOptions() *WatchCacheOptions {
 		BookmarkJitter:            DefaultBookmarkJitter,
 		EventsHistoryCapacity:     DefaultEventsHistoryCapacity,
 		StorageSilenceTimeout:     DefaultStorageSilenceTimeout,
+		StallSlowWatchers:         true,
 	}
 }
 
@@ -149,6 +162,13 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 		"Bound on how stale a bookmark's resourceVersion may be: when the cache has heard nothing from etcd for nearly this long "+
 			"and bookmarks are about to be due, it requests watch progress once for the resource first. 0 turns it off "+
 			"(upstream: a bookmark carries the last RV the cache saw). When set, must be at least 2 x --"+FlagBookmarkGranularity+".")
+	fs.BoolVar(&o.StallSlowWatchers, FlagStallSlowWatchers, o.StallSlowWatchers,
+		"A watch whose client falls behind (1,024 events queued, or none read for 10s) gives up its queue, keeps only its "+
+			"position and is fed again from the event history when the client reads again; it ends with 410 Gone only when the "+
+			"history (--"+FlagEventsHistoryWindow+", --"+FlagEventsHistoryCapacity+") no longer holds that position. "+
+			"false closes such a watch at once, as upstream's cache does, and the client resumes or relists on its own: "+
+			"for servers that would rather shed a client that stopped reading than keep its watch open until its deadline. "+
+			"Upstream closes a watcher after about 100ms of blocking (KEP-6268 proposes stall and resume, off by default).")
 	fs.Var(overridesValue{&o.ResourceOverrides}, FlagResourceOverrides,
 		"Schedule settings for one resource, e.g. widgets.demo.watchkeeper.io:bookmark-frequency=5s,events-history-window=20s "+
 			"(repeat the flag for more resources; the core group is the resource alone). Keys: "+strings.Join(overrideKeys, ", ")+

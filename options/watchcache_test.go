@@ -31,6 +31,9 @@ func TestDefaultsAreUpstreams(t *testing.T) {
 		BookmarkJitter:            0.25,
 		EventsHistoryCapacity:     100_000,
 		StorageSilenceTimeout:     15 * time.Second,
+		// Beyond upstream, which closes a slow watcher: never worse for a
+		// client, so on (cacher/stall.go).
+		StallSlowWatchers: true,
 	}
 	if diff := cmp.Diff(want, o, cmp.AllowUnexported(WatchCacheOptions{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -193,6 +196,11 @@ func TestParseAndValidate(t *testing.T) {
 			name:       "storage silence timeout above the bound",
 			args:       []string{"--watch-cache-storage-silence-timeout=9000h"},
 			wantErrors: []string{"--watch-cache-storage-silence-timeout=9000h0m0s: must be at most 8760h0m0s"},
+		},
+		{
+			name: "slow watchers closed, as upstream's cache closes them",
+			args: []string{"--watch-cache-stall-slow-watchers=false"},
+			want: func(o *WatchCacheOptions) bool { return !o.StallSlowWatchers },
 		},
 		{
 			name:       "NaN jitter",

@@ -41,6 +41,7 @@ const (
 	numStages
 )
 
+// StageLabels are the dispatch stages' label values, in stage order.
 var StageLabels = [numStages]string{"storage_to_cache", "cacher_queue_latency", "watcher_queue_latency", "watcher_to_client_handler", "total"}
 
 // stageHistogram is one stage of one resource: counts per bucket (the last
@@ -59,6 +60,7 @@ type ResourceStages struct {
 	Stages [numStages]stageHistogram
 }
 
+// NewResourceStages is gr's dispatch-stage counters over bounds (ns).
 func NewResourceStages(gr schema.GroupResource, bounds []int64) *ResourceStages {
 	r := &ResourceStages{gr: gr, bounds: bounds}
 	for i := range r.Stages {
@@ -67,6 +69,7 @@ func NewResourceStages(gr schema.GroupResource, bounds []int64) *ResourceStages 
 	return r
 }
 
+// Add counts n deliveries of d in stage.
 func (r *ResourceStages) Add(stage int, d time.Duration, n uint64) {
 	if d < 0 {
 		d = 0
@@ -99,6 +102,8 @@ type dispatchStagesCollector struct {
 	resources map[schema.GroupResource]*ResourceStages
 }
 
+// DispatchStages is the process's collector of every resource's dispatch
+// stages, registered once (registerMetrics).
 var DispatchStages = &dispatchStagesCollector{resources: map[schema.GroupResource]*ResourceStages{}}
 
 // register takes upstream's vec's name, help and buckets (after

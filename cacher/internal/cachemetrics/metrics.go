@@ -108,6 +108,16 @@ var (
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource", "verb", "reason"})
 
+	slowWatchers = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "slow_watchers_total",
+		Help: "Watchers whose client fell behind (their queue full, or nothing read for 10s), by outcome: stalled (gave up " +
+			"their queue and left the fan-out until their client reads again, --watch-cache-stall-slow-watchers), resumed (a " +
+			"stalled one fed from the history and registered again), closed_unresponsive (closed at once, stalling off), " +
+			"closed_position_expired (a stalled one whose position the history no longer held, ended with 410 Gone). The " +
+			"closed ones are also counted in apiserver_terminated_watchers_total.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource", "outcome"})
+
 	registerOnce sync.Once
 	// backfills is made at registration: its help names the backfill
 	// cooldown, which is the feed's to say.
@@ -129,7 +139,7 @@ func registerMetrics(backfillCooldown time.Duration) {
 		for _, m := range []compbasemetrics.Registerable{
 			bookmarksSent, storageBookmarks, tickDuration, watchersDue, watchersByState,
 			historyEvents, historyForcedEvictions, expiredWatches, backfills, freshnessTimeouts, freshnessProbes,
-			storageWatchRetries, dropped, notReady, readsToStorage,
+			storageWatchRetries, dropped, notReady, readsToStorage, slowWatchers,
 		} {
 			legacyregistry.MustRegister(m)
 		}
@@ -168,8 +178,22 @@ type Resource struct {
 	byState                    [3]compbasemetrics.GaugeMetric
 	NotReady                   map[string]compbasemetrics.CounterMetric
 	ReadsToStorage             map[StorageRead]compbasemetrics.CounterMetric
+	SlowWatchers               map[string]compbasemetrics.CounterMetric
 }
 
+// Outcomes of a slow watcher, for slow_watchers_total.
+const (
+	SlowStalled         = "stalled"
+	SlowResumed         = "resumed"
+	SlowClosed          = "closed_unresponsive"
+	SlowPositionExpired = "closed_position_expired"
+)
+
+// SlowWatcher counts what became of a watcher that fell behind.
+func (m *Resource) SlowWatcher(outcome string) { m.SlowWatchers[outcome].Inc() }
+
+// NewResource resolves gr's series, registering the families on first
+// use; backfillCooldown goes into the backfills' help.
 func NewResource(gr schema.GroupResource, backfillCooldown time.Duration) *Resource {
 	registerMetrics(backfillCooldown)
 	g, r := gr.Group, gr.Resource
@@ -200,6 +224,10 @@ func NewResource(gr schema.GroupResource, backfillCooldown time.Duration) *Resou
 		Dropped:                map[string]compbasemetrics.CounterMetric{},
 		NotReady:               map[string]compbasemetrics.CounterMetric{},
 		ReadsToStorage:         map[StorageRead]compbasemetrics.CounterMetric{},
+		SlowWatchers:           map[string]compbasemetrics.CounterMetric{},
+	}
+	for _, outcome := range []string{SlowStalled, SlowResumed, SlowClosed, SlowPositionExpired} {
+		m.SlowWatchers[outcome] = slowWatchers.WithLabelValues(g, r, outcome)
 	}
 	for _, why := range NotReadyReasons {
 		m.NotReady[why] = notReady.WithLabelValues(g, r, why)
@@ -279,6 +307,7 @@ func (m *Resource) WentNotReady(why string) { m.NotReady[why].Inc() }
 // ReadToStorage counts a read sent on to etcd.
 func (m *Resource) ReadToStorage(read StorageRead) { m.ReadsToStorage[read].Inc() }
 
+// WatcherArrived counts a watcher registered in WatchList state s.
 func (m *Resource) WatcherArrived(s watchlist.State, sharded bool) {
 	m.byState[s].Inc()
 	if sharded {
@@ -286,17 +315,21 @@ func (m *Resource) WatcherArrived(s watchlist.State, sharded bool) {
 	}
 }
 
+// WatcherLeft counts a watcher gone from WatchList state s.
 func (m *Resource) WatcherLeft(s watchlist.State, sharded bool) {
 	m.byState[s].Dec()
 	if sharded {
 		m.shardedWatches.Dec()
 	}
 }
+
+// WatcherMoved counts a watcher moving between WatchList states.
 func (m *Resource) WatcherMoved(from, to watchlist.State) {
 	m.byState[from].Dec()
 	m.byState[to].Inc()
 }
 
+// SetResourceVersion sets upstream's apiserver_watch_cache_resource_version.
 func (m *Resource) SetResourceVersion(rv uint64) { upstream.RecordResourceVersion(m.GR, rv) }
 
 // HistoryBoundChanged feeds upstream's apiserver_watch_cache_capacity and
@@ -313,6 +346,7 @@ type EveryInterval struct {
 	last     time.Time
 }
 
+// Do runs f unless it ran less than Interval before now.
 func (e *EveryInterval) Do(now time.Time, f func()) {
 	if !e.last.IsZero() && now.Sub(e.last) < e.Interval {
 		return

@@ -59,7 +59,7 @@ type DispatchEnv struct {
 	// Objects builds what each watcher is sent of e, once per event, which
 	// the dispatcher took at dispatchedNanos.
 	Objects func(e *objects.Event, dispatchedNanos int64) EventObjects
-	// TooSlow closes a watcher that cannot keep up.
+	// TooSlow stalls (or closes) a watcher that cannot keep up.
 	TooSlow func(w *Watcher)
 	// Dispatched counts an event dispatched, once whatever the watchers.
 	Dispatched func()
@@ -69,8 +69,8 @@ type DispatchEnv struct {
 
 // Dispatch hands events, in order and at most dispatchBatch of them, to
 // every interested watcher: each watcher gets its share at once, in order.
-// It never waits for a client: a busy one has the events queued, a stalled
-// one is closed.
+// It never waits for a client: a busy one has the events queued, one that
+// fell behind is stalled (stall.go).
 func (d *Dispatcher) Dispatch(events ...*objects.Event) {
 	start := d.Env.Clock.Now().UnixNano()
 	for j, e := range events {

@@ -34,14 +34,22 @@ type Hub struct {
 	mu       sync.RWMutex
 	watchers watcherSet
 	calendar *bookmarks.Calendar[*Watcher]
+	// stalled is the watchers that fell behind and were taken out of the
+	// fan-out (stall.go): the dispatcher never sees them and the tick sends
+	// them nothing, only keeps their calendar entries (Refile); their end
+	// (Remove, RemoveAll) and their return (Resume) find them here.
+	stalled map[*Watcher]struct{}
 }
 
+// New is an empty hub whose watchers get bookmarks by policy, on a
+// calendar of granularity slots.
 func New(policy bookmarks.Policy, granularity time.Duration, clk clock.PassiveClock) *Hub {
 	return &Hub{
 		policy:      policy,
 		granularity: granularity,
 		watchers:    newWatcherSet(),
 		calendar:    bookmarks.NewCalendar[*Watcher](clk, granularity),
+		stalled:     make(map[*Watcher]struct{}),
 	}
 }
 
@@ -60,11 +68,16 @@ func (h *Hub) Add(w *Watcher, sig string, now time.Time) {
 	}
 }
 
-// Remove takes w out; false when it was not in. A closed watcher may stay
-// on the calendar until its slot comes up: the tick skips it.
+// Remove takes w out, stalled or not; false when it was not in. A closed
+// watcher may stay on the calendar until its slot comes up: the tick skips
+// it.
 func (h *Hub) Remove(w *Watcher) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if _, ok := h.stalled[w]; ok {
+		delete(h.stalled, w)
+		return true
+	}
 	if !h.watchers.has(w) {
 		return false
 	}
@@ -72,24 +85,31 @@ func (h *Hub) Remove(w *Watcher) bool {
 	return true
 }
 
-// RemoveAll takes every watcher out and returns them.
+// RemoveAll takes every watcher out, the stalled ones too, and returns
+// them.
 func (h *Hub) RemoveAll() []*Watcher {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]*Watcher, 0, len(h.watchers.all))
+	out := make([]*Watcher, 0, len(h.watchers.all)+len(h.stalled))
 	for w := range h.watchers.all {
 		h.watchers.remove(w)
 		out = append(out, w)
 	}
+	for w := range h.stalled {
+		out = append(out, w)
+	}
+	clear(h.stalled)
 	return out
 }
 
+// Has is whether w is registered (in the fan-out; a stalled one is not).
 func (h *Hub) Has(w *Watcher) bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.watchers.has(w)
 }
 
+// Len is how many watchers are registered.
 func (h *Hub) Len() int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
@@ -143,14 +163,18 @@ func (h *Hub) Offer(due [][]*Watcher, send func(w *Watcher) bool) (sent, count i
 }
 
 // Refile puts the watchers of due a tick has just served, those still
-// registered, back on the calendar.
+// registered or stalled, back on the calendar. A stalled one keeps its
+// entry though Offer sent it nothing, so that it has exactly one when it
+// comes back (Resume files nothing).
 func (h *Hub) Refile(due [][]*Watcher, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, slot := range due {
 		for _, w := range slot {
 			if !h.watchers.has(w) {
-				continue
+				if _, stalled := h.stalled[w]; !stalled {
+					continue
+				}
 			}
 			if next, ok := h.policy.AfterBookmark(now, w.Deadline, w.floorReached(), h.granularity); ok {
 				h.calendar.Add(w, next)
@@ -159,13 +183,14 @@ func (h *Hub) Refile(due [][]*Watcher, now time.Time) {
 	}
 }
 
-// CalendarSlots and calendarLen are the calendar as Inspect and tests see it.
+// CalendarSlots is every filed slot of the calendar, as Inspect shows it.
 func (h *Hub) CalendarSlots() []bookmarks.SlotCount {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.calendar.Slots()
 }
 
+// CalendarLen is how many calendar entries are filed.
 func (h *Hub) CalendarLen() int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()

@@ -24,8 +24,9 @@ import (
 const ResultBuffer = 10
 
 // SlowClientTimeout is how long a client may leave its queued events unread
-// before the watcher is closed. The dispatcher never waits for a client, so
-// this only bounds how long a stalled client holds its queue.
+// before the watcher gives up its queue and stalls (stall.go; or is closed,
+// with stalling off). The dispatcher never waits for a client, so this only
+// bounds how long a client that stopped reading holds its queue.
 const SlowClientTimeout = 10 * time.Second
 
 // watcherState is where a watcher is in its life.
@@ -33,6 +34,10 @@ type watcherState uint8
 
 const (
 	watcherOpen watcherState = iota
+	// watcherStalled fell behind: it gave up its queue, is out of the
+	// hub's fan-out, and is fed again from the history when its client
+	// reads again (stall.go).
+	watcherStalled
 	// watcherDraining takes nothing new and closes once its queue is read.
 	watcherDraining
 	watcherClosed
@@ -60,15 +65,15 @@ type Watcher struct {
 	// batchSlot belongs to the dispatcher goroutine: the watcher's place
 	// in the batch being dispatched, if it is in it.
 	batchSlot int32
-	// listSlot is the watcher's place in the watcherSet list it is filed
-	// on; the hub's mu guards it.
-	listSlot int
 	// class is the watchers that select as this one does, set when the
 	// watcherSet files it (nil for a watcher never filed).
 	class *matchClass
 
 	// StartRV is the RV of the state the client starts from: live events at
 	// or below it are already covered by the initial events and are dropped.
+	// It is written only while the watcher is out of the hub (before Add,
+	// and by Rejoin before Resume), and read by the dispatcher and the tick
+	// only while it is in.
 	StartRV uint64
 
 	Result chan watch.Event
@@ -81,11 +86,18 @@ type Watcher struct {
 	state watcherState
 	queue []watch.Event
 	head  int
-	// queuedAt is when each live event was queued, queue[timedFrom+i] at
-	// queuedAt[i]: the initial events ahead of them (the first timedFrom)
-	// are not timed.
-	queuedAt  []int64
+	// live is, for each event queued behind the initial ones, when it was
+	// queued and its RV: queue[timedFrom+i] is live[i]. The initial events
+	// ahead of them (the first timedFrom) are not timed, and are all at or
+	// below StartRV.
+	live      []queuedLive
 	timedFrom int
+	// sentRV is the watcher's position: the RV of the last event or
+	// bookmark its client's channel took (StartRV until one did). A
+	// stalled watcher keeps only this, and resumes after it.
+	sentRV uint64
+	// stalledNanos is when the watcher last stalled, for the log.
+	stalledNanos int64
 	// pumping is whether a pump goroutine owns the delivery of the queue.
 	pumping bool
 	// done wakes a pump blocked on the client when the watcher is closed;
@@ -105,6 +117,15 @@ type Watcher struct {
 }
 
 var _ watch.Interface = (*Watcher)(nil)
+
+// queuedLive is what a watcher keeps of an event queued behind its initial
+// events besides the event: when it was queued (0: not timed, as an event
+// fed from the history is not) and its RV, which becomes the watcher's
+// position once its client takes it.
+type queuedLive struct {
+	at int64
+	rv uint64
+}
 
 // WatcherEnv is what a watcher needs of its cache, given rather than the
 // cache itself, so a watcher can be tested alone. One per cache, shared by
@@ -126,6 +147,22 @@ type WatcherEnv struct {
 	Dropped  func(what string, rv uint64, err error, keysAndValues ...any)
 	// Latency observes each live event a client's channel takes (nil: not).
 	Latency *DispatchLatency
+	// Feed is called, on the watcher's pump, when a stalled watcher's
+	// client has taken everything kept for it: the cache feeds it again
+	// from the history (Refill), registers it with the hub again (Rejoin,
+	// Hub.Resume), or ends it (Expire). Nil for watchers that never stall.
+	Feed func(w *Watcher)
+}
+
+// EndBookmark is a bookmark at rv annotated as the end of a WatchList's
+// initial events: a new watch's when the cache holds its floor, a stalled
+// one's when it rejoins, the tick's when the floor is reached.
+func (env *WatcherEnv) EndBookmark(rv uint64) (runtime.Object, error) {
+	end, err := env.Bookmark(rv)
+	if err == nil {
+		err = storage.AnnotateInitialEventsEndBookmark(end)
+	}
+	return end, err
 }
 
 // ResultChan implements watch.Interface.
@@ -196,6 +233,7 @@ func (w *Watcher) Start(ctx context.Context, initial []watch.Event) {
 	w.queue = initial
 	w.timedFrom = len(initial)
 	w.initialLeft = len(initial)
+	w.sentRV = w.StartRV
 	if w.initialLeft == 0 {
 		SignalInitialized(ctx)
 		return
@@ -207,14 +245,15 @@ func (w *Watcher) Start(ctx context.Context, initial []watch.Event) {
 
 // deliver hands ev to the client, or queues it behind what the client has
 // not taken yet. It never waits. It reports false when the client is too far
-// behind (the queue is full, or nothing was taken for slowClientTimeout):
-// the caller then closes the watcher.
+// behind (the queue is full, or nothing was taken for SlowClientTimeout):
+// the caller then stalls the watcher, or closes it. It is for tests: the
+// event's RV is not recorded, so the watcher's position does not move.
 // nowNanos is the dispatcher's clock reading for this event (one read per
 // event rather than one per watcher behind).
 func (w *Watcher) deliver(ev watch.Event, nowNanos int64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ok, _ := w.deliverLocked(ev, nowNanos)
+	ok, _ := w.deliverLocked(ev, 0, nowNanos)
 	return ok
 }
 
@@ -233,7 +272,7 @@ func (w *Watcher) deliverBatch(sels *batchSelections, objs *[DispatchBatch]Event
 		if !ok {
 			continue
 		}
-		ok, direct := w.deliverLocked(ev, nowNanos)
+		ok, direct := w.deliverLocked(ev, objs[j].Event.RV, nowNanos)
 		if !ok {
 			return false
 		}
@@ -244,9 +283,9 @@ func (w *Watcher) deliverBatch(sels *batchSelections, objs *[DispatchBatch]Event
 	return true
 }
 
-// deliverLocked hands ev to the client's channel (atOnce) or queues it;
-// ok is false when the client is too slow for it.
-func (w *Watcher) deliverLocked(ev watch.Event, now int64) (ok, atOnce bool) {
+// deliverLocked hands ev, at rv, to the client's channel (atOnce) or queues
+// it; ok is false when the client is too slow for it.
+func (w *Watcher) deliverLocked(ev watch.Event, rv uint64, now int64) (ok, atOnce bool) {
 	if w.state != watcherOpen {
 		return true, false
 	}
@@ -254,7 +293,7 @@ func (w *Watcher) deliverLocked(ev watch.Event, now int64) (ok, atOnce bool) {
 	if queued == 0 && !w.pumping {
 		select {
 		case w.Result <- ev:
-			w.deliveredLocked(ev)
+			w.deliveredLocked(ev, rv)
 			return true, true
 		default:
 		}
@@ -266,7 +305,7 @@ func (w *Watcher) deliverLocked(ev watch.Event, now int64) (ok, atOnce bool) {
 		w.blockedSinceNanos = now
 	}
 	w.queue = append(w.queue, ev)
-	w.queuedAt = append(w.queuedAt, now)
+	w.live = append(w.live, queuedLive{at: now, rv: rv})
 	if !w.pumping {
 		w.startPumpLocked()
 	}
@@ -285,8 +324,10 @@ func (w *Watcher) roomLocked(queued int, nowNanos int64) bool {
 	return queued == 0 || time.Duration(nowNanos-w.blockedSinceNanos) <= SlowClientTimeout
 }
 
-// deliveredLocked records that the client's channel took ev.
-func (w *Watcher) deliveredLocked(ev watch.Event) {
+// deliveredLocked records that the client's channel took ev, at rv (0 for
+// an initial event: the position stays at StartRV until they are out).
+func (w *Watcher) deliveredLocked(ev watch.Event, rv uint64) {
+	w.sentRV = max(w.sentRV, rv)
 	// While the marker is on its way no other bookmark is queued, so the
 	// bookmark delivered now is the marker (annotated when it was built).
 	if ev.Type == watch.Bookmark && w.Tracker.Delivered() {
@@ -317,9 +358,17 @@ func (w *Watcher) pump() {
 			return
 		}
 		if w.queuedLocked() == 0 {
+			if w.state == watcherStalled {
+				// The client took everything kept for it: the cache
+				// feeds it again, or ends it (stall.go). Either changes
+				// what this loop finds next.
+				w.mu.Unlock()
+				w.Env.Feed(w)
+				continue
+			}
 			w.pumping = false
 			w.queue, w.head = releaseQueue(w.queue), 0
-			w.queuedAt, w.timedFrom = releaseQueue(w.queuedAt), 0
+			w.live, w.timedFrom = releaseQueue(w.live), 0
 			if w.state == watcherDraining {
 				w.closeLocked()
 			}
@@ -327,20 +376,20 @@ func (w *Watcher) pump() {
 			return
 		}
 		ev, done := w.queue[w.head], w.done
-		var queuedAt int64
+		var live queuedLive
 		if i := w.head - w.timedFrom; i >= 0 {
-			queuedAt = w.queuedAt[i]
+			live = w.live[i]
 		}
 		w.mu.Unlock()
 
 		var dequeuedAt int64
-		if queuedAt != 0 {
+		if live.at != 0 {
 			dequeuedAt = w.Env.Clock.Now().UnixNano()
 		}
 		select {
 		case w.Result <- ev:
-			if queuedAt != 0 {
-				w.Env.Latency.sent(ev, queuedAt, dequeuedAt, w.Env.Clock.Now().UnixNano())
+			if live.at != 0 {
+				w.Env.Latency.sent(ev, live.at, dequeuedAt, w.Env.Clock.Now().UnixNano())
 			}
 		case <-done:
 			continue
@@ -357,7 +406,7 @@ func (w *Watcher) pump() {
 			w.queue[w.head] = watch.Event{}
 			w.head++
 			w.taken++
-			w.deliveredLocked(ev)
+			w.deliveredLocked(ev, live.rv)
 			if w.initialLeft > 0 {
 				w.initialLeft--
 				if w.initialLeft == 0 {
@@ -372,10 +421,15 @@ func (w *Watcher) pump() {
 	}
 }
 
+// smallQueue is the most events a queue's array keeps for the next burst:
+// one a burst grew larger is let go when drained (releaseQueue) or when the
+// watcher stalls (Stall).
+const smallQueue = 64
+
 // releaseQueue keeps a drained queue's array for the next burst unless a
 // burst made it large.
 func releaseQueue[T any](q []T) []T {
-	if cap(q) > 64 {
+	if cap(q) > smallQueue {
 		return nil
 	}
 	return q[:0]
@@ -390,7 +444,7 @@ func (w *Watcher) Terminate() {
 	}
 	w.state = watcherClosed
 	w.queue, w.head = nil, 0
-	w.queuedAt, w.timedFrom = nil, 0
+	w.live, w.timedFrom = nil, 0
 	w.releaseLocked()
 	if w.done != nil {
 		close(w.done)
@@ -411,11 +465,13 @@ func (w *Watcher) releaseLocked() {
 	w.initCtx = nil
 }
 
-// Drain lets the client read what is queued, then closes the watcher.
+// Drain lets the client read what is queued, then closes the watcher. A
+// stalled one is fed nothing more: its client gets what was kept for it,
+// and resumes from there.
 func (w *Watcher) Drain() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state != watcherOpen {
+	if w.state != watcherOpen && w.state != watcherStalled {
 		return
 	}
 	w.state = watcherDraining
@@ -439,9 +495,9 @@ func (w *Watcher) closeLocked() {
 // initial-events-end marker is due. It reports whether a bookmark was
 // queued.
 func (w *Watcher) OfferBookmark(dispatchedRV uint64, shared func() *objects.SharedObject, nowNanos int64, behindEvents bool) bool {
-	rv := max(dispatchedRV, w.StartRV)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	rv := max(dispatchedRV, w.StartRV)
 	if w.state != watcherOpen || rv < w.Tracker.Floor() {
 		return false
 	}
@@ -463,10 +519,11 @@ func (w *Watcher) OfferBookmark(dispatchedRV uint64, shared func() *objects.Shar
 		}
 	}
 	if obj == nil {
-		own, err := w.Env.Bookmark(rv)
-		if err == nil && before == watchlist.WaitingForBookmark {
-			err = storage.AnnotateInitialEventsEndBookmark(own)
+		build := w.Env.Bookmark
+		if before == watchlist.WaitingForBookmark {
+			build = w.Env.EndBookmark
 		}
+		own, err := build(rv)
 		if err != nil {
 			w.Env.Dropped(cachemetrics.DropBookmark, rv, err)
 			return false
@@ -478,7 +535,7 @@ func (w *Watcher) OfferBookmark(dispatchedRV uint64, shared func() *objects.Shar
 	if after := w.Tracker.State(); after != before {
 		w.Env.Moved(before, after)
 	}
-	ok, _ := w.deliverLocked(ev, nowNanos)
+	ok, _ := w.deliverLocked(ev, rv, nowNanos)
 	return ok
 }
 

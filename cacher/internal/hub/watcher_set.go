@@ -23,12 +23,14 @@ import (
 // Each index holds, per value, key or prefix, a list of its watchers in no
 // order: every event walks the lists it looks up, and a slice walks faster
 // than a map (BenchmarkDispatch measures it). A
-// watcher is on one list and knows its place there (listSlot), so it
-// leaves in O(1).
+// watcher is on one list and all keeps its place there, so it leaves in
+// O(1).
 //
 // It also interns the watchers' match classes (matchClass), by signature.
 type watcherSet struct {
-	all      map[*Watcher]struct{}
+	// all is every watcher filed, and its place in the list it is filed
+	// on (unused for one filed by shard).
+	all      map[*Watcher]int
 	byValue  watcherIndex
 	byKey    watcherIndex
 	byPrefix watcherIndex
@@ -44,7 +46,7 @@ type watcherIndex map[string][]*Watcher
 
 func newWatcherSet() watcherSet {
 	return watcherSet{
-		all:         make(map[*Watcher]struct{}),
+		all:         make(map[*Watcher]int),
 		byValue:     make(watcherIndex),
 		byKey:       make(watcherIndex),
 		byPrefix:    make(watcherIndex),
@@ -74,7 +76,6 @@ func (s *watcherSet) index(w *Watcher) (watcherIndex, string) {
 // add files w, with sig its matchSignature (built by the caller, outside
 // the hub's lock). The hub's lock guards the set (hub.go).
 func (s *watcherSet) add(w *Watcher, sig string) {
-	s.all[w] = struct{}{}
 	class := s.classes[sig]
 	if class == nil {
 		class = &matchClass{sig: sig}
@@ -91,15 +92,17 @@ func (s *watcherSet) add(w *Watcher, sig string) {
 			s.shardFields[k.field]++
 		}
 		b.add(w)
+		s.all[w] = 0
 		return
 	}
 	m, k := s.index(w)
-	w.listSlot = len(m[k])
+	s.all[w] = len(m[k])
 	m[k] = append(m[k], w)
 }
 
 func (s *watcherSet) remove(w *Watcher) {
-	if _, ok := s.all[w]; !ok {
+	slot, ok := s.all[w]
+	if !ok {
 		return
 	}
 	delete(s.all, w)
@@ -125,7 +128,10 @@ func (s *watcherSet) remove(w *Watcher) {
 	// The last watcher takes w's place.
 	last := len(list) - 1
 	moved := list[last]
-	list[w.listSlot], moved.listSlot = moved, w.listSlot
+	list[slot] = moved
+	if moved != w {
+		s.all[moved] = slot
+	}
 	list[last] = nil
 	list = list[:last]
 	switch {

@@ -228,4 +228,6 @@ type EventTimes struct {
 	Decoded, Received, Dispatched int64
 }
 
+// Live is whether the event was dispatched (an initial or catch-up event
+// is not, and is not timed).
 func (t EventTimes) Live() bool { return t.Dispatched != 0 }

@@ -59,6 +59,8 @@ type Event struct {
 // and is never forwarded as such.
 func Progress(rv uint64) *Event { return &Event{Type: watch.Bookmark, RV: rv} }
 
+// IsProgress is whether e is a progress notification (Progress), not a
+// change.
 func (e *Event) IsProgress() bool { return e.Type == watch.Bookmark }
 
 // matches reports whether the object (cur, or prev for the side it left)

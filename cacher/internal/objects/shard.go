@@ -149,6 +149,7 @@ func fnv64a(s string) uint64 {
 // every event against every watcher).
 const ShardBucketBits = 8
 
+// BucketOf is the shard bucket of hash h: its top ShardBucketBits bits.
 func BucketOf(h uint64) int { return int(h >> (64 - ShardBucketBits)) }
 
 // EachBucket calls fn with each bucket f's ranges overlap, once each, in

@@ -14,6 +14,8 @@ type Trigger struct {
 	Value storage.IndexerFunc
 }
 
+// NewTrigger is the trigger of funcs: nil for none, an error for more than
+// one (the cache files watchers by one trigger field).
 func NewTrigger(funcs storage.IndexerFuncs) (*Trigger, error) {
 	switch len(funcs) {
 	case 0:

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"iter"
 	"time"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
@@ -164,8 +165,40 @@ func (h *history) evictOldest() {
 // since returns the events after rv, oldest first, and false when rv is
 // older than the history covers.
 func (h *history) since(rv uint64) ([]*objects.Event, bool) {
-	if rv < h.startRV {
+	lo, ok := h.firstAfter(rv)
+	if !ok {
 		return nil, false
+	}
+	out := make([]*objects.Event, 0, h.count-lo)
+	for i := lo; i < h.count; i++ {
+		out = append(out, h.at(i))
+	}
+	return out, true
+}
+
+// after is the events above rv, oldest first, read in place rather than
+// copied out (a stalled watcher's catch-up takes a chunk of them); false
+// when rv is older than the history covers. It is valid while the caller
+// holds the state's lock.
+func (h *history) after(rv uint64) (iter.Seq[*objects.Event], bool) {
+	lo, ok := h.firstAfter(rv)
+	if !ok {
+		return nil, false
+	}
+	return func(yield func(*objects.Event) bool) {
+		for i := lo; i < h.count; i++ {
+			if !yield(h.at(i)) {
+				return
+			}
+		}
+	}, true
+}
+
+// firstAfter is the index of the oldest event above rv (count if none);
+// false when rv is older than the history covers.
+func (h *history) firstAfter(rv uint64) (int, bool) {
+	if rv < h.startRV {
+		return 0, false
 	}
 	// Events are in RV order: find the first one above rv by binary search.
 	lo, hi := 0, h.count
@@ -177,11 +210,7 @@ func (h *history) since(rv uint64) ([]*objects.Event, bool) {
 			hi = mid
 		}
 	}
-	out := make([]*objects.Event, 0, h.count-lo)
-	for i := lo; i < h.count; i++ {
-		out = append(out, h.at(i))
-	}
-	return out, true
+	return lo, true
 }
 
 func (h *history) at(i int) *objects.Event { return h.ring[(h.head+i)%len(h.ring)] }

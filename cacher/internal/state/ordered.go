@@ -68,6 +68,7 @@ func (o orderedObjects) from(prefix, start string) []*objects.Object {
 	return out
 }
 
+// SortObjects sorts objs by key, the order lists are served in.
 func SortObjects(objs []*objects.Object) {
 	sort.Slice(objs, func(i, j int) bool { return objs[i].Key < objs[j].Key })
 }

@@ -223,6 +223,11 @@ func (s *State) HistoryStartLocked() uint64 { return s.history.startRV }
 // false when rv is older than the history covers.
 func (s *State) SinceLocked(rv uint64) ([]*objects.Event, bool) { return s.history.since(rv) }
 
+// AfterLocked is the history's events after rv, oldest first, read in place
+// while the caller holds the lock; false when rv is older than the history
+// covers.
+func (s *State) AfterLocked(rv uint64) (iter.Seq[*objects.Event], bool) { return s.history.after(rv) }
+
 // eventsBetweenLocked returns the history's events above after and at or
 // below upTo, oldest first; false if the history no longer holds them all.
 func (s *State) eventsBetweenLocked(after, upTo uint64) ([]*objects.Event, bool) {
@@ -310,6 +315,7 @@ type HistoryStats struct {
 	Snapshots               int
 }
 
+// Inspect is the state's readiness, RV and history, read in one hold.
 func (s *State) Inspect() (ready bool, rv uint64, hi HistoryStats) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -1,4 +1,4 @@
-package cacher
+package feed
 
 import (
 	"context"
@@ -33,7 +33,7 @@ const backfillKeyReads = 128
 //
 // mu is a leaf: held for bookkeeping only, never across a read.
 type pastStateReader struct {
-	c      *Cacher
+	f      *Feed
 	rv     uint64
 	parent context.Context
 	// ctx is the key reads': cancelled on the first failure, or once the
@@ -67,11 +67,11 @@ func (r stateRead) String() string {
 	return fmt.Sprintf("%d of %d objects read one by one", r.read, r.objects)
 }
 
-func (c *Cacher) newPastStateReader(ctx context.Context, rv uint64) *pastStateReader {
+func (f *Feed) newPastStateReader(ctx context.Context, rv uint64) *pastStateReader {
 	keysCtx, cancel := context.WithCancel(ctx)
 	return &pastStateReader{
-		c: c, rv: rv, parent: ctx, ctx: keysCtx, cancel: cancel,
-		wholeAbove: c.state.ObjectCount() / 2,
+		f: f, rv: rv, parent: ctx, ctx: keysCtx, cancel: cancel,
+		wholeAbove: f.state.ObjectCount() / 2,
 		seen:       map[string]bool{}, state: map[string]*objects.Object{},
 	}
 }
@@ -120,7 +120,7 @@ func (r *pastStateReader) work() {
 		r.pending = r.pending[1:]
 		r.mu.Unlock()
 
-		objs, _, err := r.c.listStorage(r.ctx, key, exactRead(r.rv, false))
+		objs, _, err := r.f.listStorage(r.ctx, key, exactRead(r.rv, false))
 		r.mu.Lock()
 		switch {
 		case r.read.whole:
@@ -158,7 +158,7 @@ func (r *pastStateReader) result(eventsRead bool) (map[string]*objects.Object, s
 		return nil, read, err
 	}
 	if read.whole {
-		state, err := r.c.stateAt(r.parent, r.rv)
+		state, err := r.f.stateAt(r.parent, r.rv)
 		return state, read, err
 	}
 	return r.state, read, nil

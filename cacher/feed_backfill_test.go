@@ -17,6 +17,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/feed"
 )
 
 // cacherListedAt100 is a ready cacher that listed pod a@97 at RV 100, over
@@ -132,9 +133,8 @@ func TestBackfillsAreCoalesced(t *testing.T) {
 		t.Fatal("a resume whose context ended still waits for the backfill")
 	}
 	cachertest.Poll(t, "the nine resumes to wait for the backfill", func() bool {
-		c.feed.backfills.mu.Lock()
-		defer c.feed.backfills.mu.Unlock()
-		return c.feed.backfills.waiting == 10 // the first and the nine
+		_, waiting := c.feed.BackfillState()
+		return waiting == 10 // the first and the nine
 	})
 	// One backfill runs: one etcd watch besides the cache's, and no read
 	// of etcd's state before its events.
@@ -384,7 +384,7 @@ func TestFailedBackfillAnswersResumesAtOnceForACooldown(t *testing.T) {
 	}
 
 	// Within the cooldown: 410 at once, no backfill, no read of etcd.
-	c.clk.Step(backfillCooldown - time.Second)
+	c.clk.Step(feed.BackfillCooldown - time.Second)
 	watches := fs.WatchCount()
 	if s := resume(); s == nil || s.Code != 410 {
 		t.Fatalf("resume within the cooldown: %+v, want 410", s)
@@ -470,10 +470,8 @@ func TestFailedListBackfillLeavesResumesTheirOwn(t *testing.T) {
 	bw.Send(t, watch.Error, &v1.Status{Status: v1.StatusFailure, Code: 410, Reason: v1.StatusReasonExpired, Message: "compacted"})
 	deadline := time.Now().Add(cachertest.WaitFor)
 	for {
-		c.feed.backfills.mu.Lock()
-		running := c.feed.backfills.running
-		c.feed.backfills.mu.Unlock()
-		if running == nil {
+		running, _ := c.feed.BackfillState()
+		if !running {
 			break
 		}
 		if time.Now().After(deadline) {

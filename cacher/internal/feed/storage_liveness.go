@@ -1,4 +1,4 @@
-package cacher
+package feed
 
 import (
 	"context"
@@ -20,15 +20,23 @@ var errStorageSilent = errors.New("storage watch silent")
 
 // heard records that the storage watch delivered something: an event, a
 // progress notification or its start.
-func (c *Cacher) heard(now time.Time) { c.feed.heardNanos.Store(now.UnixNano()) }
+func (f *Feed) heard(now time.Time) { f.heardNanos.Store(now.UnixNano()) }
+
+// VerifyingSilence is whether a check of etcd's revision after a silence
+// runs.
+func (f *Feed) VerifyingSilence() bool { return f.verifying.Load() }
+
+// EndWatchAsSilent ends the storage watch as the liveness check does after
+// timeout of silence: the cache goes not ready and re-opens it.
+func (f *Feed) EndWatchAsSilent(timeout time.Duration) { f.watchEnd.end(silentError(timeout)) }
 
 // newWatchLost makes what the next storage watch waits on besides its
 // events; the dispatcher closes it when the watch has been silent too long.
 // The silence of the watch it replaces must not count against it, so the
 // clock restarts here, before the watch is opened.
-func (c *Cacher) newWatchLost() <-chan struct{} {
-	c.heard(c.clock.Now())
-	return c.feed.watchEnd.arm()
+func (f *Feed) newWatchLost() <-chan struct{} {
+	f.heard(f.clock.Now())
+	return f.watchEnd.arm()
 }
 
 // watchEnd is how the liveness and consistency checks end the storage
@@ -70,11 +78,11 @@ func (e *watchEnd) reason() error {
 	return e.why
 }
 
-// silence is how long the storage watch has said nothing; false before
+// Silence is how long the storage watch has said nothing; false before
 // the first watch (then the reflector's list is what is failing) or when the
 // check is off (limit <= 0).
-func (c *Cacher) silence(now time.Time, limit time.Duration) (time.Duration, bool) {
-	heard := c.feed.heardNanos.Load()
+func (f *Feed) Silence(now time.Time, limit time.Duration) (time.Duration, bool) {
+	heard := f.heardNanos.Load()
 	if limit <= 0 || heard == 0 {
 		return 0, false
 	}
@@ -87,33 +95,33 @@ func (c *Cacher) silence(now time.Time, limit time.Duration) (time.Duration, boo
 // whole timeout it ends the watch, so the cache goes not ready and re-opens
 // it from its RV (a relist only on a 410); while not ready it
 // reads etcd's revision every period to tell an idle etcd that is back.
-func (c *Cacher) checkStorageLiveness(now time.Time) {
-	timeout := c.cfg.StorageSilenceTimeout
-	silent, ok := c.silence(now, timeout)
+func (f *Feed) checkStorageLiveness(now time.Time) {
+	timeout := f.cfg.StorageSilenceTimeout
+	silent, ok := f.Silence(now, timeout)
 	if !ok {
 		return
 	}
 	switch {
-	case silent >= timeout && c.feed.verifying.CompareAndSwap(false, true):
-		c.wg.Add(1)
+	case silent >= timeout && f.verifying.CompareAndSwap(false, true):
+		f.wg.Add(1)
 		go func() {
-			defer c.wg.Done()
-			defer c.feed.verifying.Store(false)
-			c.verifySilence(silent)
+			defer f.wg.Done()
+			defer f.verifying.Store(false)
+			f.verifySilence(silent)
 		}()
-	case c.feed.silenced.Load() && c.feed.verifying.CompareAndSwap(false, true):
+	case f.silenced.Load() && f.verifying.CompareAndSwap(false, true):
 		// Not ready since a silence: on an etcd back but idle the
 		// re-opened watch says nothing (it starts above etcd's revision),
 		// so look at etcd's revision every period rather than after a
 		// whole timeout.
-		c.wg.Add(1)
+		f.wg.Add(1)
 		go func() {
-			defer c.wg.Done()
-			defer c.feed.verifying.Store(false)
-			_, _, _ = c.probeIdle()
+			defer f.wg.Done()
+			defer f.verifying.Store(false)
+			_, _, _ = f.probeIdle()
 		}()
 	case silent >= timeout/3:
-		c.feed.progress.request()
+		f.progress.request()
 	}
 }
 
@@ -127,39 +135,39 @@ func (c *Cacher) checkStorageLiveness(now time.Time) {
 // gets as long again for a word on its own stream (the requester keeps
 // asking) before it is called lost; one that is dead stays silent. If etcd
 // does not answer at all, the watch is lost at once.
-func (c *Cacher) verifySilence(silent time.Duration) {
-	heardBefore := c.feed.heardNanos.Load()
-	rv, idle, err := c.probeIdle()
+func (f *Feed) verifySilence(silent time.Duration) {
+	heardBefore := f.heardNanos.Load()
+	rv, idle, err := f.probeIdle()
 	if idle {
 		return
 	}
-	if err == nil && c.awaitWord(heardBefore, c.cfg.StorageSilenceTimeout) {
-		c.logger.V(2).Info("Storage watch answered after a silence", "silentFor", silent, "etcdRV", rv)
+	if err == nil && f.awaitWord(heardBefore, f.cfg.StorageSilenceTimeout) {
+		f.logger.V(2).Info("Storage watch answered after a silence", "silentFor", silent, "etcdRV", rv)
 		return
 	}
-	if c.feed.watchEnd.end(silentError(c.cfg.StorageSilenceTimeout)) {
-		c.logger.Info("Storage watch silent; ending it", "silentFor", silent,
-			"etcdRV", rv, "cacheRV", c.state.CurrentRV(), "err", err)
+	if f.watchEnd.end(silentError(f.cfg.StorageSilenceTimeout)) {
+		f.logger.Info("Storage watch silent; ending it", "silentFor", silent,
+			"etcdRV", rv, "cacheRV", f.state.CurrentRV(), "err", err)
 	}
 }
 
 // awaitWord asks etcd for progress on the cache's stream until the storage
 // watch says anything after heardBefore, for at most limit.
-func (c *Cacher) awaitWord(heardBefore int64, limit time.Duration) bool {
-	release := c.feed.progress.wait()
+func (f *Feed) awaitWord(heardBefore int64, limit time.Duration) bool {
+	release := f.progress.wait()
 	defer release()
-	deadline := c.clock.NewTimer(limit)
+	deadline := f.clock.NewTimer(limit)
 	defer deadline.Stop()
 	// A timer, not a ticker: a fake clock's ticker cannot be stopped.
-	poll := c.clock.NewTimer(progressRequestPeriod)
+	poll := f.clock.NewTimer(ProgressRequestPeriod)
 	defer poll.Stop()
-	for c.feed.heardNanos.Load() == heardBefore {
+	for f.heardNanos.Load() == heardBefore {
 		select {
 		case <-poll.C():
-			poll.Reset(progressRequestPeriod)
+			poll.Reset(ProgressRequestPeriod)
 		case <-deadline.C():
-			return c.feed.heardNanos.Load() != heardBefore
-		case <-c.life.ctx.Done():
+			return f.heardNanos.Load() != heardBefore
+		case <-f.ctx.Done():
 			return false
 		}
 	}
@@ -169,16 +177,16 @@ func (c *Cacher) awaitWord(heardBefore int64, limit time.Duration) bool {
 // probeIdle reads etcd's revision; when etcd has nothing the cache lacks,
 // the watch is silent only because etcd is idle: that is word from etcd,
 // and it ends a silence's not-ready spell. It returns what it read.
-func (c *Cacher) probeIdle() (rv uint64, idle bool, err error) {
-	ctx, cancel := context.WithTimeout(c.life.ctx, probeTimeout)
+func (f *Feed) probeIdle() (rv uint64, idle bool, err error) {
+	ctx, cancel := context.WithTimeout(f.ctx, probeTimeout)
 	defer cancel()
-	if rv, err = c.storage.GetCurrentResourceVersion(ctx); err != nil {
+	if rv, err = f.storage.GetCurrentResourceVersion(ctx); err != nil {
 		return rv, false, err
 	}
-	idle = rv <= c.state.CurrentRV()
+	idle = rv <= f.state.CurrentRV()
 	if idle {
-		c.heard(c.clock.Now())
-		c.answered()
+		f.heard(f.clock.Now())
+		f.answered()
 	}
 	return rv, idle, nil
 }

@@ -1,4 +1,4 @@
-package cacher
+package feed
 
 import (
 	"context"
@@ -33,13 +33,13 @@ var errWatchClosed = fmt.Errorf("storage watch closed")
 
 // reflectLoop is the reflector goroutine: it keeps the cache in step with
 // the wrapped storage, relisting when it must and backing off on failure.
-func (c *Cacher) reflectLoop() {
-	defer c.wg.Done()
-	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(context.Background(), c.feed.watchMetadata))
+func (f *Feed) reflectLoop() {
+	defer f.wg.Done()
+	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(context.Background(), f.watchMetadata))
 	defer cancel()
 	go func() {
 		select {
-		case <-c.stopCh:
+		case <-f.stopCh:
 			cancel()
 		case <-ctx.Done():
 		}
@@ -47,26 +47,26 @@ func (c *Cacher) reflectLoop() {
 
 	backoff := initialBackoff
 	for {
-		listed, err := c.listAndWatch(ctx)
-		if c.stopping() {
+		listed, err := f.listAndWatch(ctx)
+		if f.stopping() {
 			return
 		}
 		if listed {
 			backoff = initialBackoff
 		}
-		c.metrics.InitializationErrors.Inc()
-		c.logger.Error(err, "Watch cache lost its watch; relisting", "backoff", backoff)
-		c.goNotReady(cachemetrics.NotReadyRelist, c.terminateAll)
+		f.metrics.InitializationErrors.Inc()
+		f.logger.Error(err, "Watch cache lost its watch; relisting", "backoff", backoff)
+		f.GoNotReady(cachemetrics.NotReadyRelist, f.endWatchers)
 		select {
-		case <-c.stopCh:
+		case <-f.stopCh:
 			return
-		case <-c.clock.After(wait.Jitter(backoff, 0.5)):
+		case <-f.clock.After(wait.Jitter(backoff, 0.5)):
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
 }
 
-func (c *Cacher) stopping() bool { return closed(c.stopCh) }
+func (f *Feed) stopping() bool { return closed(f.stopCh) }
 
 // closed reports whether ch, a channel only ever closed, has been.
 func closed(ch <-chan struct{}) bool {
@@ -86,16 +86,16 @@ func closed(ch <-chan struct{}) bool {
 // ready through them unless the watch went silent or the failures outlast
 // storageWatchRetryWindow, and is ready again once the watch answers.
 // listed reports whether the list succeeded.
-func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
-	rv, err := c.list(ctx)
+func (f *Feed) listAndWatch(ctx context.Context) (listed bool, err error) {
+	rv, err := f.list(ctx)
 	if err != nil {
 		return false, err
 	}
-	retry := watchRetry{window: storageWatchRetryWindow}
+	retry := watchRetry{window: StorageWatchRetryWindow}
 	failures := 0 // in this run of failures, for the log
 	for {
 		var delivered bool
-		rv, delivered, err = c.watchFrom(ctx, rv)
+		rv, delivered, err = f.watchFrom(ctx, rv)
 		if ctx.Err() != nil {
 			return true, err
 		}
@@ -106,10 +106,10 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 		if err = classifyWatchError(err); !isTransient(err) {
 			return true, err
 		}
-		wait, within := retry.next(c.clock.Now())
+		wait, within := retry.next(f.clock.Now())
 		failures++
-		c.metrics.StorageWatchRetries.Inc()
-		if (errors.Is(err, errStorageSilent) || !within) && !c.feed.silenced.Load() {
+		f.metrics.StorageWatchRetries.Inc()
+		if (errors.Is(err, errStorageSilent) || !within) && !f.silenced.Load() {
 			// Not ready until the watch answers: reads get 429, not a
 			// state nobody can vouch for. Watchers stay open; they hear
 			// nothing they should not.
@@ -117,13 +117,13 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 			if errors.Is(err, errStorageSilent) {
 				why = cachemetrics.NotReadyStorageSilent
 			}
-			c.goNotReady(why, func() { c.feed.silenced.Store(true) })
-			c.logger.Info("Storage watch lost; not ready until it answers, re-opening it from the cache's resourceVersion, watchers kept",
-				"resourceVersion", rv, "failingFor", c.clock.Since(retry.first), "err", err)
+			f.GoNotReady(why, func() { f.silenced.Store(true) })
+			f.logger.Info("Storage watch lost; not ready until it answers, re-opening it from the cache's resourceVersion, watchers kept",
+				"resourceVersion", rv, "failingFor", f.clock.Since(retry.first), "err", err)
 		} else {
 			// A long partition re-opens every 2s: the first failure of a
 			// run is logged, the metric counts the rest.
-			log := c.logger
+			log := f.logger
 			if failures > 1 {
 				log = log.V(4)
 			}
@@ -134,17 +134,17 @@ func (c *Cacher) listAndWatch(ctx context.Context) (listed bool, err error) {
 			select {
 			case <-ctx.Done():
 				return true, ctx.Err()
-			case <-c.clock.After(wait):
+			case <-f.clock.After(wait):
 			}
 		}
 	}
 }
 
-func (c *Cacher) list(ctx context.Context) (uint64, error) {
-	start := c.clock.Now()
-	listed, rv, err := c.listStorage(ctx, c.cfg.ResourcePrefix, storage.ListOptions{ResourceVersion: "", Recursive: true, Predicate: storage.Everything})
+func (f *Feed) list(ctx context.Context) (uint64, error) {
+	start := f.clock.Now()
+	listed, rv, err := f.listStorage(ctx, f.cfg.ResourcePrefix, storage.ListOptions{ResourceVersion: "", Recursive: true, Predicate: storage.Everything})
 	if err != nil {
-		return 0, fmt.Errorf("listing %v: %w", c.cfg.GroupResource, err)
+		return 0, fmt.Errorf("listing %v: %w", f.cfg.GroupResource, err)
 	}
 	objs := make([]any, len(listed))
 	for i, o := range listed {
@@ -154,30 +154,30 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	// The watchers go with the state they started from, under the same lock.
 	// The initialization is counted under it too: whoever sees the cache
 	// ready sees it counted.
-	if err := c.state.Relist(objs, rv, c.clock.Now(), c.terminateAll, func() {
-		c.metrics.Initializations.Inc()
-		c.metrics.InitDuration.Observe(c.clock.Since(start).Seconds())
+	if err := f.state.Relist(objs, rv, f.clock.Now(), f.endWatchers, func() {
+		f.metrics.Initializations.Inc()
+		f.metrics.InitDuration.Observe(f.clock.Since(start).Seconds())
 	}); err != nil {
 		return 0, err
 	}
-	c.push(objects.Progress(rv))
-	c.logger.Info("Watch cache listed", "objects", len(objs), "resourceVersion", rv, "took", c.clock.Since(start))
-	c.backfillAfterList(rv)
+	f.push(objects.Progress(rv))
+	f.logger.Info("Watch cache listed", "objects", len(objs), "resourceVersion", rv, "took", f.clock.Since(start))
+	f.backfillAfterList(rv)
 	return rv, nil
 }
 
 // listStorage lists key (the resource's prefix, or one object's key) from
 // the wrapped storage with opts and returns its objects and the list's RV.
-func (c *Cacher) listStorage(ctx context.Context, key string, opts storage.ListOptions) ([]*objects.Object, uint64, error) {
-	list := c.cfg.NewListFunc()
-	if err := c.storage.GetList(ctx, key, opts, list); err != nil {
+func (f *Feed) listStorage(ctx context.Context, key string, opts storage.ListOptions) ([]*objects.Object, uint64, error) {
+	list := f.cfg.NewListFunc()
+	if err := f.storage.GetList(ctx, key, opts, list); err != nil {
 		return nil, 0, err
 	}
 	listMeta, err := meta.ListAccessor(list)
 	if err != nil {
 		return nil, 0, err
 	}
-	rv, err := c.cfg.Versioner.ParseResourceVersion(listMeta.GetResourceVersion())
+	rv, err := f.cfg.Versioner.ParseResourceVersion(listMeta.GetResourceVersion())
 	if err != nil {
 		return nil, 0, err
 	}
@@ -191,7 +191,7 @@ func (c *Cacher) listStorage(ctx context.Context, key string, opts storage.ListO
 	}
 	objs := make([]*objects.Object, 0, len(items))
 	for _, item := range items {
-		o, err := c.newObject(item)
+		o, err := f.NewObject(item)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -203,7 +203,7 @@ func (c *Cacher) listStorage(ctx context.Context, key string, opts storage.ListO
 // storageWatchOptions is how the cache watches its storage from rv: every
 // object, with etcd's progress notifications, which move the cache's RV on
 // a quiet resource and are not forwarded to watchers.
-func (c *Cacher) storageWatchOptions(rv uint64) storage.ListOptions {
+func (f *Feed) storageWatchOptions(rv uint64) storage.ListOptions {
 	return storage.ListOptions{
 		ResourceVersion: strconv.FormatUint(rv, 10),
 		Recursive:       true,
@@ -217,59 +217,59 @@ func (c *Cacher) storageWatchOptions(rv uint64) storage.ListOptions {
 // watchFrom follows the storage watch from rv and returns the last RV it
 // applied, whether the watch delivered any event or progress, and why it
 // stopped.
-func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered bool, _ error) {
-	opts := c.storageWatchOptions(rv)
+func (f *Feed) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered bool, _ error) {
+	opts := f.storageWatchOptions(rv)
 	// The cache holds every object a DELETE removes and each update's
 	// previous version, so its own watch needs no previous values from
 	// etcd (about half of etcd's range work under a watch, kubernetes PR
 	// 131862). The backfill's watch keeps them: it reads history the cache
 	// never held.
-	opts.WatchWithoutPrevKV = c.cfg.StorageWatchWithoutPrevKV
+	opts.WatchWithoutPrevKV = f.cfg.StorageWatchWithoutPrevKV
 	// Each event stamped with its decode time, for the dispatch latency.
 	opts.RecordTimestamps = true
-	lost := c.newWatchLost()
-	w, err := c.storage.Watch(ctx, c.cfg.ResourcePrefix, opts)
+	lost := f.newWatchLost()
+	w, err := f.storage.Watch(ctx, f.cfg.ResourcePrefix, opts)
 	if err != nil {
-		return rv, false, fmt.Errorf("watching %v from %d: %w", c.cfg.GroupResource, rv, err)
+		return rv, false, fmt.Errorf("watching %v from %d: %w", f.cfg.GroupResource, rv, err)
 	}
 	defer w.Stop()
-	c.heard(c.clock.Now())
+	f.heard(f.clock.Now())
 	for {
 		select {
 		case <-ctx.Done():
 			return rv, delivered, ctx.Err()
 		case <-lost:
-			return rv, delivered, c.feed.watchEnd.reason()
+			return rv, delivered, f.watchEnd.reason()
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				return rv, delivered, errWatchClosed
 			}
-			c.heard(c.clock.Now())
+			f.heard(f.clock.Now())
 			switch ev.Type {
 			case watch.Error:
 				err := apierrors.FromObject(ev.Object)
-				return rv, delivered, fmt.Errorf("watching %v from %d: %w", c.cfg.GroupResource, rv, err)
+				return rv, delivered, fmt.Errorf("watching %v from %d: %w", f.cfg.GroupResource, rv, err)
 			case watch.Bookmark:
-				next, err := c.cfg.Versioner.ObjectResourceVersion(ev.Object)
+				next, err := f.cfg.Versioner.ObjectResourceVersion(ev.Object)
 				if err != nil {
 					return rv, delivered, err
 				}
-				c.metrics.StorageBookmarks.Inc()
-				c.state.Advance(next)
-				c.push(objects.Progress(next))
+				f.metrics.StorageBookmarks.Inc()
+				f.state.Advance(next)
+				f.push(objects.Progress(next))
 				rv = max(rv, next)
 				if !delivered {
-					c.answered()
+					f.answered()
 				}
 				delivered = true
 			default:
-				next, err := c.apply(ev)
+				next, err := f.apply(ev)
 				if err != nil {
 					return rv, delivered, err
 				}
 				rv = next
 				if !delivered {
-					c.answered()
+					f.answered()
 				}
 				delivered = true
 			}
@@ -279,18 +279,18 @@ func (c *Cacher) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered 
 
 // answered marks the cache ready again when its storage watch, re-opened
 // after a silence, says anything: the state it holds is etcd's again.
-func (c *Cacher) answered() {
-	if !c.feed.silenced.Load() {
+func (f *Feed) answered() {
+	if !f.silenced.Load() {
 		return
 	}
-	c.state.ReadyAgainIf(c.clock.Now(), func() bool { return c.feed.silenced.CompareAndSwap(true, false) })
+	f.state.ReadyAgainIf(f.clock.Now(), func() bool { return f.silenced.CompareAndSwap(true, false) })
 }
 
 // apply records one change in the store and the history and queues it for
 // the dispatcher.
-func (c *Cacher) apply(ev watch.Event) (uint64, error) {
-	now := c.clock.Now()
-	e, err := c.newEvent(ev, now)
+func (f *Feed) apply(ev watch.Event) (uint64, error) {
+	now := f.clock.Now()
+	e, err := f.newEvent(ev, now)
 	if err != nil {
 		return 0, err
 	}
@@ -299,32 +299,32 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 	// Only this goroutine writes the state, so the object the event
 	// replaces can be read before the lock, and the event linked to it:
 	// nobody sees the event before the state holds it.
-	prev := c.state.Peek(cur.Key)
-	if e.Type == watch.Deleted && c.cfg.StorageWatchWithoutPrevKV {
+	prev := f.state.Peek(cur.Key)
+	if e.Type == watch.Deleted && f.cfg.StorageWatchWithoutPrevKV {
 		// Without previous values a DELETE names the object only: clients
 		// are sent the cached object at the delete's RV, as etcd's
 		// previous value would have been.
-		if e.Cur, err = c.deletedObject(prev, cur, rv); err != nil {
+		if e.Cur, err = f.deletedObject(prev, cur, rv); err != nil {
 			return 0, err
 		}
 	} else if prev != nil {
 		cur.ShareUnchanged(prev)
 	}
-	c.linkPrev(e, prev)
-	forced, err := c.state.Apply(e, now)
+	f.linkPrev(e, prev)
+	forced, err := f.state.Apply(e, now)
 	if err != nil {
 		return 0, err
 	}
 
-	c.metrics.EventsReceived.Inc()
+	f.metrics.EventsReceived.Inc()
 	if forced {
-		c.metrics.HistoryForcedEvictions.Inc()
-		c.feed.forcedEvictionLog.Do(now, func() {
-			c.logger.Info("Watch cache history is at capacity: dropping events younger than the window; clients resuming from them will relist",
-				"capacity", c.cfg.HistoryCapacity, "window", c.cfg.EventsHistoryWindow)
+		f.metrics.HistoryForcedEvictions.Inc()
+		f.forcedEvictionLog.Do(now, func() {
+			f.logger.Info("Watch cache history is at capacity: dropping events younger than the window; clients resuming from them will relist",
+				"capacity", f.cfg.HistoryCapacity, "window", f.cfg.EventsHistoryWindow)
 		})
 	}
-	c.push(e)
+	f.push(e)
 	return rv, nil
 }
 
@@ -332,13 +332,13 @@ func (c *Cacher) apply(ev watch.Event) (uint64, error) {
 // carries: the cached object prev, copied at the delete's rv. stub, the
 // object the storage watch named, stands when the cache does not hold the
 // key, which it always should; that is logged.
-func (c *Cacher) deletedObject(prev, stub *objects.Object, rv uint64) (*objects.Object, error) {
+func (f *Feed) deletedObject(prev, stub *objects.Object, rv uint64) (*objects.Object, error) {
 	if prev == nil {
-		c.logger.Info("Watch cache got a DELETE of an object it does not hold; clients are sent its name only", "key", stub.Key, "resourceVersion", rv)
+		f.logger.Info("Watch cache got a DELETE of an object it does not hold; clients are sent its name only", "key", stub.Key, "resourceVersion", rv)
 		return stub, nil
 	}
 	obj := prev.Obj.DeepCopyObject()
-	if err := c.cfg.Versioner.UpdateObject(obj, rv); err != nil {
+	if err := f.cfg.Versioner.UpdateObject(obj, rv); err != nil {
 		return nil, err
 	}
 	return &objects.Object{Key: prev.Key, Obj: obj, Labels: prev.Labels, Fields: prev.Fields}, nil
@@ -346,17 +346,17 @@ func (c *Cacher) deletedObject(prev, stub *objects.Object, rv uint64) (*objects.
 
 // newEvent turns a storage watch event into a cached one, all but what it
 // changed from (linkPrev).
-func (c *Cacher) newEvent(ev watch.Event, now time.Time) (*objects.Event, error) {
+func (f *Feed) newEvent(ev watch.Event, now time.Time) (*objects.Event, error) {
 	obj := ev.Object
 	var decoded int64
 	if wrapped, ok := obj.(storage.WatchEventWithRecordTime); ok {
 		obj, decoded = wrapped.Unwrap(), wrapped.RecordTime().UnixNano()
 	}
-	rv, err := c.cfg.Versioner.ObjectResourceVersion(obj)
+	rv, err := f.cfg.Versioner.ObjectResourceVersion(obj)
 	if err != nil {
 		return nil, err
 	}
-	cur, err := c.newObject(obj)
+	cur, err := f.NewObject(obj)
 	if err != nil {
 		return nil, err
 	}
@@ -365,15 +365,15 @@ func (c *Cacher) newEvent(ev watch.Event, now time.Time) (*objects.Event, error)
 
 // linkPrev records the object e changed (nil for an addition) and the
 // trigger values before and after.
-func (c *Cacher) linkPrev(e *objects.Event, prev *objects.Object) {
+func (f *Feed) linkPrev(e *objects.Event, prev *objects.Object) {
 	e.Prev = prev
 	if e.Type == watch.Deleted && e.Prev == nil {
 		e.Prev = e.Cur
 	}
-	if c.trigger != nil {
-		e.CurTrigger = c.trigger.Value(e.Cur.Obj)
+	if f.trigger != nil {
+		e.CurTrigger = f.trigger.Value(e.Cur.Obj)
 		if e.Prev != nil {
-			e.PrevTrigger = c.trigger.Value(e.Prev.Obj)
+			e.PrevTrigger = f.trigger.Value(e.Prev.Obj)
 		} else {
 			e.PrevTrigger = e.CurTrigger
 		}
@@ -381,21 +381,22 @@ func (c *Cacher) linkPrev(e *objects.Event, prev *objects.Object) {
 }
 
 // push hands an applied event to the dispatcher, waiting when it is behind.
-func (c *Cacher) push(e *objects.Event) {
+func (f *Feed) push(e *objects.Event) {
 	select {
-	case c.incoming <- e:
-	case <-c.stopCh:
+	case f.incoming <- e:
+	case <-f.stopCh:
 	}
 }
 
-func (c *Cacher) newObject(obj runtime.Object) (*objects.Object, error) {
-	key, err := c.cfg.KeyFunc(obj)
+// NewObject is the cache's object for obj: its key, labels and fields.
+func (f *Feed) NewObject(obj runtime.Object) (*objects.Object, error) {
+	key, err := f.cfg.KeyFunc(obj)
 	if err != nil {
 		return nil, fmt.Errorf("computing the key of %T: %w", obj, err)
 	}
-	l, f, err := c.cfg.GetAttrsFunc(obj)
+	lbls, flds, err := f.cfg.GetAttrsFunc(obj)
 	if err != nil {
 		return nil, fmt.Errorf("computing the attributes of %s: %w", key, err)
 	}
-	return &objects.Object{Key: key, Obj: obj, Labels: l, Fields: f}, nil
+	return &objects.Object{Key: key, Obj: obj, Labels: lbls, Fields: flds}, nil
 }

@@ -1,4 +1,4 @@
-package cacher
+package feed
 
 import (
 	goerrors "errors"
@@ -24,6 +24,13 @@ type backfiller struct {
 	failedAt time.Time
 }
 
+// state is whether a backfill runs and how many resumes wait for one.
+func (b *backfiller) state() (running bool, waiting int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.running != nil, b.waiting
+}
+
 // errBackfillerStopped: no backfill runs and the cache is stopping.
 var errBackfillerStopped = goerrors.New("stopping")
 
@@ -38,7 +45,7 @@ func (b *backfiller) join(rv uint64, now time.Time, stopping bool, start func(fr
 	switch {
 	case run == nil && stopping:
 		return nil, errBackfillerStopped
-	case run == nil && !b.failedAt.IsZero() && now.Sub(b.failedAt) < backfillCooldown:
+	case run == nil && !b.failedAt.IsZero() && now.Sub(b.failedAt) < BackfillCooldown:
 		return nil, errBackfillCoolingDown
 	case run == nil:
 		from := rv

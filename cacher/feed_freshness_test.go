@@ -12,11 +12,11 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
-	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/feed"
 )
 
 // A stuck progress path: etcd is ahead of the cache and never answers a
@@ -54,7 +54,7 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 	}
 	// Over the 3s timeout the requests back off: 100ms, 200ms, 400ms, 800ms,
 	// then every second.
-	for step := time.Duration(0); step < freshnessTimeout; step += 100 * time.Millisecond {
+	for step := time.Duration(0); step < feed.FreshnessTimeout; step += 100 * time.Millisecond {
 		c.clk.Step(100 * time.Millisecond)
 		time.Sleep(time.Millisecond)
 	}
@@ -62,9 +62,9 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 	close(results)
 	requests := fs.ProgressCount()
 	if requests < 4 || requests > 8 {
-		t.Errorf("progress requests over %v with %d clients waiting: %d, want one at a time with backoff (4..8)", freshnessTimeout, clients, requests)
+		t.Errorf("progress requests over %v with %d clients waiting: %d, want one at a time with backoff (4..8)", feed.FreshnessTimeout, clients, requests)
 	}
-	t.Logf("%d WatchList clients waited %v: %d progress requests in all", clients, freshnessTimeout, requests)
+	t.Logf("%d WatchList clients waited %v: %d progress requests in all", clients, feed.FreshnessTimeout, requests)
 
 	for r := range results {
 		if r.err != nil {
@@ -86,26 +86,8 @@ func TestWatchListWaitersShareProgressRequestsAndEnd(t *testing.T) {
 	// timer is armed), so nothing can send another request.
 	c.waitWaiters(t, cacheTimers)
 	cachertest.Poll(t, "the requester's loop to end", func() bool {
-		c.feed.progress.mu.Lock()
-		defer c.feed.progress.mu.Unlock()
-		return !c.feed.progress.running && c.feed.progress.waiters == 0
+		return c.feed.ProgressIdle()
 	})
-}
-
-// countingRequester is a progress requester on a fake clock whose send
-// counts the requests; closing stop and waiting on wg end it.
-func countingRequester() (p *progressRequester, clk *testingclock.FakeClock, count func() int, stop chan struct{}, wg *sync.WaitGroup) {
-	clk = testingclock.NewFakeClock(cachertest.Epoch)
-	var mu sync.Mutex
-	sent := 0
-	count = func() int { mu.Lock(); defer mu.Unlock(); return sent }
-	stop, wg = make(chan struct{}), &sync.WaitGroup{}
-	p = newProgressRequester(context.Background(), stop, wg, clk, func(context.Context) {
-		mu.Lock()
-		sent++
-		mu.Unlock()
-	})
-	return p, clk, count, stop, wg
 }
 
 func counter(t *testing.T, m compbasemetrics.CounterMetric) float64 {
@@ -143,13 +125,13 @@ func TestWatchListGivesUpOnAStuckStorage(t *testing.T) {
 	var r watchResult
 	select {
 	case r = <-done:
-	case <-time.After(10 * freshnessTimeout):
-		t.Fatalf("Watch still waits on a storage that never answers after %v", 10*freshnessTimeout)
+	case <-time.After(10 * feed.FreshnessTimeout):
+		t.Fatalf("Watch still waits on a storage that never answers after %v", 10*feed.FreshnessTimeout)
 	}
 	if r.err != nil {
 		t.Fatalf("Watch: %v", r.err)
 	}
-	t.Logf("gave up after %v (bound %v)", time.Since(start).Round(time.Millisecond), freshnessTimeout)
+	t.Logf("gave up after %v (bound %v)", time.Since(start).Round(time.Millisecond), feed.FreshnessTimeout)
 	s := cachertest.ErrorStatus(t, cachertest.NextEvent(t, r.w))
 	if s.Code != 504 || s.Details == nil || s.Details.RetryAfterSeconds != 1 {
 		t.Errorf("status %d (%q), retry %+v; want 504 with Retry-After 1", s.Code, s.Message, s.Details)

@@ -11,62 +11,8 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/feed"
 )
-
-func TestWatchRetryBudget(t *testing.T) {
-	r := watchRetry{window: 30 * time.Second}
-	now := cachertest.Epoch
-	// The first re-open is immediate, then the backoff grows to its cap.
-	var waits []time.Duration
-	for range 8 {
-		d, ok := r.next(now)
-		if !ok {
-			t.Fatalf("gave up after %v, inside the window", now.Sub(cachertest.Epoch))
-		}
-		waits = append(waits, d)
-		now = now.Add(time.Second)
-	}
-	if waits[0] != 0 {
-		t.Errorf("first wait %v, want 0", waits[0])
-	}
-	for i, want := range []time.Duration{100, 200, 400, 800, 1600, 2000, 2000} {
-		lo, hi := want*time.Millisecond, want*time.Millisecond*3/2
-		if d := waits[i+1]; d < lo || d > hi {
-			t.Errorf("wait %d = %v, want in [%v, %v]", i+1, d, lo, hi)
-		}
-	}
-	// Past the window the re-opens go on at the capped backoff.
-	if d, within := r.next(cachertest.Epoch.Add(30 * time.Second)); within || d < 2*time.Second || d > 3*time.Second {
-		t.Errorf("30s after the first failure: next = %v, within %v; want a capped backoff past the window", d, within)
-	}
-	// A watch that delivered something restarts the budget.
-	r.progressed()
-	if d, within := r.next(cachertest.Epoch.Add(40 * time.Second)); !within || d != 0 {
-		t.Errorf("after progress: next = %v, %v; want an immediate retry within the window", d, within)
-	}
-}
-
-func TestClassifyWatchError(t *testing.T) {
-	for _, tc := range []struct {
-		err       error
-		transient bool
-	}{
-		{apierrors.NewInternalError(fmt.Errorf("etcdserver: no leader")), true},
-		{apierrors.NewServiceUnavailable("x"), true},
-		{apierrors.NewTimeoutError("x", 1), true},
-		{fmt.Errorf("watching pods from 5: %w", apierrors.NewInternalError(fmt.Errorf("x"))), true},
-		{errWatchClosed, true},
-		{apierrors.NewResourceExpired("compacted"), false},
-		{fmt.Errorf("watching pods from 5: %w", apierrors.NewResourceExpired("x")), false},
-		{silentError(time.Second), true},
-		{fmt.Errorf("%w: 2 keys differ", errInconsistent), false},
-		{fmt.Errorf("computing the key: boom"), false},
-	} {
-		if got := isTransient(classifyWatchError(tc.err)); got != tc.transient {
-			t.Errorf("%v: transient = %v, want %v", tc.err, got, tc.transient)
-		}
-	}
-}
 
 // A storage watch that keeps failing transiently is re-opened from the
 // cache's RV, its watchers kept: the cache stays ready until the failures
@@ -109,7 +55,7 @@ func TestStorageWatchRetryWindow(t *testing.T) {
 	const step = 3 * time.Second
 	fail(1, "", 0)
 	n := 2
-	for elapsed := time.Duration(0); elapsed < storageWatchRetryWindow; elapsed += step {
+	for elapsed := time.Duration(0); elapsed < feed.StorageWatchRetryWindow; elapsed += step {
 		fail(n, "101", step)
 		n++
 	}
@@ -130,7 +76,7 @@ func TestStorageWatchRetryWindow(t *testing.T) {
 	}
 	sw.SendError(t, noLeader)
 	n++
-	for elapsed := time.Duration(0); elapsed < storageWatchRetryWindow; elapsed += step {
+	for elapsed := time.Duration(0); elapsed < feed.StorageWatchRetryWindow; elapsed += step {
 		fail(n, "102", step)
 		n++
 	}
@@ -140,7 +86,7 @@ func TestStorageWatchRetryWindow(t *testing.T) {
 
 	// Past the window: not ready, the client watch kept, the watch still
 	// re-opened from the cache's RV, and no relist however long it lasts.
-	for elapsed := time.Duration(0); elapsed < 3*storageWatchRetryWindow; elapsed += step {
+	for elapsed := time.Duration(0); elapsed < 3*feed.StorageWatchRetryWindow; elapsed += step {
 		fail(n, "102", step)
 		n++
 		if elapsed >= step && c.Ready() {

@@ -1,4 +1,4 @@
-package cacher
+package feed
 
 import (
 	"context"
@@ -12,10 +12,10 @@ import (
 // stream while anyone waits for the cache to reach an RV: one request
 // loop for every waiter of the resource, spaced and backed off.
 
-// progressRequestPeriod is the first spacing of progress requests while a
+// ProgressRequestPeriod is the first spacing of progress requests while a
 // reader waits for the cache to catch up; it doubles up to
 // maxProgressBackoff while the same readers wait.
-const progressRequestPeriod = 100 * time.Millisecond
+const ProgressRequestPeriod = 100 * time.Millisecond
 
 // newcomerRequestSpacing is the longest a reader that began waiting after
 // the last request waits for the next one. Upstream's cache asks every
@@ -66,6 +66,13 @@ type progressRequester struct {
 	idle, arrived chan struct{}
 }
 
+// idleNow is whether no loop runs and nobody waits.
+func (p *progressRequester) idleNow() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.running && p.waiters == 0
+}
+
 func newProgressRequester(ctx context.Context, stop <-chan struct{}, wg *sync.WaitGroup, clk clock.Clock, send func(context.Context)) *progressRequester {
 	return &progressRequester{send: send, clock: clk, ctx: ctx, stop: stop, wg: wg,
 		idle: make(chan struct{}, 1), arrived: make(chan struct{}, 1)}
@@ -111,7 +118,7 @@ func (p *progressRequester) request() { p.wait()() }
 
 func (p *progressRequester) loop() {
 	defer p.wg.Done()
-	backoff := progressRequestPeriod
+	backoff := ProgressRequestPeriod
 	for {
 		p.mu.Lock()
 		sentFor := p.arrivals
@@ -126,7 +133,7 @@ func (p *progressRequester) loop() {
 			return
 		}
 		if newcomers {
-			backoff = 2 * progressRequestPeriod
+			backoff = 2 * ProgressRequestPeriod
 		} else {
 			backoff = min(2*backoff, maxProgressBackoff)
 		}

@@ -1,4 +1,4 @@
-package cacher
+package feed
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// storageWatchRetryWindow is how long the cache stays ready while it
+// StorageWatchRetryWindow is how long the cache stays ready while it
 // re-opens a failing storage watch from its RV. It is client-go's
 // MaxInternalErrorRetryDuration as upstream's cacher sets it (30s): an etcd
 // leader election ends every watch opened WithRequireLeader with "no
@@ -19,7 +19,7 @@ import (
 // etcd that outlasts the window (a blackhole of a minute or more) heals
 // into a watch that resumes from the cache's RV as well as any other. Only
 // etcd saying the RV is compacted (410) makes the cache relist.
-const storageWatchRetryWindow = 30 * time.Second
+const StorageWatchRetryWindow = 30 * time.Second
 
 // maxStorageWatchRetryBackoff caps the spacing of re-opened watches: an
 // election is over in a few seconds, so the cache should look again soon.

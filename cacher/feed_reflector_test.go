@@ -32,7 +32,7 @@ func TestEachResourceWatchesOnItsOwnStream(t *testing.T) {
 			c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = schema.GroupResource{Resource: resource} })
 			c.waitReady(t)
 			fs.WaitWatch(t, 1)
-			c.feed.progress.request()
+			c.feed.RequestProgress()
 			cachertest.Poll(t, "a progress request", func() bool { return fs.ProgressCount() >= 1 })
 			fs.Mu.Lock()
 			watchMD, progressMD := mdString(fs.WatchMD[0]), mdString(fs.ProgressMD[0])
@@ -52,7 +52,7 @@ func TestEachResourceWatchesOnItsOwnStream(t *testing.T) {
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				defer cancel()
-				_ = c.backfill(ctx, 90)
+				_ = c.feed.Backfill(ctx, 90)
 			}()
 			fs.WaitWatch(t, 2)
 			fs.Mu.Lock()

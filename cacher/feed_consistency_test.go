@@ -15,6 +15,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/feed"
 )
 
 // A cache that diverged from etcd (here: etcd's state at the cache's RV
@@ -35,7 +36,7 @@ func TestConsistencyCheckDetectsAndHeals(t *testing.T) {
 		return v
 	}
 	ok0, failed0 := metric("success"), metric("failure")
-	if err := c.checkConsistency(context.Background()); err != nil {
+	if err := c.feed.CheckConsistency(context.Background()); err != nil {
 		t.Fatalf("check of a consistent cache: %v", err)
 	}
 	if got := metric("success") - ok0; got != 1 {
@@ -44,7 +45,7 @@ func TestConsistencyCheckDetectsAndHeals(t *testing.T) {
 
 	// etcd's state at 100 differs from the cache's: b is not there, c is.
 	fs.SetList(100, cachertest.NewPod("a", 90, nil, ""), cachertest.NewPod("c", 100, nil, ""))
-	if err := c.checkConsistency(context.Background()); !errors.Is(err, errInconsistent) {
+	if err := c.feed.CheckConsistency(context.Background()); !errors.Is(err, feed.ErrInconsistent) {
 		t.Fatalf("check of a diverged cache: %v, want it inconsistent", err)
 	}
 	if got := metric("failure") - failed0; got != 1 {
@@ -68,7 +69,7 @@ func TestConsistencyCheckDetectsAndHeals(t *testing.T) {
 	if names[0] != "a" || names[1] != "c" {
 		t.Errorf("after the relist the cache holds %v, want [a c]", names)
 	}
-	if err := c.checkConsistency(context.Background()); err != nil {
+	if err := c.feed.CheckConsistency(context.Background()); err != nil {
 		t.Errorf("check after the relist: %v", err)
 	}
 }
@@ -96,12 +97,12 @@ func TestConsistencyCheckRunsOnTheTick(t *testing.T) {
 	// checkingConsistency before the timer is re-armed, and a check counts
 	// before it clears it: seeing neither, no check was started.
 	c.waitWaiters(t, cacheTimers)
-	c.clk.Step(consistencyCheckPeriod - 2*time.Second)
+	c.clk.Step(feed.ConsistencyCheckPeriod - 2*time.Second)
 	c.waitWaiters(t, cacheTimers)
-	if c.feed.checkingConsistency.Load() || checks() != 0 {
-		t.Fatalf("a check started %v after the first tick, before the period of %v", consistencyCheckPeriod-time.Second, consistencyCheckPeriod)
+	if c.feed.ConsistencyCheckRunning() || checks() != 0 {
+		t.Fatalf("a check started %v after the first tick, before the period of %v", feed.ConsistencyCheckPeriod-time.Second, feed.ConsistencyCheckPeriod)
 	}
-	c.clk.Step(consistencyCheckPeriod/2 + 2*time.Second) // 7m32s: past the latest due time
+	c.clk.Step(feed.ConsistencyCheckPeriod/2 + 2*time.Second) // 7m32s: past the latest due time
 	cachertest.Poll(t, "a consistency check after the period", func() bool { return checks() == 1 })
 }
 
@@ -123,7 +124,7 @@ func TestConsistencyCheckFindsEachDivergence(t *testing.T) {
 			c.waitReady(t)
 			fs.WaitWatch(t, 1)
 			fs.SetList(100, tc.etcd...)
-			if err := c.checkConsistency(context.Background()); !errors.Is(err, errInconsistent) {
+			if err := c.feed.CheckConsistency(context.Background()); !errors.Is(err, feed.ErrInconsistent) {
 				t.Errorf("check: %v, want it inconsistent", err)
 			}
 		})
@@ -138,12 +139,12 @@ func TestConsistencyCheckPanicsWhenAsked(t *testing.T) {
 	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 90, nil, ""), cachertest.NewPod("b", 100, nil, ""))
 	c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = gr })
 	c.waitReady(t)
-	old := panicOnInconsistency
-	panicOnInconsistency = func() bool { return true }
-	t.Cleanup(func() { panicOnInconsistency = old })
+	old := feed.PanicOnInconsistency
+	feed.PanicOnInconsistency = func() bool { return true }
+	t.Cleanup(func() { feed.PanicOnInconsistency = old })
 	check := func() (panicked any) {
 		defer func() { panicked = recover() }()
-		_ = c.checkConsistency(context.Background())
+		_ = c.feed.CheckConsistency(context.Background())
 		return nil
 	}
 	if p := check(); p != nil {

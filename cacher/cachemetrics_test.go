@@ -20,6 +20,7 @@ import (
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/feed"
 )
 
 // The upstream series mean what upstream's mean, so kube-apiserver
@@ -188,7 +189,7 @@ func TestNotReadyTransitionsAreCountedByReason(t *testing.T) {
 			for i := range 2 {
 				fs.WaitWatch(t, i+1)
 				// What the liveness check does at the timeout.
-				c.feed.watchEnd.end(silentError(time.Second))
+				c.feed.EndWatchAsSilent(time.Second)
 				cachertest.Poll(t, "the cache to go not ready", func() bool { return !c.Ready() })
 				next, _ := fs.WaitWatch(t, i+2)
 				next.SendBookmark(t, 100)
@@ -203,7 +204,7 @@ func TestNotReadyTransitionsAreCountedByReason(t *testing.T) {
 			sw, _ := fs.WaitWatch(t, n)
 			sw.SendError(t, noLeader)
 			for elapsed := time.Duration(0); c.Ready(); elapsed += 3 * time.Second {
-				if elapsed > 2*storageWatchRetryWindow {
+				if elapsed > 2*feed.StorageWatchRetryWindow {
 					t.Fatalf("still ready after failures for %v", elapsed)
 				}
 				n++

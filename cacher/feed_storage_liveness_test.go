@@ -12,6 +12,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/cacher/internal/feed"
 )
 
 // etcd's client retries a dead watch stream without a word, so a silent
@@ -34,7 +35,7 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 		cachertest.Poll(t, "a progress request after 3s of silence", func() bool { return fs.ProgressCount() > before })
 		sw.SendBookmark(t, 100)
 		cachertest.Poll(t, "the progress notification to be heard", func() bool {
-			return time.Duration(c.clk.Now().UnixNano()-c.feed.heardNanos.Load()) == 0
+			return c.feed.LastHeard().Equal(c.clk.Now())
 		})
 	}
 	if !c.Ready() {
@@ -50,14 +51,14 @@ func TestSilentStorageWatchMakesTheCacheNotReady(t *testing.T) {
 	// etcd: it restarted the silence clock (nothing else could, storage
 	// sent nothing).
 	cachertest.Poll(t, "the revision check to conclude", func() bool {
-		return !c.feed.verifying.Load() && c.feed.heardNanos.Load() > quietFrom
+		return !c.feed.VerifyingSilence() && c.feed.LastHeard().UnixNano() > quietFrom
 	})
 	if !c.Ready() {
 		t.Fatal("the cache went not ready on an idle etcd that answers")
 	}
 	sw.SendBookmark(t, 100)
 	cachertest.Poll(t, "the progress notification to be heard", func() bool {
-		return time.Duration(c.clk.Now().UnixNano()-c.feed.heardNanos.Load()) == 0
+		return c.feed.LastHeard().Equal(c.clk.Now())
 	})
 
 	// Now storage is gone: progress requests go out one at a time, the
@@ -140,7 +141,7 @@ func TestSilenceCheckWaitsForAnAnswerWhenEtcdIsAhead(t *testing.T) {
 		c.waitWaiters(t, cacheTimers)
 		c.clk.Step(time.Second)
 		cachertest.Poll(t, "the silence check to wait for an answer", func() bool {
-			return !c.Ready() || c.feed.verifying.Load() && c.clk.Waiters() >= cacheTimers+2
+			return !c.Ready() || c.feed.VerifyingSilence() && c.clk.Waiters() >= cacheTimers+2
 		})
 		if !c.Ready() {
 			t.Fatal("the check called the watch lost because etcd was ahead, without waiting for an answer")
@@ -158,8 +159,8 @@ func TestSilenceCheckWaitsForAnAnswerWhenEtcdIsAhead(t *testing.T) {
 		}
 	}
 	sw.SendBookmark(t, 200)
-	for c.feed.verifying.Load() {
-		c.clk.Step(progressRequestPeriod)
+	for c.feed.VerifyingSilence() {
+		c.clk.Step(feed.ProgressRequestPeriod)
 		time.Sleep(time.Millisecond)
 	}
 	if !c.Ready() {

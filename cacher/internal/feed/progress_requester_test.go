@@ -1,9 +1,13 @@
-package cacher
+package feed
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
 )
@@ -20,7 +24,7 @@ func TestProgressRequesterNewWaiterIsNotHeldByTheBackoff(t *testing.T) {
 	defer p.wait()()
 	cachertest.Poll(t, "the first request", func() bool { return count() == 1 && clk.Waiters() == 1 })
 	// The one waiter's requests back off to a second apart.
-	backoff := progressRequestPeriod
+	backoff := ProgressRequestPeriod
 	for want := 2; backoff < maxProgressBackoff; want++ {
 		clk.Step(backoff)
 		cachertest.Poll(t, fmt.Sprintf("request %d after %v", want, backoff), func() bool { return count() == want && clk.Waiters() == 1 })
@@ -38,10 +42,10 @@ func TestProgressRequesterNewWaiterIsNotHeldByTheBackoff(t *testing.T) {
 	cachertest.Poll(t, "a request for the newcomer within "+newcomerRequestSpacing.String(), func() bool { return count() == before+1 })
 	// With no one new, the backoff resumes from the second spacing.
 	cachertest.Poll(t, "the next request's timer", func() bool { return clk.Waiters() == 1 })
-	clk.Step(2*progressRequestPeriod - time.Millisecond)
+	clk.Step(2*ProgressRequestPeriod - time.Millisecond)
 	time.Sleep(10 * time.Millisecond)
 	if n := count(); n != before+1 {
-		t.Fatalf("%d requests before the backoff's %v, want %d", n, 2*progressRequestPeriod, before+1)
+		t.Fatalf("%d requests before the backoff's %v, want %d", n, 2*ProgressRequestPeriod, before+1)
 	}
 	clk.Step(time.Millisecond)
 	cachertest.Poll(t, "the request after the backoff", func() bool { return count() == before+2 })
@@ -61,7 +65,7 @@ func TestProgressRequesterAlone(t *testing.T) {
 	if n := count(); n != 1 {
 		t.Fatalf("%d requests for 10 waiters before any backoff, want 1", n)
 	}
-	backoff := progressRequestPeriod
+	backoff := ProgressRequestPeriod
 	for want := 2; want <= 6; want++ {
 		clk.Step(backoff)
 		cachertest.Poll(t, fmt.Sprintf("request %d after %v", want, backoff), func() bool { return count() == want && clk.Waiters() == 1 })
@@ -88,4 +92,20 @@ func TestProgressRequesterAlone(t *testing.T) {
 	if n := count(); n != before {
 		t.Errorf("%d requests after stop, want none", n-before)
 	}
+}
+
+// countingRequester is a progress requester on a fake clock whose send
+// counts the requests; closing stop and waiting on wg end it.
+func countingRequester() (p *progressRequester, clk *testingclock.FakeClock, count func() int, stop chan struct{}, wg *sync.WaitGroup) {
+	clk = testingclock.NewFakeClock(cachertest.Epoch)
+	var mu sync.Mutex
+	sent := 0
+	count = func() int { mu.Lock(); defer mu.Unlock(); return sent }
+	stop, wg = make(chan struct{}), &sync.WaitGroup{}
+	p = newProgressRequester(context.Background(), stop, wg, clk, func(context.Context) {
+		mu.Lock()
+		sent++
+		mu.Unlock()
+	})
+	return p, clk, count, stop, wg
 }

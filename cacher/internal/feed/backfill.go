@@ -1,4 +1,4 @@
-package cacher
+package feed
 
 import (
 	"context"
@@ -20,18 +20,18 @@ import (
 // before it gets the 410 it would have got without one.
 const backfillTimeout = 10 * time.Second
 
-// backfillCooldown: for this long after a backfill failed, resumes from
+// BackfillCooldown: for this long after a backfill failed, resumes from
 // before the list get their 410 at once. Another backfill would most
 // likely fail the same way (etcd too slow while every client reconnects,
 // or the RV compacted away), and each one made a new wave of resumes wait
 // up to backfillTimeout for the 410 that upstream's cache gives at once:
 // at 1,000 nodes nearly every kubelet's pod watch resumed that way.
-const backfillCooldown = backfillTimeout
+const BackfillCooldown = backfillTimeout
 
 // errBackfillCoolingDown: a backfill failed less than backfillCooldown ago.
-var errBackfillCoolingDown = fmt.Errorf("a history backfill failed less than %v ago", backfillCooldown)
+var errBackfillCoolingDown = fmt.Errorf("a history backfill failed less than %v ago", BackfillCooldown)
 
-// backfill fills the history between rv and its start from etcd, when the
+// Backfill fills the history between rv and its start from etcd, when the
 // start is the cache's (re)list rather than history given up for room. A
 // client resuming from an RV just before the list (its apiserver restarted,
 // or the cache relisted after an etcd outage) then continues without a
@@ -43,16 +43,16 @@ var errBackfillCoolingDown = fmt.Errorf("a history backfill failed less than %v 
 // back to the oldest of them. N clients resuming from old RVs cost at most
 // one backfill at a time. Each caller waits only as long as its own
 // context allows, and not at all for backfillCooldown after one failed.
-func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
-	b := &c.feed.backfills
+func (f *Feed) Backfill(ctx context.Context, rv uint64) error {
+	b := &f.backfills
 	for {
-		start, fromList := c.state.HistoryStart()
+		start, fromList := f.state.HistoryStart()
 		if !fromList || rv >= start {
 			return nil
 		}
-		run, err := b.join(rv, c.clock.Now(), c.stopping(), c.startBackfill)
+		run, err := b.join(rv, f.clock.Now(), f.stopping(), f.startBackfill)
 		if goerrors.Is(err, errBackfillerStopped) {
-			return fmt.Errorf("watch cache of %v stopped", c.cfg.GroupResource)
+			return fmt.Errorf("watch cache of %v stopped", f.cfg.GroupResource)
 		}
 		if err != nil {
 			return err
@@ -77,40 +77,40 @@ func (c *Cacher) backfill(ctx context.Context, rv uint64) error {
 // ListBackfillRevisions before a list at rv, and returns at once: clients
 // resuming from there later find their events in memory, or wait for this
 // run as for any other. See Config.ListBackfillRevisions.
-func (c *Cacher) backfillAfterList(rv uint64) {
-	n := c.cfg.ListBackfillRevisions
+func (f *Feed) backfillAfterList(rv uint64) {
+	n := f.cfg.ListBackfillRevisions
 	if n == 0 || rv <= 1 {
 		return
 	}
-	c.feed.backfills.startAfterList(rv-min(n, rv-1), c.stopping(), func(from uint64) *backfillRun {
-		return c.startBackfill(from, true)
+	f.backfills.startAfterList(rv-min(n, rv-1), f.stopping(), func(from uint64) *backfillRun {
+		return f.startBackfill(from, true)
 	})
 }
 
 // startBackfill starts a backfill from rv on a goroutine of the cache's;
 // the backfiller calls it, under its lock, to make its running one.
-func (c *Cacher) startBackfill(rv uint64, afterList bool) *backfillRun {
+func (f *Feed) startBackfill(rv uint64, afterList bool) *backfillRun {
 	run := &backfillRun{from: rv, afterList: afterList, done: make(chan struct{})}
-	c.wg.Add(1)
-	go c.runBackfill(run)
+	f.wg.Add(1)
+	go f.runBackfill(run)
 	return run
 }
 
 // runBackfill is the goroutine of one backfill; the cache's WaitGroup
 // owns it and Stop ends it through the cache's context.
-func (c *Cacher) runBackfill(run *backfillRun) {
-	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(c.life.ctx, c.feed.backfillMetadata), backfillTimeout)
-	run.err = c.fillHistory(ctx, run.from, run.afterList)
+func (f *Feed) runBackfill(run *backfillRun) {
+	defer f.wg.Done()
+	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(f.ctx, f.backfillMetadata), backfillTimeout)
+	run.err = f.fillHistory(ctx, run.from, run.afterList)
 	cancel()
-	c.feed.backfills.finished(run, c.clock.Now())
+	f.backfills.finished(run, f.clock.Now())
 	switch {
 	case run.err == nil:
-		c.metrics.Backfilled.Inc()
+		f.metrics.Backfilled.Inc()
 	case run.afterList:
-		c.metrics.BackfillFailed.Inc()
-		log := c.logger
-		if c.stopping() {
+		f.metrics.BackfillFailed.Inc()
+		log := f.logger
+		if f.stopping() {
 			// Stopped under it (kube-apiserver builds some storages it
 			// then destroys): nothing any client will miss.
 			log = log.V(4)
@@ -118,11 +118,11 @@ func (c *Cacher) runBackfill(run *backfillRun) {
 		log.Info("Watch cache history backfill after the list failed; resumes from before the list backfill on demand",
 			"from", run.from, "err", run.err)
 	default:
-		c.metrics.BackfillFailed.Inc()
+		f.metrics.BackfillFailed.Inc()
 		// Its waiting clients, and those resuming for backfillCooldown,
 		// relist: one line per failure, at most one per cooldown.
-		c.logger.Info("Watch cache history backfill failed; resumes from before the list get 410 Expired for a while",
-			"from", run.from, "cooldown", backfillCooldown, "err", run.err)
+		f.logger.Info("Watch cache history backfill failed; resumes from before the list get 410 Expired for a while",
+			"from", run.from, "cooldown", BackfillCooldown, "err", run.err)
 	}
 	close(run.done)
 }
@@ -132,15 +132,15 @@ func (c *Cacher) runBackfill(run *backfillRun) {
 // selectors need (pastStateReader); then it prepends the events. If etcd
 // has compacted rv away a read fails and the clients get their 410, as
 // they should.
-func (c *Cacher) fillHistory(ctx context.Context, rv uint64, afterList bool) error {
-	start, fromList := c.state.HistoryStart()
+func (f *Feed) fillHistory(ctx context.Context, rv uint64, afterList bool) error {
+	start, fromList := f.state.HistoryStart()
 	if !fromList || rv >= start {
 		return nil
 	}
-	began := c.clock.Now()
-	past := c.newPastStateReader(ctx, rv)
-	events, err := c.eventsBetween(ctx, rv, start, past.add)
-	evsTook := c.clock.Since(began)
+	began := f.clock.Now()
+	past := f.newPastStateReader(ctx, rv)
+	events, err := f.eventsBetween(ctx, rv, start, past.add)
+	evsTook := f.clock.Since(began)
 	state, read, stateErr := past.result(err == nil)
 	if err != nil {
 		return fmt.Errorf("%w (etcd's state at %d: %s)", err, rv, read)
@@ -148,22 +148,22 @@ func (c *Cacher) fillHistory(ctx context.Context, rv uint64, afterList bool) err
 	if stateErr != nil {
 		return fmt.Errorf("reading etcd's state at %d (%s) for %d events read in %v: %w", rv, read, len(events), evsTook, stateErr)
 	}
-	c.linkBackfill(events, state)
+	f.linkBackfill(events, state)
 
-	if err := c.state.PrependHistory(events, rv, start, c.clock.Now()); err != nil {
+	if err := f.state.PrependHistory(events, rv, start, f.clock.Now()); err != nil {
 		return err
 	}
-	c.logger.Info("Backfilled the watch cache history from etcd", "afterList", afterList,
+	f.logger.Info("Backfilled the watch cache history from etcd", "afterList", afterList,
 		"from", rv, "to", start, "events", len(events), "eventsTook", evsTook,
-		"state", read.String(), "took", c.clock.Since(began))
+		"state", read.String(), "took", f.clock.Since(began))
 	return nil
 }
 
 // linkBackfill replays events on state, etcd's at their start, so each
 // knows the object it changed.
-func (c *Cacher) linkBackfill(events []*objects.Event, state map[string]*objects.Object) {
+func (f *Feed) linkBackfill(events []*objects.Event, state map[string]*objects.Object) {
 	for _, e := range events {
-		c.linkPrev(e, state[e.Cur.Key])
+		f.linkPrev(e, state[e.Cur.Key])
 		if e.Type == watch.Deleted {
 			delete(state, e.Cur.Key)
 		} else {
@@ -173,8 +173,8 @@ func (c *Cacher) linkBackfill(events []*objects.Event, state map[string]*objects
 }
 
 // stateAt is etcd's state of the whole resource at rv, by key.
-func (c *Cacher) stateAt(ctx context.Context, rv uint64) (map[string]*objects.Object, error) {
-	objs, _, err := c.listStorage(ctx, c.cfg.ResourcePrefix, exactRead(rv, true))
+func (f *Feed) stateAt(ctx context.Context, rv uint64) (map[string]*objects.Object, error) {
+	objs, _, err := f.listStorage(ctx, f.cfg.ResourcePrefix, exactRead(rv, true))
 	if err != nil {
 		return nil, err
 	}
@@ -198,47 +198,47 @@ func exactRead(rv uint64, recursive bool) storage.ListOptions {
 // handing each to each as it comes.
 // It asks for progress until it has seen to, since a quiet resource sends
 // no event past it. At most the history's capacity is read.
-func (c *Cacher) eventsBetween(ctx context.Context, from, to uint64, each func(*objects.Event)) ([]*objects.Event, error) {
-	w, err := c.storage.Watch(ctx, c.cfg.ResourcePrefix, c.storageWatchOptions(from))
+func (f *Feed) eventsBetween(ctx context.Context, from, to uint64, each func(*objects.Event)) ([]*objects.Event, error) {
+	w, err := f.storage.Watch(ctx, f.cfg.ResourcePrefix, f.storageWatchOptions(from))
 	if err != nil {
 		return nil, err
 	}
 	defer w.Stop()
-	progress := c.clock.NewTicker(progressRequestPeriod)
+	progress := f.clock.NewTicker(ProgressRequestPeriod)
 	defer progress.Stop()
 	var events []*objects.Event
-	now := c.clock.Now()
+	now := f.clock.Now()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("backfilling %v from %d to %d: %d events read in %v: %w", c.cfg.GroupResource, from, to, len(events), c.clock.Since(now), ctx.Err())
+			return nil, fmt.Errorf("backfilling %v from %d to %d: %d events read in %v: %w", f.cfg.GroupResource, from, to, len(events), f.clock.Since(now), ctx.Err())
 		case <-progress.C():
 			//lint:ignore SA1019 upstream's cacher asks for progress through it too; storage.Interface has no other way yet
-			if err := c.storage.RequestWatchProgress(ctx); err != nil {
-				c.logger.V(4).Info("Backfill progress request failed", "err", err)
+			if err := f.storage.RequestWatchProgress(ctx); err != nil {
+				f.logger.V(4).Info("Backfill progress request failed", "err", err)
 			}
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return nil, fmt.Errorf("backfilling %v: the etcd watch closed", c.cfg.GroupResource)
+				return nil, fmt.Errorf("backfilling %v: the etcd watch closed", f.cfg.GroupResource)
 			}
 			switch ev.Type {
 			case watch.Error:
 				return nil, errors.FromObject(ev.Object)
 			case watch.Bookmark:
-				if rv, err := c.cfg.Versioner.ObjectResourceVersion(ev.Object); err == nil && rv >= to {
+				if rv, err := f.cfg.Versioner.ObjectResourceVersion(ev.Object); err == nil && rv >= to {
 					return events, nil
 				}
 				continue
 			}
-			e, err := c.newEvent(ev, now)
+			e, err := f.newEvent(ev, now)
 			if err != nil {
 				return nil, err
 			}
 			if e.RV > to {
 				return events, nil
 			}
-			if len(events) == c.cfg.HistoryCapacity {
-				return nil, fmt.Errorf("backfilling %v: more than %d events between %d and %d", c.cfg.GroupResource, c.cfg.HistoryCapacity, from, to)
+			if len(events) == f.cfg.HistoryCapacity {
+				return nil, fmt.Errorf("backfilling %v: more than %d events between %d and %d", f.cfg.GroupResource, f.cfg.HistoryCapacity, from, to)
 			}
 			events = append(events, e)
 			each(e)

@@ -38,11 +38,11 @@ func BenchmarkDispatch(b *testing.B) {
 		defer w.Stop()
 	}
 	pod := cachertest.NewPod("a", 101, nil, "")
-	obj, err := c.newObject(pod)
+	obj, err := c.feed.NewObject(pod)
 	if err != nil {
 		b.Fatal(err)
 	}
-	d := c.newDispatcher()
+	d := c.loop.NewDispatcher()
 	b.ReportAllocs()
 	b.ResetTimer()
 	rv := uint64(101)
@@ -97,7 +97,7 @@ func BenchmarkBookmarkTick(b *testing.B) {
 	b.ResetTimer()
 	for got.Load() < int64(b.N) {
 		clk.Step(time.Second)
-		due = c.tick(100, due)
+		due = c.loop.Tick(100, due)
 	}
 }
 
@@ -135,11 +135,11 @@ func BenchmarkDispatchExactKeyWatchers(b *testing.B) {
 			objs := make([]*objects.Object, nObjects)
 			var err error
 			for i, p := range pods {
-				if objs[i], err = c.newObject(p); err != nil {
+				if objs[i], err = c.feed.NewObject(p); err != nil {
 					b.Fatal(err)
 				}
 			}
-			d := c.newDispatcher()
+			d := c.loop.NewDispatcher()
 			b.ReportAllocs()
 			b.ResetTimer()
 			rv := uint64(100)

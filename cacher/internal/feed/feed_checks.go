@@ -1,4 +1,4 @@
-package cacher
+package feed
 
 import "time"
 
@@ -11,20 +11,20 @@ import "time"
 const feedCheckPeriod = time.Second
 
 // feedChecks is the goroutine that runs them, until the cache stops.
-func (c *Cacher) feedChecks() {
-	defer c.wg.Done()
+func (f *Feed) feedChecks() {
+	defer f.wg.Done()
 	// A timer, not a ticker: a fake clock's ticker cannot be stopped.
-	t := c.clock.NewTimer(feedCheckPeriod)
+	t := f.clock.NewTimer(feedCheckPeriod)
 	defer t.Stop()
 	for {
 		select {
-		case <-c.stopCh:
+		case <-f.stopCh:
 			return
 		case <-t.C():
-			now := c.clock.Now()
-			c.checkStorageLiveness(now)
-			c.maybeCheckConsistency(now)
-			c.forgetCompacted()
+			now := f.clock.Now()
+			f.checkStorageLiveness(now)
+			f.maybeCheckConsistency(now)
+			f.forgetCompacted()
 			t.Reset(feedCheckPeriod)
 		}
 	}
@@ -34,6 +34,6 @@ func (c *Cacher) feedChecks() {
 // upstream's apiserver_watch_cache_resource_version: upstream sets it on
 // every event, a label lookup each (about 1 us of a write); once a period
 // is as current as any scrape can tell.
-func (c *Cacher) forgetCompacted() {
-	c.metrics.SetResourceVersion(c.state.ForgetCompacted(c.storage.CompactRevision()))
+func (f *Feed) forgetCompacted() {
+	f.metrics.SetResourceVersion(f.state.ForgetCompacted(f.storage.CompactRevision()))
 }

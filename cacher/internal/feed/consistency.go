@@ -1,4 +1,4 @@
-package cacher
+package feed
 
 import (
 	"context"
@@ -20,70 +20,75 @@ import (
 // (upstream's DetectCacheInconsistency: every 5 minutes, jittered by up to
 // half); consistencyCheckTimeout bounds one check.
 const (
-	consistencyCheckPeriod  = 5 * time.Minute
+	ConsistencyCheckPeriod  = 5 * time.Minute
 	consistencyCheckTimeout = time.Minute
 	// shownDifferences bounds the keys a failed check logs; it counts all.
 	shownDifferences = 20
 )
 
-var errInconsistent = errors.New("watch cache inconsistent with etcd")
+// ErrInconsistent ends the storage watch when the consistency check
+// found the cache differing from etcd: the reflector relists.
+var ErrInconsistent = errors.New("watch cache inconsistent with etcd")
 
-// panicOnInconsistency is upstream's switch, read once from the environment
+// PanicOnInconsistency is upstream's switch, read once from the environment
 // by its package: KUBE_WATCHCACHE_CONSISTENCY_CHECKER=true.
-var panicOnInconsistency = func() bool { return consistency.PanicOnCacheInconsistency }
+var PanicOnInconsistency = func() bool { return consistency.PanicOnCacheInconsistency }
 
 // maybeCheckConsistency runs every feedCheckPeriod: when a check is due (and the
 // DetectCacheInconsistency gate is on) it starts one, owned by the cache's
 // WaitGroup.
-func (c *Cacher) maybeCheckConsistency(now time.Time) {
+// consistencyCheckRunning is whether a consistency check runs.
+func (f *Feed) ConsistencyCheckRunning() bool { return f.checkingConsistency.Load() }
+
+func (f *Feed) maybeCheckConsistency(now time.Time) {
 	if !utilfeature.DefaultFeatureGate.Enabled(features.DetectCacheInconsistency) {
 		return
 	}
-	if c.feed.nextConsistencyCheck.IsZero() {
-		c.feed.nextConsistencyCheck = now.Add(wait.Jitter(consistencyCheckPeriod, 0.5))
+	if f.nextConsistencyCheck.IsZero() {
+		f.nextConsistencyCheck = now.Add(wait.Jitter(ConsistencyCheckPeriod, 0.5))
 		return
 	}
-	if now.Before(c.feed.nextConsistencyCheck) || !c.feed.checkingConsistency.CompareAndSwap(false, true) {
+	if now.Before(f.nextConsistencyCheck) || !f.checkingConsistency.CompareAndSwap(false, true) {
 		return
 	}
-	c.feed.nextConsistencyCheck = now.Add(wait.Jitter(consistencyCheckPeriod, 0.5))
-	c.wg.Add(1)
+	f.nextConsistencyCheck = now.Add(wait.Jitter(ConsistencyCheckPeriod, 0.5))
+	f.wg.Add(1)
 	go func() {
-		defer c.wg.Done()
-		defer c.feed.checkingConsistency.Store(false)
-		ctx, cancel := context.WithTimeout(c.life.ctx, consistencyCheckTimeout)
+		defer f.wg.Done()
+		defer f.checkingConsistency.Store(false)
+		ctx, cancel := context.WithTimeout(f.ctx, consistencyCheckTimeout)
 		defer cancel()
-		_ = c.checkConsistency(ctx)
+		_ = f.CheckConsistency(ctx)
 	}()
 }
 
-// checkConsistency compares the cache's objects at its RV (key and
+// CheckConsistency compares the cache's objects at its RV (key and
 // resourceVersion each) with etcd's list at that same RV. On a mismatch it
 // counts a failure (upstream's
 // apiserver_watch_cache_storage_consistency_checks_total{status}), logs the
 // keys that differ (upstream says only that something does), and ends the
 // storage watch so the cache relists, dropping its snapshots with the state
 // they were taken of.
-func (c *Cacher) checkConsistency(ctx context.Context) error {
+func (f *Feed) CheckConsistency(ctx context.Context) error {
 	count := func(status string) {
-		upstream.StorageConsistencyCheckTotal.WithLabelValues(c.cfg.GroupResource.Group, c.cfg.GroupResource.Resource, status).Inc()
+		upstream.StorageConsistencyCheckTotal.WithLabelValues(f.cfg.GroupResource.Group, f.cfg.GroupResource.Resource, status).Inc()
 	}
-	cached, rv, ready, err := c.state.ObjectRVs(c.cfg.Versioner.ObjectResourceVersion)
+	cached, rv, ready, err := f.state.ObjectRVs(f.cfg.Versioner.ObjectResourceVersion)
 	if !ready {
-		return fmt.Errorf("watch cache of %v not ready", c.cfg.GroupResource)
+		return fmt.Errorf("watch cache of %v not ready", f.cfg.GroupResource)
 	}
 	var etcd map[string]*objects.Object
 	if err == nil {
-		etcd, err = c.stateAt(ctx, rv)
+		etcd, err = f.stateAt(ctx, rv)
 	}
 	if err != nil {
 		count("error")
-		c.logger.Error(err, "Cache consistency check could not compare", "resourceVersion", rv)
+		f.logger.Error(err, "Cache consistency check could not compare", "resourceVersion", rv)
 		return err
 	}
 	var differ []string
 	for key, o := range etcd {
-		etcdRV, err := c.cfg.Versioner.ObjectResourceVersion(o.Obj)
+		etcdRV, err := f.cfg.Versioner.ObjectResourceVersion(o.Obj)
 		switch cacheRV, ok := cached[key]; {
 		case !ok:
 			differ = append(differ, fmt.Sprintf("%s (not in the cache, etcd rv %d)", key, etcdRV))
@@ -97,22 +102,22 @@ func (c *Cacher) checkConsistency(ctx context.Context) error {
 	}
 	if len(differ) == 0 {
 		count("success")
-		c.logger.V(3).Info("Cache consistency check passed", "resourceVersion", rv, "objects", len(etcd))
+		f.logger.V(3).Info("Cache consistency check passed", "resourceVersion", rv, "objects", len(etcd))
 		return nil
 	}
 	count("failure")
 	slices.Sort(differ)
 	shown := differ[:min(len(differ), shownDifferences)]
-	if panicOnInconsistency() {
+	if PanicOnInconsistency() {
 		// Upstream's CI runs its servers with
 		// KUBE_WATCHCACHE_CONSISTENCY_CHECKER=true so that a divergence fails
 		// the job instead of healing unseen; the same setting does the same
 		// here.
 		panic(fmt.Sprintf("watch cache of %v inconsistent with etcd at resourceVersion %d: %d keys differ: %v",
-			c.cfg.GroupResource, rv, len(differ), shown))
+			f.cfg.GroupResource, rv, len(differ), shown))
 	}
-	c.logger.Error(errInconsistent, "Cache consistency check failed: relisting", "resourceVersion", rv,
+	f.logger.Error(ErrInconsistent, "Cache consistency check failed: relisting", "resourceVersion", rv,
 		"differing", len(differ), "keys", shown)
-	c.feed.watchEnd.end(fmt.Errorf("%w at %d: %d keys differ", errInconsistent, rv, len(differ)))
-	return errInconsistent
+	f.watchEnd.end(fmt.Errorf("%w at %d: %d keys differ", ErrInconsistent, rv, len(differ)))
+	return ErrInconsistent
 }
