@@ -14,7 +14,7 @@ import (
 
 // Scenario and level names, as in result.Result.
 var (
-	allScenarios = []string{"idle", "bookmarks", "fanout", "list", "watchlist", "exactkey", "storm", "memory", "sharded", "prevkv"}
+	allScenarios = []string{"idle", "bookmarks", "fanout", "list", "watchlist", "exactkey", "storm", "memory", "sharded", "prevkv", "slowtax", "restart"}
 	allLevels    = []string{"storage", "http"}
 	// withBaseline are the storage-level scenarios that also run the
 	// baseline none, no cache.
@@ -110,7 +110,17 @@ type sizes struct {
 	// prevkv: prevKVObjects realistic pods created, updated and deleted
 	// with the cache watching, with WatchFromStorageWithoutPrevKV on and
 	// off.
-	prevKVObjects     int
+	prevKVObjects int
+	// slowtax (issue 50.1, upstream's BenchmarkSlowWatcherTax):
+	// slowTaxWatchers fast watchers beside slowTaxSlow that never read,
+	// slowTaxEvents writes at slowTaxRate a second in each of its three
+	// phases (more than a watcher's queue bound, so watchkeeper's slow
+	// watchers stall).
+	slowTaxWatchers, slowTaxSlow, slowTaxEvents, slowTaxRate int
+	// restart (issue 50.4): restartResources caches of restartObjects
+	// pods each start at once over restartEvents updates of history.
+	restartResources, restartObjects, restartEvents int
+
 	httpIdleWatchers  []int
 	httpBookmarkWatch []int
 	// httpBookmarkPeriod is the HTTP level's own: each run there also
@@ -145,6 +155,13 @@ var (
 		shardedWatchers:  []int{64},
 		shardedEvents:    5_000,
 		prevKVObjects:    2_000,
+		slowTaxWatchers:  1_000,
+		slowTaxSlow:      1,
+		slowTaxEvents:    2_000,
+		slowTaxRate:      200,
+		restartResources: 40,
+		restartObjects:   200,
+		restartEvents:    40_000,
 		// HTTP watches each hold a stream in the server and in the client
 		// process, so the HTTP level stops an order of magnitude lower.
 		httpIdleWatchers:   []int{1_000, 10_000},
@@ -173,6 +190,13 @@ var (
 		shardedWatchers:  []int{8},
 		shardedEvents:    500,
 		prevKVObjects:    300,
+		slowTaxWatchers:  100,
+		slowTaxSlow:      1,
+		slowTaxEvents:    1_200,
+		slowTaxRate:      400,
+		restartResources: 10,
+		restartObjects:   100,
+		restartEvents:    4_000,
 		httpIdleWatchers: []int{1_000},
 		// Each watch's deadline makes it due one bookmark a period after it
 		// opened, as at the storage level (see httpbench.Bookmarks); the
@@ -210,6 +234,11 @@ func plan(sz sizes, scenarios, levels []string) (runs []runSpec, skipped []strin
 					pairs++
 					if level == "storage" && slices.Contains(withBaseline, sc) {
 						decs = append([]string{decNone}, decs...)
+					}
+					if sc == "restart" {
+						// The question it asks: is it the backfill after
+						// each list?
+						decs = append(slices.Clone(decs), storagebench.WatchkeeperNoBackfill)
 					}
 					r.Pair = p
 					for _, d := range decs {
@@ -284,6 +313,13 @@ func scenarioRuns(sz sizes, sc, level string) []runSpec {
 				FeatureGates: fmt.Sprintf("%s=%t", features.WatchFromStorageWithoutPrevKV, without),
 				Timeout:      3 * time.Minute})
 		}
+	case "restart":
+		runs = append(runs, runSpec{Scenario: sc, Level: level, Watchers: sz.restartResources, Objects: sz.restartObjects,
+			Events: sz.restartEvents, Timeout: 5 * time.Minute})
+	case "slowtax":
+		phases := 3 * time.Duration(sz.slowTaxEvents) * time.Second / time.Duration(max(sz.slowTaxRate, 1))
+		runs = append(runs, runSpec{Scenario: sc, Level: level, Watchers: sz.slowTaxWatchers, Objects: sz.slowTaxSlow,
+			Events: sz.slowTaxEvents, Rate: sz.slowTaxRate, Timeout: phases + scaled(time.Minute, sz.slowTaxWatchers)})
 	}
 	return runs
 }

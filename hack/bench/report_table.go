@@ -140,6 +140,14 @@ of the cache has its last event. etcd_mvcc_ranges is the delta of etcd's etcd_mv
 etcd_range_rpcs its Range requests, etcd_grpc_sent_bytes the gRPC message bytes it sent every
 client (the writes' answers too); cache_received_bytes are the bytes the cache's etcd clients
 received on the wire, counted by a TCP proxy only the cache's storage goes through.
+slowtax (upstream's BenchmarkSlowWatcherTax) opens N fast watches that always read, then
+writes E pods at the rate's pace in each of three phases: baseline (the fast ones alone),
+stalled (plus slow watches that never read, opened at the phase's start) and reconnecting
+(the slow ones replaced by new ones every 500ms, as clients whose watch was closed come
+back). For each phase: the fast watches' write-to-receipt latency and throughput, the
+events they missed, and the slow watches the cache closed (watchkeeper stalls them instead:
+--watch-cache-stall-slow-watchers); stalled_p99_tax is the stalled phase's p99 over the
+baseline's.
 `
 
 // tableRows groups results into rows in the order the runs produced them;

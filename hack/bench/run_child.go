@@ -76,16 +76,16 @@ func runMain(args []string) error {
 	var c childFlags
 	var watchParent bool
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	fs.StringVar(&c.spec.Scenario, "scenario", "", "idle, bookmarks, fanout, list, watchlist, exactkey, storm, memory, sharded or prevkv")
+	fs.StringVar(&c.spec.Scenario, "scenario", "", "idle, bookmarks, fanout, list, watchlist, exactkey, storm, memory, sharded, prevkv or slowtax")
 	fs.StringVar(&c.spec.Level, "level", "storage", "storage or http")
 	fs.StringVar(&c.spec.Decorator, "decorator", "", "upstream, watchkeeper, or none (idle baseline)")
 	fs.IntVar(&c.spec.Watchers, "watchers", 0, "watches to open (storm: nodes, one WatchList each; sharded: shards)")
-	fs.IntVar(&c.spec.Events, "events", 0, "events to write (fanout, exactkey, sharded)")
-	fs.IntVar(&c.spec.Objects, "objects", 0, "objects in the resource (list, watchlist, exactkey, storm, memory, prevkv)")
+	fs.IntVar(&c.spec.Events, "events", 0, "events to write (fanout, exactkey, sharded; slowtax: per phase)")
+	fs.IntVar(&c.spec.Objects, "objects", 0, "objects in the resource (list, watchlist, exactkey, storm, memory, prevkv); slow watchers (slowtax)")
 	fs.StringVar(&c.spec.FeatureGates, "feature-gates", "", "feature gates to set in this process before the run, key=value,... (k8s.io/apiserver's, e.g. WatchFromStorageWithoutPrevKV=false)")
 	fs.StringVar(&c.spec.Kind, "kind", "", "kind of object (memory): "+strings.Join(storagebench.MemoryKinds, ", "))
 	fs.IntVar(&c.spec.Repeats, "repeats", 0, "timed repetitions (list, watchlist)")
-	fs.IntVar(&c.spec.Rate, "rate", 0, "writes per second (storm)")
+	fs.IntVar(&c.spec.Rate, "rate", 0, "writes per second (storm, slowtax)")
 	fs.DurationVar(&c.spec.Period, "period", time.Minute, "bookmark period (bookmarks); how old the exact-RV list's RV is (list)")
 	fs.DurationVar(&c.spec.Timeout, "timeout", 5*time.Minute, "deadline of the run")
 	fs.StringVar(&c.etcd, "etcd", "", "etcd client URL")
@@ -159,6 +159,8 @@ var storageScenarios = scenarioFuncs[storagebench.Env]{
 	memory:    storagebench.Memory,
 	sharded:   storagebench.Sharded,
 	prevkv:    storagebench.PrevKV,
+	slowtax:   storagebench.SlowTax,
+	restart:   storagebench.Restart,
 }
 
 func runScenario(ctx context.Context, c childFlags) ([]result.Result, error) {

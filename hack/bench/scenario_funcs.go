@@ -24,6 +24,10 @@ type scenarioFuncs[E any] struct {
 	sharded func(ctx context.Context, env E, decorator string, watchers, events int) ([]result.Result, error)
 	// prevkv runs under the feature gates the run set (runSpec.FeatureGates).
 	prevkv func(ctx context.Context, env E, decorator string, objects int) ([]result.Result, error)
+	// slowtax's watchers are the fast ones; slow never read.
+	slowtax func(ctx context.Context, env E, decorator string, watchers, slow, events, rate int) ([]result.Result, error)
+	// restart's watchers are its resources, each of objects objects.
+	restart func(ctx context.Context, env E, decorator string, resources, objects, events int) ([]result.Result, error)
 }
 
 // run runs r's scenario with env, at r's sizes; ok is false when the level
@@ -50,6 +54,10 @@ func (l scenarioFuncs[E]) run(ctx context.Context, env E, r runSpec) (rs []resul
 		rs, err = l.sharded(ctx, env, r.Decorator, r.Watchers, r.Events)
 	case r.Scenario == "prevkv" && l.prevkv != nil:
 		rs, err = l.prevkv(ctx, env, r.Decorator, r.Objects)
+	case r.Scenario == "slowtax" && l.slowtax != nil:
+		rs, err = l.slowtax(ctx, env, r.Decorator, r.Watchers, r.Objects, r.Events, r.Rate)
+	case r.Scenario == "restart" && l.restart != nil:
+		rs, err = l.restart(ctx, env, r.Decorator, r.Watchers, r.Objects, r.Events)
 	default:
 		return nil, false, nil
 	}
