@@ -44,11 +44,9 @@ type Cacher struct {
 	// logger carries the resource; every log line of the cache uses it.
 	logger klog.Logger
 
-	// stopCh closes when the cache stops; wg owns every goroutine of the
-	// cache, which Stop waits for.
-	stopCh chan struct{}
-	wg     sync.WaitGroup
-	life   lifecycle
+	// life is the cache's stop: its channel, its context and the
+	// WaitGroup of its goroutines.
+	life lifecycle
 	// dropLog limits the log of what could not be built (dropped.go).
 	dropLog dropLog
 
@@ -64,11 +62,18 @@ type Cacher struct {
 	feed       *feed.Feed
 	loop       *hub.Loop
 	watcherEnv *hub.WatcherEnv
+	// relays are the watchers handed to etcd while the resource was over
+	// its memory budget (budget_relay.go).
+	relays relays
 }
 
 // lifecycle is the cache's stop: Stop runs once, and ctx ends with it.
 type lifecycle struct {
 	stopOnce sync.Once
+	// stopCh closes when the cache stops; wg owns every goroutine of the
+	// cache, which Stop waits for.
+	stopCh chan struct{}
+	wg     sync.WaitGroup
 	// ctx ends when the cache stops; background requests use it.
 	ctx       context.Context
 	cancelCtx context.CancelFunc
@@ -95,15 +100,15 @@ func New(cfg Config) (*Cacher, error) {
 		clock:   cfg.Clock,
 		metrics: metrics,
 		logger:  klog.Background().WithValues("resource", cfg.GroupResource.String()),
-		stopCh:  make(chan struct{}),
 		state: state.New(cfg.ResourcePrefix, cfg.Indexers, cfg.EventsHistoryWindow, cfg.HistoryCapacity,
 			utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot), metrics, cfg.Clock.Now()),
 		hub: hub.New(bookmarks.Policy{Frequency: cfg.BookmarkFrequency, PreDeadlineOffset: cfg.BookmarkPreDeadlineOffset},
 			cfg.BookmarkGranularity, cfg.Clock),
 	}
+	c.life.stopCh = make(chan struct{})
 	c.life.ctx, c.life.cancelCtx = context.WithCancel(context.Background())
 	c.watcherEnv = &hub.WatcherEnv{
-		Clock: c.clock, Buffer: cfg.WatcherBuffer, Stop: c.stopCh, WG: &c.wg,
+		Clock: c.clock, Buffer: cfg.WatcherBuffer, Stop: c.life.stopCh, WG: &c.life.wg,
 		Forget: c.forgetWatcher, Moved: c.metrics.WatcherMoved, Bookmark: c.bookmarkObject, Dropped: c.dropped,
 		Latency: &hub.DispatchLatency{Stages: cachemetrics.DispatchStages.ForResource(c.cfg.GroupResource)},
 		Feed:    c.resumeStalled,
@@ -115,9 +120,11 @@ func New(cfg Config) (*Cacher, error) {
 		HistoryCapacity: cfg.HistoryCapacity, EventsHistoryWindow: cfg.EventsHistoryWindow,
 		StorageSilenceTimeout: cfg.StorageSilenceTimeout, StorageWatchWithoutPrevKV: cfg.StorageWatchWithoutPrevKV,
 		ListBackfillRevisions: cfg.ListBackfillRevisions,
+		MaxBytes:              cfg.MaxBytes, BudgetCheckPeriod: cfg.BudgetCheckPeriod,
 	}, feed.Env{
 		Storage: c.storage, State: c.state, Trigger: trig, Clock: c.clock, Metrics: metrics, Logger: c.logger,
-		Stop: c.stopCh, WG: &c.wg, Ctx: c.life.ctx, Incoming: c.loop.Incoming(), EndWatchers: c.terminateAll,
+		Stop: c.life.stopCh, WG: &c.life.wg, Ctx: c.life.ctx, Incoming: c.loop.Incoming(), EndWatchers: c.terminateAll,
+		HandOver: c.handOverLocked,
 	})
 	if utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {
 		// The store estimates object sizes for list cost from the keys it is
@@ -138,10 +145,10 @@ func New(cfg Config) (*Cacher, error) {
 // does not stop the wrapped storage. Calling it twice is fine.
 func (c *Cacher) Stop() {
 	c.life.stopOnce.Do(func() {
-		close(c.stopCh)
+		close(c.life.stopCh)
 		c.life.cancelCtx()
 		c.feed.GoNotReady(cachemetrics.NotReadyStopped, c.terminateAll)
-		c.wg.Wait()
+		c.life.wg.Wait()
 	})
 }
 
@@ -171,6 +178,12 @@ func (c *Cacher) WaitReady(ctx context.Context) error {
 // forgetWatcher removes w. graceful lets it deliver what it has queued and
 // then close; otherwise it closes at once. Either way nothing more is queued.
 func (c *Cacher) forgetWatcher(w *hub.Watcher, graceful bool) {
+	if c.relays.remove(w) {
+		// On etcd: the hub has it no more, and Drain would wait for a
+		// feed that just ended.
+		w.Terminate()
+		return
+	}
 	live := c.hub.Remove(w)
 	if live {
 		c.left(w)
@@ -206,10 +219,16 @@ func (c *Cacher) EndWatches() int {
 		c.left(w)
 		w.Drain()
 	}
-	if len(ending) > 0 {
-		c.logger.V(2).Info("Ended every watch: the server is shutting down", "watches", len(ending))
+	relayed := c.relays.all()
+	for _, w := range relayed {
+		// Its feed sees its etcd watch end and drains it.
+		c.relays.remove(w)
+		w.Drain()
 	}
-	return len(ending)
+	if n := len(ending) + len(relayed); n > 0 {
+		c.logger.V(2).Info("Ended every watch: the server is shutting down", "watches", n)
+	}
+	return len(ending) + len(relayed)
 }
 
 // terminateAll closes every watcher: after a relist the cache cannot tell
@@ -228,6 +247,14 @@ func (c *Cacher) left(w *hub.Watcher) { w.Leaving(c.metrics.WatcherLeft) }
 
 // keys lists the cached keys once the cache has caught up with etcd.
 func (c *Cacher) keys(ctx context.Context) ([]string, error) {
+	if c.feed.OverBudget() {
+		// None held: Stats answers from the budget's count meanwhile,
+		// and the relist gives the store every key's size again.
+		return nil, nil
+	}
+	if feed.Measuring(ctx) {
+		return c.state.Keys(), nil
+	}
 	rv, err := c.feed.StorageRV(ctx)
 	if err != nil {
 		return nil, err
@@ -245,11 +272,17 @@ func (c *Cacher) GroupResource() schema.GroupResource { return c.cfg.GroupResour
 func (c *Cacher) Versioner() storage.Versioner { return c.cfg.Versioner }
 
 // Stats implements storage.Interface.
-func (c *Cacher) Stats(ctx context.Context) (storage.Stats, error) { return c.storage.Stats(ctx) }
+func (c *Cacher) Stats(ctx context.Context) (storage.Stats, error) {
+	if c.feed.OverBudget() {
+		return c.feed.BudgetStats(), nil
+	}
+	return c.storage.Stats(ctx)
+}
 
 // ReadinessCheck implements storage.Interface.
 func (c *Cacher) ReadinessCheck() error {
-	if !c.Ready() {
+	// Over its budget the resource is served, from etcd.
+	if !c.Ready() && !c.feed.OverBudget() {
 		return storage.ErrStorageNotReady
 	}
 	return nil

@@ -7,7 +7,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 )
@@ -29,6 +31,10 @@ const (
 	// takes seconds; read right after the list, it runs before the new
 	// server takes requests.
 	DefaultListBackfillRevisions = 2000
+	// DefaultBudgetCheckPeriod is how often a cache with a memory budget
+	// measures itself: the store's estimate walks the cache's keys, so not
+	// on every event.
+	DefaultBudgetCheckPeriod = 10 * time.Second
 )
 
 // Config describes one resource's watch cache. The first block mirrors what a
@@ -90,6 +96,17 @@ type Config struct {
 	// must then name a deleted object from its key: the etcd3 store needs
 	// the registry's storage.ReverseKeyFunc.
 	StorageWatchWithoutPrevKV bool
+	// MaxBytes is the resource's memory budget: the most the cache holds,
+	// counted as its objects' serialized size in etcd (the store's size
+	// estimate, gate SizeBasedListCostEstimate). Past it the cache lets go
+	// of its objects and serves the resource from etcd, its open watches
+	// continued from etcd where each stood, until the resource is below
+	// nine tenths of it (internal/feed/budget.go). Zero: no budget.
+	MaxBytes int64
+	// BudgetCheckPeriod is how often a cache with a budget measures its
+	// size, and, while over it, how often it counts the resource in etcd
+	// to see whether it fits again. Zero: DefaultBudgetCheckPeriod.
+	BudgetCheckPeriod time.Duration
 	// Codec is the resource's storage codec (the registry's
 	// storagebackend.ConfigForResource.Codec). Writes start from the cache
 	// under ConsistentGetFromCache only with it: their no-op check compares
@@ -131,6 +148,8 @@ func (c *Config) complete() error {
 		{"BookmarkJitter >= 0", c.BookmarkJitter >= 0},
 		{"BookmarkMaxStaleness >= 0", c.BookmarkMaxStaleness >= 0},
 		{"StorageSilenceTimeout >= 0", c.StorageSilenceTimeout >= 0},
+		{"MaxBytes >= 0", c.MaxBytes >= 0},
+		{"BudgetCheckPeriod >= 0", c.BudgetCheckPeriod >= 0},
 	} {
 		if !k.ok {
 			bad = append(bad, k.name)
@@ -138,6 +157,13 @@ func (c *Config) complete() error {
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("cacher: the schedule needs %s", strings.Join(bad, ", "))
+	}
+	if c.MaxBytes > 0 && !utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {
+		return fmt.Errorf("cacher: a memory budget (MaxBytes, --watch-cache-max-bytes) for %v needs the %s feature gate: "+
+			"the budget is counted from the store's size estimate", c.GroupResource, features.SizeBasedListCostEstimate)
+	}
+	if c.BudgetCheckPeriod == 0 {
+		c.BudgetCheckPeriod = DefaultBudgetCheckPeriod
 	}
 	return nil
 }

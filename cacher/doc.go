@@ -56,7 +56,9 @@ package cacher
 // mu. A stalled watcher's resume takes the state's read lock, then its own
 // mu, lets go, then the hub's mu (stall.go). The feed's progress requester's mu is taken with the state's mu held or
 // alone, never with a watcher's. Leaves, held with nothing taken inside:
-// the state's cloneMu and its store's lock, the feed's backfiller mu
+// the state's cloneMu and its store's lock, relays.mu (taken inside the
+// state's exclusive hold that hands the watchers to etcd, budget_relay.go,
+// and alone), the feed's backfiller mu
 // (never with the state's mu), a backfill's pastStateReader.mu, dropLog.mu,
 // the feed's watchEnd.mu, a shared object's mu, the dispatch stages' mu and
 // internal/versions' planMu.

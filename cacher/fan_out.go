@@ -16,7 +16,7 @@ import (
 func (c *Cacher) newLoop() *hub.Loop {
 	return hub.NewLoop(c.hub, hub.LoopEnv{
 		Clock: c.clock, Granularity: c.cfg.BookmarkGranularity, Jitter: c.cfg.BookmarkJitter,
-		Stop: c.stopCh, WG: &c.wg, Metrics: c.metrics, Logger: c.logger,
+		Stop: c.life.stopCh, WG: &c.life.wg, Metrics: c.metrics, Logger: c.logger,
 		Objects: c.objectsOf, TooSlow: c.tooSlow, Bookmark: c.bookmarkObject, BeforeTick: c.freshenBookmarks,
 		Latency: c.watcherEnv.Latency,
 	}, incomingBuffer)

@@ -26,6 +26,14 @@ type Inspection struct {
 	// fell behind, to be fed from the history when it reads again
 	// (Config.StallSlowWatchers).
 	Stalled int
+	// OverBudget is whether the resource is over its memory budget
+	// (Config.MaxBytes): it holds nothing and is served from etcd.
+	// EstimatedBytes is its size as the budget last measured it (0 with no
+	// budget); Relayed counts the watches handed to etcd when it went over
+	// that are still open.
+	OverBudget     bool
+	EstimatedBytes int64
+	Relayed        int
 	// Calendar is every filed slot of the bookmark calendar, oldest first.
 	Calendar []bookmarks.SlotCount
 	History  HistoryInspection
@@ -80,6 +88,11 @@ func (c *Cacher) Inspect(ctx context.Context) Inspection {
 	c.hub.Each(func(w *hub.Watcher) { in.Watchers[w.ListState()]++ })
 	in.Stalled = c.hub.StalledLen()
 	in.Calendar = c.hub.CalendarSlots()
+	in.OverBudget, in.Relayed = c.feed.OverBudget(), c.relays.len()
+	if c.cfg.MaxBytes > 0 {
+		s := c.feed.BudgetStats()
+		in.EstimatedBytes = s.ObjectCount * s.EstimatedAverageObjectSizeBytes
+	}
 
 	in.EtcdRV, in.EtcdErr = c.feed.StorageRV(ctx)
 	return in

@@ -38,6 +38,10 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 		c.metrics.ReadToStorage(cachemetrics.GetConsistent)
 		return c.storage.Get(ctx, key, opts, objPtr)
 	}
+	if c.feed.OverBudget() {
+		c.metrics.ReadToStorage(cachemetrics.GetOverBudget)
+		return c.storage.Get(ctx, key, opts, objPtr)
+	}
 	if !c.Ready() {
 		// Etcd can answer any Get; the cache is only faster.
 		c.metrics.ReadToStorage(cachemetrics.GetNotReady)
@@ -63,6 +67,10 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
 	if _, _, err := storage.ValidateListOptions(c.cfg.ResourcePrefix, c.cfg.Versioner, opts); err != nil {
 		return err
+	}
+	if c.feed.OverBudget() {
+		c.metrics.ReadToStorage(cachemetrics.ListOverBudget)
+		return c.storage.GetList(ctx, key, opts, listObj)
 	}
 	var helper delegator.Helper = delegator.CacheWithoutSnapshots{}
 	if c.state.SnapshotsOn() {

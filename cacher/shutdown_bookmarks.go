@@ -43,7 +43,7 @@ func (c *Cacher) BookmarkAll(ctx context.Context) (queued, taken int) {
 		case <-poll.C():
 		case <-ctx.Done():
 			return queued, queued - len(ws)
-		case <-c.stopCh:
+		case <-c.life.stopCh:
 			return queued, queued - len(ws)
 		}
 	}

@@ -42,10 +42,19 @@ func (c *Cacher) tooSlow(w *hub.Watcher) {
 // the history no longer holds its position it ends with the 410 a watch
 // from there would get.
 func (c *Cacher) resumeStalled(w *hub.Watcher) {
+	if c.relays.has(w) {
+		c.feedFromStorage(w)
+		return
+	}
 	c.state.Read(func() { c.resumeLocked(w) })
 }
 
 func (c *Cacher) resumeLocked(w *hub.Watcher) {
+	if c.relays.has(w) {
+		// Handed to etcd since (budget_relay.go): the history it would
+		// resume from is gone; its pump comes back for etcd's events.
+		return
+	}
 	pos, ok := w.Position()
 	if !ok {
 		return // ending, or fed already

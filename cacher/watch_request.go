@@ -33,6 +33,18 @@ import (
 // above the WatchList floor; any other RV replays the history after it, or
 // gets 410 Expired when the history no longer reaches back that far.
 func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	if c.feed.OverBudget() {
+		return c.watchOverBudget(ctx, key, opts)
+	}
+	w, err := c.watchCache(ctx, key, opts)
+	if errors.IsTooManyRequests(err) && c.feed.OverBudget() {
+		// The resource went over its budget while this watch waited.
+		return c.watchOverBudget(ctx, key, opts)
+	}
+	return w, err
+}
+
+func (c *Cacher) watchCache(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
 	req, err := c.parseWatch(ctx, key, opts)
 	if err != nil {
 		return nil, err
@@ -41,6 +53,12 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		return failed, nil
 	}
 	return c.register(ctx, req)
+}
+
+// watchOverBudget is a watch of a resource over its memory budget: etcd's.
+func (c *Cacher) watchOverBudget(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	c.metrics.ReadToStorage(cachemetrics.WatchOverBudget)
+	return c.storage.Watch(ctx, key, opts)
 }
 
 // watchRequest is a parsed watch: its options, the RVs it asks for and
@@ -280,6 +298,14 @@ func (c *Cacher) appendInterested(out []watch.Event, w *hub.Watcher, events []*o
 type errWatcher struct{ result chan watch.Event }
 
 func newErrWatcher(err error) watch.Interface {
+	w := &errWatcher{result: make(chan watch.Event, 1)}
+	w.result <- errorEvent(err)
+	close(w.result)
+	return w
+}
+
+// errorEvent is err as a watch's error event: its status, or a 500.
+func errorEvent(err error) watch.Event {
 	ev := watch.Event{Type: watch.Error}
 	var status *errors.StatusError
 	var obj runtime.Object
@@ -296,10 +322,7 @@ func newErrWatcher(err error) watch.Interface {
 			Code:    http.StatusInternalServerError,
 		}
 	}
-	w := &errWatcher{result: make(chan watch.Event, 1)}
-	w.result <- ev
-	close(w.result)
-	return w
+	return ev
 }
 
 func (w *errWatcher) ResultChan() <-chan watch.Event { return w.result }

@@ -31,6 +31,7 @@ type refreshChoice struct {
 type htmlResource struct {
 	Name, ID    string
 	Ready       bool
+	OverBudget  bool
 	RV          string // cache against etcd, in words
 	RVProblem   bool   // etcd unreadable
 	LastHeard   string
@@ -81,7 +82,7 @@ func newHTMLPage(p Page, refresh int) htmlPage {
 }
 
 func newHTMLResource(s Snapshot) htmlResource {
-	r := htmlResource{Name: s.Resource, Ready: s.Ready}
+	r := htmlResource{Name: s.Resource, Ready: s.Ready, OverBudget: s.Budget != nil && s.Budget.Over}
 	if s.Group != "" {
 		r.Name += "." + s.Group
 	}
@@ -121,6 +122,9 @@ func newHTMLResource(s Snapshot) htmlResource {
 		{"WatchList sending its initial events, waiting for its floor", "WaitingForBookmark", s.Watchers["WaitingForBookmark"]},
 		{"WatchList whose end bookmark is queued, not yet read", "BookmarkReceived", s.Watchers["BookmarkReceived"]},
 		{"stalled: its client fell behind; fed from the history when it reads again", "stalled", s.StalledWatchers},
+	}
+	if b := s.Budget; b != nil {
+		r.Watchers = append(r.Watchers, watcherRow{"relayed: handed to etcd when the resource went over its memory budget", "relayed", b.RelayedWatches})
 	}
 	for _, w := range r.Watchers {
 		r.Total += w.Count
@@ -358,12 +362,12 @@ svg rect.slot { fill: #3b6ea8; }
 {{if .Resources}}
 <table class="summary">
 <tr><th>resource</th><th>state</th><th>against etcd</th><th>last heard from etcd</th><th>history</th><th>watchers</th></tr>
-{{range .Resources}}<tr><td><a href="#{{.ID}}">{{.Name}}</a></td><td>{{if .Ready}}<span class="state ready">ready</span>{{else}}<span class="state notready">not ready</span>{{end}}</td><td class="nowrap{{if .RVProblem}} problem{{end}}">{{.RV}}</td><td class="nowrap">{{.LastHeard}}</td><td>{{.History}}</td><td class="n">{{.Total}}</td></tr>
+{{range .Resources}}<tr><td><a href="#{{.ID}}">{{.Name}}</a></td><td>{{if .Ready}}<span class="state ready">ready</span>{{else if .OverBudget}}<span class="state notready">over its memory budget: served from etcd</span>{{else}}<span class="state notready">not ready</span>{{end}}</td><td class="nowrap{{if .RVProblem}} problem{{end}}">{{.RV}}</td><td class="nowrap">{{.LastHeard}}</td><td>{{.History}}</td><td class="n">{{.Total}}</td></tr>
 {{end}}</table>
 <p class="muted">etcd's revision moves with every resource's writes; a quiet resource's cache catches up at etcd's next progress notification, so a few revisions behind with a recent "last heard" is normal.</p>
 {{range .Resources}}
 <section id="{{.ID}}">
-<h2>{{.Name}} {{if .Ready}}<span class="state ready">ready</span>{{else}}<span class="state notready">not ready</span>{{end}}</h2>
+<h2>{{.Name}} {{if .Ready}}<span class="state ready">ready</span>{{else if .OverBudget}}<span class="state notready">over its memory budget: served from etcd</span>{{else}}<span class="state notready">not ready</span>{{end}}</h2>
 <table>
 <tr><th>against etcd</th><td{{if .RVProblem}} class="problem"{{end}}>{{.RV}}; last heard {{.LastHeard}}</td></tr>
 <tr><th>history</th><td>{{.History}}<br><span class="muted">{{.HistoryMore}}</span></td></tr>

@@ -18,9 +18,11 @@ type Snapshot struct {
 	Watchers map[string]int `json:"watchers"`
 	// StalledWatchers counts the watchers whose client fell behind, out of
 	// the fan-out until it reads again.
-	StalledWatchers int          `json:"stalledWatchers"`
-	Calendar        CalendarView `json:"calendar"`
-	History         HistoryView  `json:"history"`
+	StalledWatchers int `json:"stalledWatchers"`
+	// Budget is the resource's memory budget, when it has one.
+	Budget   *BudgetView  `json:"budget,omitempty"`
+	Calendar CalendarView `json:"calendar"`
+	History  HistoryView  `json:"history"`
 	// CacheRV is the RV the cache has applied; EtcdRV etcd's current
 	// revision (0 with EtcdError set when it could not be read).
 	CacheRV   uint64 `json:"cacheRV"`
@@ -32,6 +34,16 @@ type Snapshot struct {
 	LastTickDuration Seconds `json:"lastTickDurationSeconds"`
 	// Schedule is the resource's effective schedule.
 	Schedule ScheduleView `json:"schedule"`
+}
+
+// BudgetView is a resource's memory budget (--watch-cache-max-bytes): the
+// budget, the size last measured, whether it is over it (served from
+// etcd) and how many of the watches handed to etcd then are still open.
+type BudgetView struct {
+	MaxBytes       int64 `json:"maxBytes"`
+	EstimatedBytes int64 `json:"estimatedBytes"`
+	Over           bool  `json:"over"`
+	RelayedWatches int   `json:"relayedWatches"`
 }
 
 // Seconds is a duration written as seconds in JSON.
@@ -91,6 +103,7 @@ func newSnapshot(in cacher.Inspection) Snapshot {
 		Ready:           in.Ready,
 		Watchers:        map[string]int{},
 		StalledWatchers: in.Stalled,
+		Budget:          budgetView(in),
 		Calendar:        calendarView(in, cfg.BookmarkGranularity, cfg.BookmarkFrequency),
 		CacheRV:         in.CacheRV,
 		EtcdRV:          in.EtcdRV,
@@ -142,4 +155,11 @@ func calendarView(in cacher.Inspection, granularity, period time.Duration) Calen
 		}
 	}
 	return v
+}
+
+func budgetView(in cacher.Inspection) *BudgetView {
+	if in.Config.MaxBytes <= 0 {
+		return nil
+	}
+	return &BudgetView{MaxBytes: in.Config.MaxBytes, EstimatedBytes: in.EstimatedBytes, Over: in.OverBudget, RelayedWatches: in.Relayed}
 }

@@ -48,6 +48,13 @@ func TestNewSnapshot(t *testing.T) {
 	if s.StalledWatchers != 2 {
 		t.Errorf("stalled watchers: %d, want 2", s.StalledWatchers)
 	}
+	if s.Budget != nil {
+		t.Errorf("a budget shown for a resource without one: %+v", *s.Budget)
+	}
+	in.Config.MaxBytes, in.EstimatedBytes, in.OverBudget, in.Relayed = 1<<20, 3<<20, true, 4
+	if b := newSnapshot(in).Budget; b == nil || *b != (BudgetView{MaxBytes: 1 << 20, EstimatedBytes: 3 << 20, Over: true, RelayedWatches: 4}) {
+		t.Errorf("budget: %+v", b)
+	}
 	want := make([]int, 10)
 	want[8] = 4
 	if c := s.Calendar; !slices.Equal(c.Slots, want) || c.Filed != 7 || c.Overdue != 2 || c.Later != 1 || c.Granularity != 1 {

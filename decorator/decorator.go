@@ -263,6 +263,7 @@ func Schedule(o *options.WatchCacheOptions, gr schema.GroupResource) cacher.Conf
 		StorageSilenceTimeout:     r.StorageSilenceTimeout,
 		WatcherBuffer:             cacher.DefaultWatcherBuffer,
 		StallSlowWatchers:         r.StallSlowWatchers,
+		MaxBytes:                  r.MaxBytes,
 		ListBackfillRevisions:     cacher.DefaultListBackfillRevisions,
 	}
 }

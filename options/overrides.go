@@ -22,6 +22,7 @@ type ResourceOverride struct {
 	BookmarkGranularity       *time.Duration
 	BookmarkJitter            *float64
 	BookmarkMaxStaleness      *time.Duration
+	MaxBytes                  *int64
 }
 
 // overrideKeys are the settings an override may carry: the global flags'
@@ -33,6 +34,7 @@ var overrideKeys = []string{
 	strings.TrimPrefix(FlagBookmarkGranularity, flagPrefix),
 	strings.TrimPrefix(FlagBookmarkJitter, flagPrefix),
 	strings.TrimPrefix(FlagBookmarkMaxStaleness, flagPrefix),
+	strings.TrimPrefix(FlagMaxBytes, flagPrefix),
 }
 
 const flagPrefix = "watch-cache-"
@@ -53,6 +55,9 @@ func (r ResourceOverride) apply(o WatchCacheOptions) WatchCacheOptions {
 	set(&o.BookmarkMaxStaleness, r.BookmarkMaxStaleness)
 	if r.BookmarkJitter != nil {
 		o.BookmarkJitter = *r.BookmarkJitter
+	}
+	if r.MaxBytes != nil {
+		o.MaxBytes = *r.MaxBytes
 	}
 	o.ResourceOverrides = nil
 	return o
@@ -164,6 +169,14 @@ func parseOverride(s string) (schema.GroupResource, ResourceOverride, error) {
 				return gr, r, fmt.Errorf("%s: %s=%q: %w", name, key, value, err)
 			}
 			r.BookmarkJitter = &f
+			continue
+		}
+		if key == strings.TrimPrefix(FlagMaxBytes, flagPrefix) {
+			n, err := parseBytes(value)
+			if err != nil {
+				return gr, r, fmt.Errorf("%s: %s=%q: %w", name, key, value, err)
+			}
+			r.MaxBytes = &n
 			continue
 		}
 		var dst **time.Duration

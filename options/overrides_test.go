@@ -56,6 +56,25 @@ func TestResourceOverrides(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "a memory budget for all, a larger one for one resource",
+			args: []string{"--" + FlagMaxBytes + "=64Mi", flag + "pods:max-bytes=2G"},
+			check: func(t *testing.T, o *WatchCacheOptions) {
+				if w := o.ForResource(widgets); w.MaxBytes != 64<<20 {
+					t.Errorf("widgets: max bytes %d, want the global 64Mi", w.MaxBytes)
+				}
+				if p := o.ForResource(pods); p.MaxBytes != 2_000_000_000 {
+					t.Errorf("pods: max bytes %d, want 2G", p.MaxBytes)
+				}
+			},
+		},
+		{name: "bad max bytes", args: []string{flag + "pods:max-bytes=lots"}, parseErr: `max-bytes="lots": not a quantity of bytes`},
+		{name: "a fraction of a byte", args: []string{"--" + FlagMaxBytes + "=1500m"}, parseErr: "not a whole number of bytes"},
+		{
+			name:    "a negative budget",
+			args:    []string{flag + "pods:max-bytes=-1Ki"},
+			valErrs: []string{"--watch-cache-resource-overrides for pods: --watch-cache-max-bytes=-1024: must not be negative (0 means no budget)"},
+		},
 		{name: "unknown key", args: []string{flag + "widgets.demo.watchkeeper.io:frequency=5s"}, parseErr: `unknown setting "frequency"; the settings are bookmark-frequency,`},
 		{name: "bad duration", args: []string{flag + "widgets.demo.watchkeeper.io:bookmark-frequency=fast"}, parseErr: `bookmark-frequency="fast"`},
 		{name: "bad jitter", args: []string{flag + "widgets.demo.watchkeeper.io:bookmark-jitter=x"}, parseErr: `bookmark-jitter="x"`},

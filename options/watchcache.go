@@ -41,6 +41,7 @@ const (
 	FlagStorageSilenceTimeout     = "watch-cache-storage-silence-timeout"
 	FlagBookmarkMaxStaleness      = "watch-cache-bookmark-max-staleness"
 	FlagStallSlowWatchers         = "watch-cache-stall-slow-watchers"
+	FlagMaxBytes                  = "watch-cache-max-bytes"
 )
 
 // WatchCacheOptions configures the watch cache of every resource.
@@ -104,6 +105,12 @@ type WatchCacheOptions struct {
 	// watch otherwise holds its HTTP stream and two goroutines until its
 	// deadline) turns it off.
 	StallSlowWatchers bool
+	// MaxBytes is the most a resource's cache may hold, counted as the
+	// serialized size of its objects in etcd (the store's size estimate):
+	// past it the resource is served from etcd, its watches included, until
+	// it shrinks below nine tenths of it. 0 means no budget (upstream has
+	// none).
+	MaxBytes int64
 	// ResourceOverrides sets part of the schedule per group/resource; see
 	// --watch-cache-resource-overrides.
 	ResourceOverrides map[schema.GroupResource]ResourceOverride
@@ -169,8 +176,15 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 			"false closes such a watch at once, as upstream's cache does, and the client resumes or relists on its own: "+
 			"for servers that would rather shed a client that stopped reading than keep its watch open until its deadline. "+
 			"Upstream closes a watcher after about 100ms of blocking (KEP-6268 proposes stall and resume, off by default).")
+	fs.Var(bytesValue{&o.MaxBytes}, FlagMaxBytes,
+		"The most memory one resource's watch cache may hold, as the serialized size of its objects in etcd "+
+			"(a quantity: 512Mi, 2G; 0: no budget, as upstream). Past it the cache says so (log, metric "+
+			"watchkeeper_watch_cache_over_budget), lets go of its objects and serves the resource from etcd: reads, new "+
+			"watches, and its open watches, each continued from etcd where it stood; it caches the resource again once "+
+			"it is below nine tenths of the budget. Per resource with --"+FlagResourceOverrides+" max-bytes=. "+
+			"Needs the SizeBasedListCostEstimate feature gate (on by default).")
 	fs.Var(overridesValue{&o.ResourceOverrides}, FlagResourceOverrides,
-		"Schedule settings for one resource, e.g. widgets.demo.watchkeeper.io:bookmark-frequency=5s,events-history-window=20s "+
+		"Settings for one resource (its schedule, its memory budget), e.g. widgets.demo.watchkeeper.io:bookmark-frequency=5s,events-history-window=20s "+
 			"(repeat the flag for more resources; the core group is the resource alone). Keys: "+strings.Join(overrideKeys, ", ")+
 			". Each resource's resulting schedule must pass the same rules as the global flags (a pre-deadline offset given nowhere follows the resource's frequency); "+
 			"a resource the server does not serve is an error at start-up where the server knows all it serves (the sample apiserver), "+
@@ -286,6 +300,9 @@ func (o *WatchCacheOptions) Validate() []error {
 				"defaults to --%s + %v (%v), which is less than --%s + --%s (%v): set it explicitly so the newest bookmark is always resumable",
 				FlagBookmarkFrequency, DefaultHistoryMargin, window, FlagBookmarkFrequency, FlagBookmarkGranularity, minWindow)
 		}
+	}
+	if o.MaxBytes < 0 {
+		bad(FlagMaxBytes, o.MaxBytes, "must not be negative (0 means no budget)")
 	}
 	if o.EventsHistoryCapacity <= 0 {
 		bad(FlagEventsHistoryCapacity, o.EventsHistoryCapacity, "must be greater than 0")

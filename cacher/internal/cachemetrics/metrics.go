@@ -95,16 +95,16 @@ var (
 			"ready again), by reason: relist (its storage watch failed in a way only a relist mends: a compaction past its " +
 			"resourceVersion, an inconsistency with etcd, an event it could not apply), storage_silent (its storage watch said " +
 			"nothing for the silence timeout and was re-opened), storage_watch_failing (its storage watch kept failing past " +
-			"the retry window), stopped.",
+			"the retry window), over_budget (it went over its memory budget and is served from etcd), stopped.",
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource", "reason"})
 	readsToStorage = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem, Name: "reads_to_storage_total",
-		Help: "Gets and lists the cache sent on to the wrapped storage (etcd) instead of serving them, by verb (get, list) " +
+		Help: "Gets, lists and watches the cache sent on to the wrapped storage (etcd) instead of serving them, by verb (get, list) " +
 			"and reason: not_ready (the cache was not ready), consistent (a get with resourceVersion \"\"), delegated (a list " +
 			"the cache does not serve, as upstream's delegator decides), no_snapshot (an exact-resourceVersion or continued " +
 			"list whose state the snapshots no longer hold), consistent_fallback (a consistent list the cache could not " +
-			"catch up for).",
+			"catch up for), over_budget (the resource is over its memory budget; the only reason a watch is sent on).",
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource", "verb", "reason"})
 
@@ -143,6 +143,7 @@ func registerMetrics(backfillCooldown time.Duration) {
 		} {
 			legacyregistry.MustRegister(m)
 		}
+		registerBudgetMetrics()
 	})
 }
 
@@ -179,6 +180,7 @@ type Resource struct {
 	NotReady                   map[string]compbasemetrics.CounterMetric
 	ReadsToStorage             map[StorageRead]compbasemetrics.CounterMetric
 	SlowWatchers               map[string]compbasemetrics.CounterMetric
+	Budget                     Budget
 }
 
 // Outcomes of a slow watcher, for slow_watchers_total.
@@ -225,6 +227,7 @@ func NewResource(gr schema.GroupResource, backfillCooldown time.Duration) *Resou
 		NotReady:               map[string]compbasemetrics.CounterMetric{},
 		ReadsToStorage:         map[StorageRead]compbasemetrics.CounterMetric{},
 		SlowWatchers:           map[string]compbasemetrics.CounterMetric{},
+		Budget:                 newBudget(g, r),
 	}
 	for _, outcome := range []string{SlowStalled, SlowResumed, SlowClosed, SlowPositionExpired} {
 		m.SlowWatchers[outcome] = slowWatchers.WithLabelValues(g, r, outcome)
@@ -284,7 +287,7 @@ const (
 )
 
 // NotReadyReasons are every reason of not_ready_total, each a series.
-var NotReadyReasons = []string{NotReadyRelist, NotReadyStorageSilent, NotReadyStorageFailing, NotReadyStopped}
+var NotReadyReasons = []string{NotReadyRelist, NotReadyStorageSilent, NotReadyStorageFailing, NotReadyStopped, NotReadyOverBudget}
 
 // StorageRead is a kind of read the cache sends on to etcd: a series of
 // reads_to_storage_total.
@@ -298,7 +301,8 @@ var (
 	ListNoSnapshot         = StorageRead{"list", "no_snapshot"}
 	ListConsistentFallback = StorageRead{"list", "consistent_fallback"}
 
-	StorageReads = []StorageRead{GetNotReady, GetConsistent, ListNotReady, ListDelegated, ListNoSnapshot, ListConsistentFallback}
+	StorageReads = []StorageRead{GetNotReady, GetConsistent, ListNotReady, ListDelegated, ListNoSnapshot, ListConsistentFallback,
+		GetOverBudget, ListOverBudget, WatchOverBudget}
 )
 
 // WentNotReady counts a transition from ready to not ready, for why.

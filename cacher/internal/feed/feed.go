@@ -74,6 +74,14 @@ type Feed struct {
 	// watchEnd ends the storage watch when the liveness or the consistency
 	// check says so (storage_liveness.go).
 	watchEnd watchEnd
+	// budget is the memory budget's decisions, the reflector's own;
+	// overBudget, budgetCount and budgetAvg what it decided, for everyone
+	// (budget.go). handOver moves the Cacher's watchers to etcd watches in
+	// the exclusive hold that lets go of the state.
+	budget                 budget
+	overBudget             atomic.Bool
+	budgetCount, budgetAvg atomic.Int64
+	handOver               func()
 	// nextConsistencyCheck is when the cache next compares itself with
 	// etcd (consistency.go); only the feedChecks goroutine uses it.
 	nextConsistencyCheck time.Time
@@ -93,6 +101,7 @@ type Env struct {
 	Ctx         context.Context
 	Incoming    chan<- *objects.Event
 	EndWatchers func()
+	HandOver    func()
 }
 
 // New is the feed of one resource's cache; start runs it.
@@ -101,7 +110,8 @@ func New(cfg Config, env Env) *Feed {
 	f := &Feed{
 		cfg: cfg, storage: env.Storage, state: env.State, trigger: env.Trigger, clock: env.Clock,
 		metrics: env.Metrics, logger: env.Logger, stopCh: env.Stop, wg: env.WG,
-		incoming: env.Incoming, endWatchers: env.EndWatchers,
+		incoming: env.Incoming, endWatchers: env.EndWatchers, handOver: env.HandOver,
+		budget:            budget{max: cfg.MaxBytes},
 		watchMetadata:     metadata.New(map[string]string{"source": "watchkeeper", "resource": gr}),
 		backfillMetadata:  metadata.New(map[string]string{"source": "watchkeeper-backfill", "resource": gr}),
 		forcedEvictionLog: cachemetrics.EveryInterval{Interval: 10 * time.Second},
@@ -149,6 +159,8 @@ type Config struct {
 	StorageSilenceTimeout     time.Duration
 	StorageWatchWithoutPrevKV bool
 	ListBackfillRevisions     uint64
+	MaxBytes                  int64
+	BudgetCheckPeriod         time.Duration
 }
 
 // GoNotReady takes the cache out of service for why: pending until a list

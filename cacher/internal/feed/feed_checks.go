@@ -22,8 +22,12 @@ func (f *Feed) feedChecks() {
 			return
 		case <-t.C():
 			now := f.clock.Now()
-			f.checkStorageLiveness(now)
-			f.maybeCheckConsistency(now)
+			if !f.overBudget.Load() {
+				// Over its budget the cache watches nothing and holds
+				// nothing to compare.
+				f.checkStorageLiveness(now)
+				f.maybeCheckConsistency(now)
+			}
 			f.forgetCompacted()
 			t.Reset(feedCheckPeriod)
 		}

@@ -51,6 +51,13 @@ func (f *Feed) reflectLoop() {
 		if f.stopping() {
 			return
 		}
+		if errors.Is(err, errOverBudget) {
+			if !f.serveFromStorage(ctx) {
+				return
+			}
+			backoff = initialBackoff
+			continue
+		}
 		if listed {
 			backoff = initialBackoff
 		}
@@ -91,6 +98,9 @@ func (f *Feed) listAndWatch(ctx context.Context) (listed bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	if err := f.measureBudget(ctx); err != nil {
+		return true, err
+	}
 	retry := watchRetry{window: StorageWatchRetryWindow}
 	failures := 0 // in this run of failures, for the log
 	for {
@@ -102,6 +112,9 @@ func (f *Feed) listAndWatch(ctx context.Context) (listed bool, err error) {
 		if delivered {
 			retry.progressed()
 			failures = 0
+		}
+		if errors.Is(err, errOverBudget) {
+			return true, err
 		}
 		if err = classifyWatchError(err); !isTransient(err) {
 			return true, err
@@ -155,6 +168,7 @@ func (f *Feed) list(ctx context.Context) (uint64, error) {
 	// The initialization is counted under it too: whoever sees the cache
 	// ready sees it counted.
 	if err := f.state.Relist(objs, rv, f.clock.Now(), f.endWatchers, func() {
+		f.cachedAgain()
 		f.metrics.Initializations.Inc()
 		f.metrics.InitDuration.Observe(f.clock.Since(start).Seconds())
 	}); err != nil {
@@ -234,12 +248,18 @@ func (f *Feed) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered bo
 	}
 	defer w.Stop()
 	f.heard(f.clock.Now())
+	measure, stopMeasuring := f.budgetTicker()
+	defer stopMeasuring()
 	for {
 		select {
 		case <-ctx.Done():
 			return rv, delivered, ctx.Err()
 		case <-lost:
 			return rv, delivered, f.watchEnd.reason()
+		case <-measure:
+			if err := f.measureBudget(ctx); err != nil {
+				return rv, delivered, err
+			}
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				return rv, delivered, errWatchClosed

@@ -165,6 +165,16 @@ func (w *Watcher) Stall(nowNanos int64) (kept int, ok bool) {
 	return keep, true
 }
 
+// Closed is closed once the watcher is: a feed that waits on something
+// else for a stalled watcher (an etcd watch, for a resource over its memory
+// budget) waits on it too. Nil before the watcher's first pump, and a
+// stalled watcher has one.
+func (w *Watcher) Closed() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done
+}
+
 // Position is where a stalled watcher whose client took everything kept for
 // it resumes: after the RV it returns. False when it is not stalled, or
 // still has events queued.

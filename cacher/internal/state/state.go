@@ -208,6 +208,24 @@ func (s *State) GoNotReady(stopped bool, now time.Time, alsoLocked func()) (wasR
 	return wasReady
 }
 
+// ReleaseLocked lets go of everything the state holds but its RV: the
+// objects, the history and the snapshots, for a resource over its memory
+// budget (internal/feed/budget.go). The caller holds mu exclusively, in
+// the hold that took the state out of service (GoNotReady); a relist
+// fills it again.
+func (s *State) ReleaseLocked() error {
+	if err := s.store.Replace(nil, strconv.FormatUint(s.rv, 10)); err != nil {
+		return err
+	}
+	s.ordered.reset(nil)
+	s.current = orderedObjects{}
+	s.history.reset(s.rv)
+	// Not from a list: no backfill reaches back into a state let go of.
+	s.history.fromList = false
+	s.snapshots.reset()
+	return nil
+}
+
 // ReadyAgainIf makes a pending state ready again when answered, asked in
 // the same exclusive hold, says its storage watch answered after a
 // silence: what it holds is etcd's again. A stopped state stays stopped.

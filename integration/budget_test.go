@@ -1,0 +1,221 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/watchkeeper/watchkeeper/cacher"
+	"github.com/watchkeeper/watchkeeper/internal/testchild"
+)
+
+// The memory budget against a real etcd (internal/feed/budget.go,
+// cacher/budget_relay.go; issue 50, item 2): a resource that grows past
+// its budget is served from etcd, correctly, with the watches open before
+// it went over delivering every event in order, none twice; once it
+// shrinks below nine tenths of the budget it is cached again, and those
+// watches are still open.
+
+// budgetPodAnnotation pads each pod to about 1.2 KB in etcd.
+const budgetPodAnnotation = 1000
+
+// budgetPod writes pod name of namespace ns: created, or its label set to
+// gen; it returns the write's RV.
+func budgetPod(ctx context.Context, t *testing.T, e *env, ns, name string, gen int) uint64 {
+	t.Helper()
+	key := bhPodKey(ns, name)
+	out := &example.Pod{}
+	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{
+		Namespace: ns, Name: name,
+		Labels:      map[string]string{"gen": fmt.Sprint(gen), "app": "budget"},
+		Annotations: map[string]string{"pad": strings.Repeat("x", budgetPodAnnotation)},
+	}}
+	var err error
+	if gen == 0 {
+		err = e.cacher.Create(ctx, key, pod, out, 0)
+	} else {
+		err = e.cacher.GuaranteedUpdate(ctx, key, out, false, nil, storage.SimpleUpdate(func(in runtime.Object) (runtime.Object, error) {
+			p := in.(*example.Pod).DeepCopy()
+			p.Labels = pod.Labels
+			return p, nil
+		}), nil)
+	}
+	if err != nil {
+		t.Fatalf("writing %s/%s: %v", ns, name, err)
+	}
+	return bhRvOf(t, out)
+}
+
+// budgetDelete deletes pod name of namespace ns and returns the RV of the
+// deletion, which its DELETED event carries.
+func budgetDelete(ctx context.Context, t *testing.T, e *env, ns, name string) uint64 {
+	t.Helper()
+	out := &example.Pod{}
+	if err := e.cacher.Delete(ctx, bhPodKey(ns, name), out, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
+		t.Fatalf("deleting %s/%s: %v", ns, name, err)
+	}
+	return bhRvOf(t, out)
+}
+
+// budgetWaitFor polls the cache's Inspection until cond holds.
+func budgetWaitFor(ctx context.Context, t *testing.T, e *env, what string, cond func(cacher.Inspection) bool) cacher.Inspection {
+	t.Helper()
+	limit := time.Now().Add(time.Minute)
+	for {
+		in := e.cacher.Inspect(ctx)
+		if cond(in) {
+			return in
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("%s: not within a minute; the cache: over budget %v, ready %v, estimated %d bytes, relayed %d",
+				what, in.OverBudget, in.Ready, in.EstimatedBytes, in.Relayed)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// budgetSameList checks that a list through the cache at RV "0" has what
+// etcd has.
+func budgetSameList(ctx context.Context, t *testing.T, e *env, sel labels.Selector) int {
+	t.Helper()
+	names := func(s storage.Interface, rv string) []string {
+		list := &example.PodList{}
+		pred := bhEverything(false)
+		pred.Label, pred.GetAttrs = sel, podAttrs
+		if err := s.GetList(ctx, "/pods/", storage.ListOptions{ResourceVersion: rv, Recursive: true, Predicate: pred}, list); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range list.Items {
+			out = append(out, p.Namespace+"/"+p.Name+"@"+p.ResourceVersion)
+		}
+		slices.Sort(out)
+		return out
+	}
+	got, want := names(e.cacher, "0"), names(e.raw, "")
+	if !slices.Equal(got, want) {
+		t.Fatalf("list through the cache (%d items) is not etcd's (%d items):\n got %v\nwant %v", len(got), len(want), got, want)
+	}
+	return len(got)
+}
+
+func TestBudgetOverAndBackWithWatchesOpen(t *testing.T) {
+	t.Parallel() // in a process of its own: the metrics are the process's
+	if !testchild.Isolate(t) {
+		return
+	}
+	const (
+		ns     = "budget"
+		budget = 40 * (budgetPodAnnotation + 200) // about 40 pods
+		period = 100 * time.Millisecond
+	)
+	e := setup(t, func(c *cacher.Config) { c.MaxBytes, c.BudgetCheckPeriod = budget, period })
+	ctx := context.Background()
+	pods := map[string]string{"resource": "pods"}
+	readsOver := func(verb string) float64 {
+		v, _ := metricValue(t, "watchkeeper_watch_cache_reads_to_storage_total", map[string]string{"resource": "pods", "verb": verb, "reason": "over_budget"})
+		return v
+	}
+
+	// 25 pods: under the budget.
+	var rvs []uint64
+	for i := range 25 {
+		rvs = append(rvs, budgetPod(ctx, t, e, ns, fmt.Sprintf("p%02d", i), 0))
+	}
+	from := rvs[len(rvs)-1]
+	bhWaitCached(ctx, t, e, ns, "p24", from)
+	if in := e.cacher.Inspect(ctx); in.OverBudget {
+		t.Fatalf("over the budget at 25 pods (%d bytes estimated, budget %d)", in.EstimatedBytes, budget)
+	}
+	// Two watches from here: every pod, and the pods of one label.
+	all, err := e.cacher.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: fmt.Sprint(from), Recursive: true, Predicate: bhEverything(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Stop()
+	selected := labels.SelectorFromSet(labels.Set{"gen": "1"})
+	pred := bhEverything(false)
+	pred.Label = selected // no GetAttrs: the cache's own serve it, and its relay
+	gen1, err := e.cacher.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: fmt.Sprint(from), Recursive: true, Predicate: pred})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gen1.Stop()
+	var allRVs, gen1RVs []uint64
+
+	// 35 more: over it. The cache lets go, and etcd serves.
+	for i := 25; i < 60; i++ {
+		allRVs = append(allRVs, budgetPod(ctx, t, e, ns, fmt.Sprintf("p%02d", i), 0))
+	}
+	over := budgetWaitFor(ctx, t, e, "over the budget at 60 pods", func(in cacher.Inspection) bool { return in.OverBudget })
+	if over.Ready || over.Relayed != 2 || over.EstimatedBytes <= budget {
+		t.Errorf("over the budget: ready %v (want false: it holds nothing), %d watches relayed (want 2), estimated %d bytes (budget %d)",
+			over.Ready, over.Relayed, over.EstimatedBytes, budget)
+	}
+	if err := e.cacher.ReadinessCheck(); err != nil {
+		t.Errorf("over the budget the resource is served from etcd, but its readiness check fails: %v", err)
+	}
+	if v, _ := metricValue(t, "watchkeeper_watch_cache_over_budget", pods); v != 1 {
+		t.Errorf("over_budget gauge %v, want 1", v)
+	}
+	// Writes go on, and some match the second watch.
+	for i := range 10 {
+		rv := budgetPod(ctx, t, e, ns, fmt.Sprintf("p%02d", i), 1)
+		allRVs, gen1RVs = append(allRVs, rv), append(gen1RVs, rv)
+	}
+	lists0, gets0, watches0 := readsOver("list"), readsOver("get"), readsOver("watch")
+	if n := budgetSameList(ctx, t, e, labels.Everything()); n != 60 {
+		t.Errorf("listed %d pods over the budget, want 60", n)
+	}
+	budgetSameList(ctx, t, e, selected)
+	got := &example.Pod{}
+	if err := e.cacher.Get(ctx, bhPodKey(ns, "p03"), storage.GetOptions{ResourceVersion: "0"}, got); err != nil || got.Labels["gen"] != "1" {
+		t.Errorf("get over the budget: %v, labels %v (want gen 1)", err, got.Labels)
+	}
+	late, err := e.cacher.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: fmt.Sprint(rvs[0]), Recursive: true, Predicate: bhEverything(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late.Stop()
+	if readsOver("list") < lists0+2 || readsOver("get") < gets0+1 || readsOver("watch") < watches0+1 {
+		t.Errorf("reads to etcd over the budget: lists +%v (want 2), gets +%v (want 1), watches +%v (want 1)",
+			readsOver("list")-lists0, readsOver("get")-gets0, readsOver("watch")-watches0)
+	}
+	if s, err := e.cacher.Stats(ctx); err != nil || s.ObjectCount != 60 {
+		t.Errorf("stats over the budget: %+v, %v (want 60 objects)", s, err)
+	}
+
+	// Down to 20: below nine tenths of the budget. Cached again.
+	for i := 20; i < 60; i++ {
+		allRVs = append(allRVs, budgetDelete(ctx, t, e, ns, fmt.Sprintf("p%02d", i)))
+	}
+	budgetWaitFor(ctx, t, e, "cached again at 20 pods", func(in cacher.Inspection) bool { return !in.OverBudget && in.Ready })
+	lists1 := readsOver("list")
+	if n := budgetSameList(ctx, t, e, labels.Everything()); n != 20 {
+		t.Errorf("listed %d pods back on the cache, want 20", n)
+	}
+	if readsOver("list") != lists1 {
+		t.Errorf("a list went to etcd back under the budget")
+	}
+	if v, _ := metricValue(t, "watchkeeper_watch_cache_over_budget", pods); v != 0 {
+		t.Errorf("over_budget gauge %v back under the budget, want 0", v)
+	}
+
+	// The watches opened before: every event, in order, none twice, and
+	// still open for the next.
+	final := budgetPod(ctx, t, e, ns, "p00", 2) // p00 leaves gen1's selector
+	stallReadAll(t, all, append(allRVs, final), time.Minute)
+	stallReadAll(t, gen1, append(gen1RVs, final), time.Minute)
+	if v, _ := metricValue(t, "apiserver_terminated_watchers_total", pods); v != 0 {
+		t.Errorf("%v watchers terminated, want 0", v)
+	}
+}
