@@ -28,9 +28,13 @@ import (
 // budgetPodAnnotation pads each pod to about 1.2 KB in etcd.
 const budgetPodAnnotation = 1000
 
-// budgetPod writes pod name of namespace ns: created, or its label set to
-// gen; it returns the write's RV.
-func budgetPod(ctx context.Context, t *testing.T, e *env, ns, name string, gen int) uint64 {
+// budgetNS is the budget tests' namespace.
+const budgetNS = "budget"
+
+// budgetPod writes pod name: created, or its label set to gen; it returns
+// the write's RV.
+func budgetPod(ctx context.Context, t *testing.T, e *env, name string, gen int) uint64 {
+	const ns = budgetNS
 	t.Helper()
 	key := bhPodKey(ns, name)
 	out := &example.Pod{}
@@ -55,9 +59,10 @@ func budgetPod(ctx context.Context, t *testing.T, e *env, ns, name string, gen i
 	return bhRvOf(t, out)
 }
 
-// budgetDelete deletes pod name of namespace ns and returns the RV of the
-// deletion, which its DELETED event carries.
-func budgetDelete(ctx context.Context, t *testing.T, e *env, ns, name string) uint64 {
+// budgetDelete deletes pod name and returns the RV of the deletion, which
+// its DELETED event carries.
+func budgetDelete(ctx context.Context, t *testing.T, e *env, name string) uint64 {
+	const ns = budgetNS
 	t.Helper()
 	out := &example.Pod{}
 	if err := e.cacher.Delete(ctx, bhPodKey(ns, name), out, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
@@ -114,7 +119,7 @@ func TestBudgetOverAndBackWithWatchesOpen(t *testing.T) {
 		return
 	}
 	const (
-		ns     = "budget"
+		ns     = budgetNS
 		budget = 40 * (budgetPodAnnotation + 200) // about 40 pods
 		period = 100 * time.Millisecond
 	)
@@ -129,7 +134,7 @@ func TestBudgetOverAndBackWithWatchesOpen(t *testing.T) {
 	// 25 pods: under the budget.
 	var rvs []uint64
 	for i := range 25 {
-		rvs = append(rvs, budgetPod(ctx, t, e, ns, fmt.Sprintf("p%02d", i), 0))
+		rvs = append(rvs, budgetPod(ctx, t, e, fmt.Sprintf("p%02d", i), 0))
 	}
 	from := rvs[len(rvs)-1]
 	bhWaitCached(ctx, t, e, ns, "p24", from)
@@ -154,7 +159,7 @@ func TestBudgetOverAndBackWithWatchesOpen(t *testing.T) {
 
 	// 35 more: over it. The cache lets go, and etcd serves.
 	for i := 25; i < 60; i++ {
-		allRVs = append(allRVs, budgetPod(ctx, t, e, ns, fmt.Sprintf("p%02d", i), 0))
+		allRVs = append(allRVs, budgetPod(ctx, t, e, fmt.Sprintf("p%02d", i), 0))
 	}
 	over := budgetWaitFor(ctx, t, e, "over the budget at 60 pods", func(in cacher.Inspection) bool { return in.OverBudget })
 	if over.Ready || over.Relayed != 2 || over.EstimatedBytes <= budget {
@@ -169,7 +174,7 @@ func TestBudgetOverAndBackWithWatchesOpen(t *testing.T) {
 	}
 	// Writes go on, and some match the second watch.
 	for i := range 10 {
-		rv := budgetPod(ctx, t, e, ns, fmt.Sprintf("p%02d", i), 1)
+		rv := budgetPod(ctx, t, e, fmt.Sprintf("p%02d", i), 1)
 		allRVs, gen1RVs = append(allRVs, rv), append(gen1RVs, rv)
 	}
 	lists0, gets0, watches0 := readsOver("list"), readsOver("get"), readsOver("watch")
@@ -196,7 +201,7 @@ func TestBudgetOverAndBackWithWatchesOpen(t *testing.T) {
 
 	// Down to 20: below nine tenths of the budget. Cached again.
 	for i := 20; i < 60; i++ {
-		allRVs = append(allRVs, budgetDelete(ctx, t, e, ns, fmt.Sprintf("p%02d", i)))
+		allRVs = append(allRVs, budgetDelete(ctx, t, e, fmt.Sprintf("p%02d", i)))
 	}
 	budgetWaitFor(ctx, t, e, "cached again at 20 pods", func(in cacher.Inspection) bool { return !in.OverBudget && in.Ready })
 	lists1 := readsOver("list")
@@ -212,7 +217,7 @@ func TestBudgetOverAndBackWithWatchesOpen(t *testing.T) {
 
 	// The watches opened before: every event, in order, none twice, and
 	// still open for the next.
-	final := budgetPod(ctx, t, e, ns, "p00", 2) // p00 leaves gen1's selector
+	final := budgetPod(ctx, t, e, "p00", 2) // p00 leaves gen1's selector
 	stallReadAll(t, all, append(allRVs, final), time.Minute)
 	stallReadAll(t, gen1, append(gen1RVs, final), time.Minute)
 	if v, _ := metricValue(t, "apiserver_terminated_watchers_total", pods); v != 0 {
