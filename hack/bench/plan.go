@@ -14,11 +14,11 @@ import (
 
 // Scenario and level names, as in result.Result.
 var (
-	allScenarios = []string{"idle", "bookmarks", "fanout", "list", "watchlist", "exactkey", "storm", "memory", "sharded", "prevkv", "slowtax", "restart"}
+	allScenarios = []string{"idle", "bookmarks", "fanout", "list", "watchlist", "exactkey", "storm", "memory", "sharded", "prevkv", "slowtax", "restart", "budget"}
 	allLevels    = []string{"storage", "http"}
 	// withBaseline are the storage-level scenarios that also run the
 	// baseline none, no cache.
-	withBaseline = []string{"idle", "exactkey", "memory"}
+	withBaseline = []string{"idle", "exactkey", "memory", "budget"}
 	// httpScenarios are the ones package httpbench provides.
 	httpScenarios = []string{"idle", "bookmarks", "fanout"}
 )
@@ -120,6 +120,9 @@ type sizes struct {
 	// restart (issue 50.4): restartResources caches of restartObjects
 	// pods each start at once over restartEvents updates of history.
 	restartResources, restartObjects, restartEvents int
+	// budget (issue 50.2): budgetObjects realistic pods, the budget a
+	// quarter of their bytes.
+	budgetObjects int
 
 	httpIdleWatchers  []int
 	httpBookmarkWatch []int
@@ -155,6 +158,7 @@ var (
 		shardedWatchers:  []int{64},
 		shardedEvents:    5_000,
 		prevKVObjects:    2_000,
+		budgetObjects:    20_000,
 		slowTaxWatchers:  1_000,
 		slowTaxSlow:      1,
 		slowTaxEvents:    2_000,
@@ -190,6 +194,7 @@ var (
 		shardedWatchers:  []int{8},
 		shardedEvents:    500,
 		prevKVObjects:    300,
+		budgetObjects:    2_000,
 		slowTaxWatchers:  100,
 		slowTaxSlow:      1,
 		slowTaxEvents:    1_200,
@@ -235,10 +240,15 @@ func plan(sz sizes, scenarios, levels []string) (runs []runSpec, skipped []strin
 					if level == "storage" && slices.Contains(withBaseline, sc) {
 						decs = append([]string{decNone}, decs...)
 					}
-					if sc == "restart" {
+					switch sc {
+					case "restart":
 						// The question it asks: is it the backfill after
 						// each list?
 						decs = append(slices.Clone(decs), storagebench.WatchkeeperNoBackfill)
+					case "budget":
+						// What a budget saves and costs, beside the cache
+						// without one.
+						decs = append(slices.Clone(decs), storagebench.WatchkeeperBudget)
 					}
 					r.Pair = p
 					for _, d := range decs {
@@ -313,6 +323,8 @@ func scenarioRuns(sz sizes, sc, level string) []runSpec {
 				FeatureGates: fmt.Sprintf("%s=%t", features.WatchFromStorageWithoutPrevKV, without),
 				Timeout:      3 * time.Minute})
 		}
+	case "budget":
+		runs = append(runs, runSpec{Scenario: sc, Level: level, Objects: sz.budgetObjects, Timeout: 5 * time.Minute})
 	case "restart":
 		runs = append(runs, runSpec{Scenario: sc, Level: level, Watchers: sz.restartResources, Objects: sz.restartObjects,
 			Events: sz.restartEvents, Timeout: 5 * time.Minute})

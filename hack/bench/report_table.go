@@ -62,6 +62,16 @@ func markdownReport(h reportHeader, results []result.Result, failures []failure)
 				metricLabel(r.metric, r.unit), formatValue(r.values[decNone]))
 		}
 	}
+	if vs := variantRows(main); len(vs) > 0 {
+		b.WriteString("\nVariants of watchkeeper some scenarios also run (restart: watchkeeper-nobackfill, without the history " +
+			"backfill after each list; budget: watchkeeper-budget, over a memory budget), beside upstream's figure of the same run:\n\n")
+		b.WriteString("| scenario | level | params | metric | variant | value | upstream | ratio variant/upstream |\n|---|---|---|---|---|---:|---:|---:|\n")
+		for _, v := range vs {
+			up, hasUp := v.row.values[decUpstream]
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", v.row.scenario, v.row.level, v.row.params,
+				metricLabel(v.row.metric, v.row.unit), v.decorator, formatValue(v.value), valueOrDash(up, hasUp), ratio(up, hasUp, v.value, true))
+		}
+	}
 	for _, sk := range h.skipped {
 		fmt.Fprintf(&b, "\nNot run in %s mode: `%s`.\n", h.mode, sk)
 	}
@@ -148,6 +158,11 @@ back). For each phase: the fast watches' write-to-receipt latency and throughput
 events they missed, and the slow watches the cache closed (watchkeeper stalls them instead:
 --watch-cache-stall-slow-watchers); stalled_p99_tax is the stalled phase's p99 over the
 baseline's.
+budget writes N realistic pods and starts each storage over them: none (no cache), both
+caches, and watchkeeper-budget, watchkeeper with --watch-cache-max-bytes a quarter of the
+pods' bytes, measured once it is over its budget and serving from etcd. Then the heap per
+pod with one watch open, a first page of 500 and a whole list at RV "0", a get at RV "0",
+and how long the open watch takes to get an update of a tenth of the pods.
 `
 
 // tableRows groups results into rows in the order the runs produced them;
@@ -283,3 +298,30 @@ func dashIfEmpty(s string) string {
 	}
 	return s
 }
+
+// variant is one figure of a decorator other than the pair and the
+// baseline, on its row.
+type variant struct {
+	row       *row
+	decorator string
+	value     float64
+}
+
+// variantRows are the figures of the variants, row by row, variants sorted.
+func variantRows(main []*row) []variant {
+	var out []variant
+	for _, r := range main {
+		var decs []string
+		for d := range r.values {
+			if d != decUpstream && d != decWatchkeeper && d != decNone {
+				decs = append(decs, d)
+			}
+		}
+		sort.Strings(decs)
+		for _, d := range decs {
+			out = append(out, variant{row: r, decorator: d, value: r.values[d]})
+		}
+	}
+	return out
+}
+

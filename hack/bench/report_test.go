@@ -76,9 +76,9 @@ func TestPlanAlternatesWhichCacheGoesFirst(t *testing.T) {
 	all, _ := plan(fullSizes, allScenarios, []string{"storage", "http"})
 	var runs []runSpec
 	for _, r := range all {
-		// The baseline and restart's backfill-off variant are extra runs
-		// beside the pair.
-		if r.Decorator != decNone && r.Decorator != storagebench.WatchkeeperNoBackfill {
+		// The baseline, restart's backfill-off variant and budget's
+		// budgeted one are extra runs beside the pair.
+		if r.Decorator != decNone && r.Decorator != storagebench.WatchkeeperNoBackfill && r.Decorator != storagebench.WatchkeeperBudget {
 			runs = append(runs, r)
 		}
 	}
@@ -309,4 +309,18 @@ func TestPlanShardedAndPrevKV(t *testing.T) {
 	if _, err := pickList("sharded,prevkv", allScenarios, "scenario"); err != nil {
 		t.Errorf("-scenarios sharded,prevkv: %v", err)
 	}
+}
+
+// A variant's figures (budget's watchkeeper-budget) reach results.md in a
+// table of their own, beside upstream's of the same run.
+func TestReportShowsVariants(t *testing.T) {
+	p := map[string]int{"objects": 2_000}
+	var rs []result.Result
+	for dec, v := range map[string]float64{decUpstream: 16_040, decWatchkeeper: 30_167, storagebench.WatchkeeperBudget: 2_414} {
+		rs = append(rs, result.Result{Scenario: "budget", Level: "storage", Decorator: dec, Params: p,
+			Metric: "heap_bytes_per_object", Unit: "B", Better: result.Lower, Value: v})
+	}
+	wantLines(t, "results.md", markdownReport(reportHeader{}, rs, nil),
+		"| budget | storage | objects=2000 | heap_bytes_per_object [B] | 16,040 | 30,167 | 1.88 | lower |",
+		"| budget | storage | objects=2000 | heap_bytes_per_object [B] | watchkeeper-budget | 2,414 | 16,040 | 0.15 |")
 }

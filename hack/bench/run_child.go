@@ -76,12 +76,12 @@ func runMain(args []string) error {
 	var c childFlags
 	var watchParent bool
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
-	fs.StringVar(&c.spec.Scenario, "scenario", "", "idle, bookmarks, fanout, list, watchlist, exactkey, storm, memory, sharded, prevkv or slowtax")
+	fs.StringVar(&c.spec.Scenario, "scenario", "", "idle, bookmarks, fanout, list, watchlist, exactkey, storm, memory, sharded, prevkv, slowtax, restart or budget")
 	fs.StringVar(&c.spec.Level, "level", "storage", "storage or http")
 	fs.StringVar(&c.spec.Decorator, "decorator", "", "upstream, watchkeeper, or none (idle baseline)")
 	fs.IntVar(&c.spec.Watchers, "watchers", 0, "watches to open (storm: nodes, one WatchList each; sharded: shards)")
 	fs.IntVar(&c.spec.Events, "events", 0, "events to write (fanout, exactkey, sharded; slowtax: per phase)")
-	fs.IntVar(&c.spec.Objects, "objects", 0, "objects in the resource (list, watchlist, exactkey, storm, memory, prevkv); slow watchers (slowtax)")
+	fs.IntVar(&c.spec.Objects, "objects", 0, "objects in the resource (list, watchlist, exactkey, storm, memory, prevkv, budget); slow watchers (slowtax)")
 	fs.StringVar(&c.spec.FeatureGates, "feature-gates", "", "feature gates to set in this process before the run, key=value,... (k8s.io/apiserver's, e.g. WatchFromStorageWithoutPrevKV=false)")
 	fs.StringVar(&c.spec.Kind, "kind", "", "kind of object (memory): "+strings.Join(storagebench.MemoryKinds, ", "))
 	fs.IntVar(&c.spec.Repeats, "repeats", 0, "timed repetitions (list, watchlist)")
@@ -161,6 +161,7 @@ var storageScenarios = scenarioFuncs[storagebench.Env]{
 	prevkv:    storagebench.PrevKV,
 	slowtax:   storagebench.SlowTax,
 	restart:   storagebench.Restart,
+	budget:    storagebench.Budget,
 }
 
 func runScenario(ctx context.Context, c childFlags) ([]result.Result, error) {

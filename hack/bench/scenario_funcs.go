@@ -28,6 +28,7 @@ type scenarioFuncs[E any] struct {
 	slowtax func(ctx context.Context, env E, decorator string, watchers, slow, events, rate int) ([]result.Result, error)
 	// restart's watchers are its resources, each of objects objects.
 	restart func(ctx context.Context, env E, decorator string, resources, objects, events int) ([]result.Result, error)
+	budget  func(ctx context.Context, env E, decorator string, objects int) ([]result.Result, error)
 }
 
 // run runs r's scenario with env, at r's sizes; ok is false when the level
@@ -58,6 +59,8 @@ func (l scenarioFuncs[E]) run(ctx context.Context, env E, r runSpec) (rs []resul
 		rs, err = l.slowtax(ctx, env, r.Decorator, r.Watchers, r.Objects, r.Events, r.Rate)
 	case r.Scenario == "restart" && l.restart != nil:
 		rs, err = l.restart(ctx, env, r.Decorator, r.Watchers, r.Objects, r.Events)
+	case r.Scenario == "budget" && l.budget != nil:
+		rs, err = l.budget(ctx, env, r.Decorator, r.Objects)
 	default:
 		return nil, false, nil
 	}
