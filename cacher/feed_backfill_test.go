@@ -448,6 +448,16 @@ func TestListBackfillsTheHistoryBeforeAnyResume(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	watches, lists := fs.WatchCount(), fs.ListCount()
+	// The backfilled a@97 is the version the list read: one object for
+	// both, not two decoded copies.
+	c.state.Read(func() {
+		events, _ := c.state.AfterLocked(70)
+		for e := range events {
+			if e.RV == 97 && e.Cur != c.state.Peek(e.Cur.Key) {
+				t.Errorf("the backfilled a@97 holds a copy of the listed a@97, not the state's object")
+			}
+		}
+	})
 
 	w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "80", Recursive: true, Predicate: cachertest.Everything(false)})
 	if err != nil {

@@ -324,4 +324,3 @@ func variantRows(main []*row) []variant {
 	}
 	return out
 }
-

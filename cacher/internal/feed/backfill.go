@@ -149,6 +149,7 @@ func (f *Feed) fillHistory(ctx context.Context, rv uint64, afterList bool) error
 		return fmt.Errorf("reading etcd's state at %d (%s) for %d events read in %v: %w", rv, read, len(events), evsTook, stateErr)
 	}
 	f.linkBackfill(events, state)
+	f.shareWithState(events)
 
 	if err := f.state.PrependHistory(events, rv, start, f.clock.Now()); err != nil {
 		return err
@@ -168,6 +169,29 @@ func (f *Feed) linkBackfill(events []*objects.Event, state map[string]*objects.O
 			delete(state, e.Cur.Key)
 		} else {
 			state[e.Cur.Key] = e.Cur
+		}
+	}
+}
+
+// shareWithState makes each backfilled event whose object is the version
+// the state holds under its key hold the state's object. After a list the
+// newest of those events carry the very versions the list just read (at a
+// restart, most of the backfill's 2,000 revisions), which would otherwise
+// be held twice, decoded once by the list and once by the backfill. No
+// later event of the backfill concerns such a key (the state's version is
+// its newest up to the history's start), so the links between events stay
+// as linkBackfill made them.
+func (f *Feed) shareWithState(events []*objects.Event) {
+	for _, e := range events {
+		if e.Type == watch.Deleted || e.Cur == nil {
+			continue
+		}
+		held := f.state.Peek(e.Cur.Key)
+		if held == nil || held == e.Cur {
+			continue
+		}
+		if rv, err := f.cfg.Versioner.ObjectResourceVersion(held.Obj); err == nil && rv == e.RV {
+			e.Cur = held
 		}
 	}
 }
