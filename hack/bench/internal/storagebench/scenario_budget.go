@@ -66,20 +66,15 @@ func Budget(ctx context.Context, env Env, decorator string, objects int) ([]resu
 	if err := expectObjects(ctx, s, k.res, "0", objects); err != nil {
 		return nil, err
 	}
-	list := k.res.newListFunc()
-	if err := s.GetList(ctx, resourcePrefix, storage.ListOptions{ResourceVersion: "", Predicate: storage.Everything, Recursive: true}, list); err != nil {
-		return nil, err
-	}
-	listMeta, err := meta.ListAccessor(list)
+	last, err := listRV(ctx, s, k.res)
 	if err != nil {
 		return nil, err
 	}
-	w, err := s.Watch(ctx, resourcePrefix, storage.ListOptions{ResourceVersion: listMeta.GetResourceVersion(), Predicate: storage.Everything, Recursive: true})
+	w, err := s.Watch(ctx, resourcePrefix, storage.ListOptions{ResourceVersion: last, Predicate: storage.Everything, Recursive: true})
 	if err != nil {
 		return nil, err
 	}
 	defer func() { w.Stop() }()
-	list = nil
 	waitGoroutinesSettle(500*time.Millisecond, 5*time.Second)
 	heap := memStatsAfterGC().HeapAlloc
 
@@ -120,7 +115,6 @@ func Budget(ctx context.Context, env Env, decorator string, objects int) ([]resu
 	// A watch the cache closes (upstream's closes one it blocked on for
 	// 100ms) is opened again from its last event, as a reflector resumes.
 	closed := 0
-	last := listMeta.GetResourceVersion()
 	for got := 0; got < updates; {
 		select {
 		case ev, ok := <-w.ResultChan():
@@ -190,4 +184,18 @@ func startBudgetStorage(ctx context.Context, env Env, name string, objects int, 
 		}
 	}
 	return s, destroy, nil
+}
+
+// listRV is the RV of a consistent list of s, the list itself let go of
+// before the heap is measured.
+func listRV(ctx context.Context, s storage.Interface, res resource) (string, error) {
+	list := res.newListFunc()
+	if err := s.GetList(ctx, resourcePrefix, storage.ListOptions{ResourceVersion: "", Predicate: storage.Everything, Recursive: true}, list); err != nil {
+		return "", err
+	}
+	listMeta, err := meta.ListAccessor(list)
+	if err != nil {
+		return "", err
+	}
+	return listMeta.GetResourceVersion(), nil
 }
