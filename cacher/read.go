@@ -180,12 +180,17 @@ func parseRV(v storage.Versioner, rv string) (uint64, error) {
 	return parsed, nil
 }
 
+// setObject copies the cached object's struct into objPtr, as upstream's
+// Get and every list of the cache's do: its maps and slices stay shared
+// with the cache, whose objects are never written, and a caller treats what
+// storage gives it as read-only, as with upstream's cache. A deep copy per
+// Get cost a realistic pod about 6 us, three to five times upstream's Get.
 func setObject(objPtr, obj runtime.Object) error {
 	dst, err := conversion.EnforcePtr(objPtr)
 	if err != nil {
 		return err
 	}
-	src := reflect.ValueOf(obj.DeepCopyObject())
+	src := reflect.ValueOf(obj)
 	if src.Kind() == reflect.Pointer {
 		src = src.Elem()
 	}
