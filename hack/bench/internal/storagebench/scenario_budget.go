@@ -44,12 +44,9 @@ func Budget(ctx context.Context, env Env, decorator string, objects int) ([]resu
 		return nil, err
 	}
 	defer pw.close()
+	// As the memory run's: every pod written twice, compacted after.
 	var lastRV uint64
-	defer func() {
-		if lastRV > 0 {
-			_, _ = pw.client.Compact(context.Background(), int64(lastRV))
-		}
-	}()
+	defer func() { pw.compactTo(lastRV, "budget") }()
 	bytes, _, err := writeGeneration(ctx, pw, k, objects, 0)
 	if err != nil {
 		return nil, fmt.Errorf("filling %d objects: %w", objects, err)

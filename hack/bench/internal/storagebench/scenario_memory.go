@@ -99,13 +99,7 @@ func Memory(ctx context.Context, env Env, decorator string, objects int, kind st
 	// the cache is gone (deferred after this), compacting lets the runs
 	// after this one reuse the space, under etcd's quota.
 	var lastRV uint64
-	defer func() {
-		if lastRV > 0 {
-			if _, err := pw.client.Compact(context.Background(), int64(lastRV)); err != nil {
-				klog.InfoS("Compacting etcd after the memory run failed", "rv", lastRV, "err", err)
-			}
-		}
-	}()
+	defer func() { pw.compactTo(lastRV, "memory") }()
 	fillStart := time.Now()
 	bytes, _, err := writeGeneration(ctx, pw, k, objects, 0)
 	if err != nil {
