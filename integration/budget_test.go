@@ -224,3 +224,54 @@ func TestBudgetOverAndBackWithWatchesOpen(t *testing.T) {
 		t.Errorf("%v watchers terminated, want 0", v)
 	}
 }
+
+// TestBudgetOverWhileAWatcherIsStalled: a watch whose client stopped
+// reading stalled (its queue bound passed) before the resource went over
+// its budget; the history it would resume from is let go of, and it
+// resumes from etcd instead: every event, in order, none twice.
+func TestBudgetOverWhileAWatcherIsStalled(t *testing.T) {
+	t.Parallel() // in a process of its own: the metrics are the process's
+	if !testchild.Isolate(t) {
+		return
+	}
+	const budget = 40 * (budgetPodAnnotation + 200)
+	e := setup(t, func(c *cacher.Config) { c.MaxBytes, c.BudgetCheckPeriod = budget, 100*time.Millisecond })
+	ctx := context.Background()
+	pods := map[string]string{"resource": "pods"}
+	var want []uint64
+	for i := range 20 {
+		want = append(want, budgetPod(ctx, t, e, fmt.Sprintf("p%02d", i), 0))
+	}
+	from := want[len(want)-1]
+	want = want[:0]
+	bhWaitCached(ctx, t, e, budgetNS, "p19", from)
+	w, err := e.cacher.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: fmt.Sprint(from), Recursive: true, Predicate: bhEverything(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	stalled0, _ := metricValue(t, "watchkeeper_watch_cache_slow_watchers_total", withOutcome(pods, "stalled"))
+
+	// 1,500 updates, past the watcher's queue bound of 1,024, unread.
+	for gen := 1; gen <= 75; gen++ {
+		for i := range 20 {
+			want = append(want, budgetPod(ctx, t, e, fmt.Sprintf("p%02d", i), gen))
+		}
+	}
+	waitHostile(t, 30*time.Second, "the unread watch stalls", func() (bool, string) {
+		n, _ := metricValue(t, "watchkeeper_watch_cache_slow_watchers_total", withOutcome(pods, "stalled"))
+		return n > stalled0, fmt.Sprintf("stalls %v", n-stalled0)
+	})
+	// Then over the budget.
+	for i := 20; i < 60; i++ {
+		want = append(want, budgetPod(ctx, t, e, fmt.Sprintf("p%02d", i), 0))
+	}
+	over := budgetWaitFor(ctx, t, e, "over the budget at 60 pods", func(in cacher.Inspection) bool { return in.OverBudget })
+	if over.Relayed != 1 {
+		t.Errorf("%d watches relayed, want the stalled one", over.Relayed)
+	}
+	stallReadAll(t, w, want, 2*time.Minute)
+	if v, _ := metricValue(t, "apiserver_terminated_watchers_total", pods); v != 0 {
+		t.Errorf("%v watchers terminated, want 0", v)
+	}
+}
