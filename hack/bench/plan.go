@@ -23,6 +23,10 @@ var (
 	httpScenarios = []string{"idle", "bookmarks", "fanout"}
 )
 
+// maxCustomResources is the most custom resources the memory scenario
+// holds in one run.
+const maxCustomResources = 10_000
+
 const (
 	decUpstream    = "upstream"
 	decWatchkeeper = "watchkeeper"
@@ -304,6 +308,11 @@ func scenarioRuns(sz sizes, sc, level string) []runSpec {
 	case "memory":
 		for _, kind := range storagebench.MemoryKinds {
 			for _, n := range sz.memoryObjects {
+				if kind == storagebench.CustomResources && n > maxCustomResources {
+					// Held as Unstructured, 100k of them with their
+					// previous versions would take most of the machine.
+					continue
+				}
 				// Writing 100k realistic pods twice, and a GC of
 				// a heap of a few GB, take minutes.
 				runs = append(runs, runSpec{Scenario: sc, Level: level, Objects: n, Kind: kind,

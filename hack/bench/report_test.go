@@ -245,8 +245,13 @@ func TestPlanMemory(t *testing.T) {
 			}
 		}
 	}
-	if len(runs) != 12 {
-		t.Errorf("%d runs, want 12", len(runs))
+	for _, dec := range []string{decNone, decUpstream, decWatchkeeper} {
+		if k := "custom/10000/" + dec; got[k] != 1 {
+			t.Errorf("%s runs = %d, want 1", k, got[k])
+		}
+	}
+	if len(runs) != 15 {
+		t.Errorf("%d runs, want 15 (no 100k custom resources)", len(runs))
 	}
 	want := []string{"memory/storage/none-o100000-realistic", "memory/storage/upstream-o100000-realistic", "memory/storage/watchkeeper-o100000-realistic"}
 	slices.Sort(profiled)
