@@ -167,9 +167,9 @@ var (
 		slowTaxSlow:      1,
 		slowTaxEvents:    2_000,
 		slowTaxRate:      200,
-		restartResources: 40,
-		restartObjects:   200,
-		restartEvents:    40_000,
+		restartResources: 60,
+		restartObjects:   1_000,
+		restartEvents:    100_000,
 		// HTTP watches each hold a stream in the server and in the client
 		// process, so the HTTP level stops an order of magnitude lower.
 		httpIdleWatchers:   []int{1_000, 10_000},
