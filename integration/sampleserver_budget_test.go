@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +16,8 @@ import (
 
 	"github.com/watchkeeper/watchkeeper/internal/testchild"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
+	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
+	informers "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/informers/externalversions"
 )
 
 // TestSampleServerBudgetOverAndBack: the memory budget through the API. The
@@ -21,7 +25,9 @@ import (
 // widgets (--watch-cache-resource-overrides ...:max-bytes=); a watch opened
 // at 10 widgets stays open while they grow to 50 (over: lists and gets
 // from etcd, correct) and shrink to 10 again (cached again), and reads
-// every event in order, none twice, and the next one live. The budget is
+// every event in order, none twice, and the next one live; a client-go
+// informer (WatchList) started beside it comes through both transitions on
+// its first request, with no relist, holding etcd's widgets. The budget is
 // measured at the default period (10s), so this takes about 30s.
 func TestSampleServerBudgetOverAndBack(t *testing.T) {
 	t.Parallel() // in a process of its own: the metrics are the process's
@@ -71,6 +77,26 @@ func TestSampleServerBudgetOverAndBack(t *testing.T) {
 		create(i)
 	}
 	listed(10)
+	// An informer (client-go's WatchList) beside the plain watch: it must
+	// come through both transitions on its first watch, with no relist.
+	rec := &ssRecorder{}
+	informerClient, err := clientset.NewForConfig(rec.wrap(s.Admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(informerClient, 0, informers.WithNamespace(ns))
+	informer := factory.Demo().V1alpha1().Widgets().Informer()
+	stopInformer := make(chan struct{})
+	defer func() {
+		close(stopInformer)
+		factory.Shutdown()
+	}()
+	factory.Start(stopInformer)
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			t.Fatalf("informer for %v did not sync", typ)
+		}
+	}
 	w, err := widgets.Watch(ctx, metav1.ListOptions{ResourceVersion: strconv.FormatUint(rvs[len(rvs)-1], 10)})
 	if err != nil {
 		t.Fatal(err)
@@ -159,5 +185,38 @@ func TestSampleServerBudgetOverAndBack(t *testing.T) {
 	}
 	if v, _ := metricValue(t, "apiserver_terminated_watchers_total", labels); v != 0 {
 		t.Errorf("%v watchers terminated, want 0", v)
+	}
+
+	// The informer holds what etcd holds, from the one WatchList it began
+	// with.
+	final, err := widgets.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, w := range final.Items {
+		want[w.Name] = w.ResourceVersion
+	}
+	waitHostile(t, 30*time.Second, "the informer holds etcd's widgets", func() (bool, string) {
+		got := map[string]string{}
+		for _, obj := range informer.GetStore().List() {
+			w := obj.(*v1alpha1.Widget)
+			got[w.Name] = w.ResourceVersion
+		}
+		return maps.Equal(got, want), fmt.Sprintf("%d widgets, want %d", len(got), len(want))
+	})
+	var watchLists, others []string
+	for _, r := range rec.requests() {
+		if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/widgets") {
+			continue
+		}
+		if ssIsWatch(r) && r.URL.Query().Get("sendInitialEvents") == "true" {
+			watchLists = append(watchLists, r.String())
+		} else {
+			others = append(others, r.String())
+		}
+	}
+	if len(watchLists) != 1 || len(others) != 0 {
+		t.Errorf("the informer made WatchLists %v and other requests %v, want one WatchList and nothing else", watchLists, others)
 	}
 }
