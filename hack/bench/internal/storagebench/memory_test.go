@@ -88,8 +88,12 @@ func TestMemoryAgainstEtcd(t *testing.T) {
 }
 
 func objectBytesRange(kind string) (int, int) {
-	if kind == RealisticPods {
+	switch kind {
+	case RealisticPods:
 		return fixtures.RealisticPodMinBytes, fixtures.RealisticPodMaxBytes
+	case CustomResources:
+		// The same content as JSON, field names and all: about twice.
+		return 3 * fixtures.RealisticPodMinBytes / 2, 3 * fixtures.RealisticPodMaxBytes
 	}
 	return 100, 256
 }

@@ -171,7 +171,8 @@ func Memory(ctx context.Context, env Env, decorator string, objects int, kind st
 	// as well as the current one (the history's and the snapshots' past
 	// states); 1 when it holds only the current ones.
 	if filledHolders[HolderDecoded] > 0 {
-		// (Protobuf's decode frames: a JSON kind's objects are "other".)
+		// (Not a number, which results.jsonl cannot hold, when no
+		// decode frame holds the kind's objects.)
 		rec.Add("decoded_versions_held", holders[HolderDecoded]/filledHolders[HolderDecoded], "versions", "")
 	}
 	return rec.Results(), nil
