@@ -17,7 +17,6 @@ import (
 	"github.com/watchkeeper/watchkeeper/internal/testchild"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
-	informers "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/informers/externalversions"
 )
 
 // TestSampleServerBudgetOverAndBack: the memory budget through the API. The
@@ -84,19 +83,7 @@ func TestSampleServerBudgetOverAndBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(informerClient, 0, informers.WithNamespace(ns))
-	informer := factory.Demo().V1alpha1().Widgets().Informer()
-	stopInformer := make(chan struct{})
-	defer func() {
-		close(stopInformer)
-		factory.Shutdown()
-	}()
-	factory.Start(stopInformer)
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			t.Fatalf("informer for %v did not sync", typ)
-		}
-	}
+	informer := ssStartInformer(ctx, t, informerClient, ns)
 	w, err := widgets.Watch(ctx, metav1.ListOptions{ResourceVersion: strconv.FormatUint(rvs[len(rvs)-1], 10)})
 	if err != nil {
 		t.Fatal(err)

@@ -239,20 +239,8 @@ func TestSampleServerWatchListInformer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
-	informer := factory.Demo().V1alpha1().Widgets().Informer()
-	stop := make(chan struct{})
-	defer func() {
-		close(stop)
-		factory.Shutdown()
-	}()
 	start = time.Now()
-	factory.Start(stop)
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			t.Fatalf("informer for %v did not sync", typ)
-		}
-	}
+	informer := ssStartInformer(ctx, t, client, ns)
 	t.Logf("informer synced %d widgets in %v", len(informer.GetStore().List()), time.Since(start).Round(time.Millisecond))
 
 	got := map[string]string{}
@@ -778,4 +766,25 @@ func ssResumeInsideWindow(ctx context.Context, t *testing.T, s *sampleServer, ns
 		t.Errorf("watch from RV %s:\n got  %v\n want %v", list.ResourceVersion, got, want)
 	}
 	return time.Since(listed), true
+}
+
+// ssStartInformer starts a widgets informer of namespace ns over client,
+// with client-go's defaults (WatchList on), waits until it has synced, and
+// stops it when the test ends.
+func ssStartInformer(ctx context.Context, t *testing.T, client clientset.Interface, ns string) cache.SharedIndexInformer {
+	t.Helper()
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
+	informer := factory.Demo().V1alpha1().Widgets().Informer()
+	stop := make(chan struct{})
+	t.Cleanup(func() {
+		close(stop)
+		factory.Shutdown()
+	})
+	factory.Start(stop)
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			t.Fatalf("informer for %v did not sync", typ)
+		}
+	}
+	return informer
 }
