@@ -14,7 +14,6 @@ import (
 
 	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
-	informers "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/informers/externalversions"
 )
 
 // The fourth fault of issue 6: the apiserver restarted. A client resuming
@@ -95,20 +94,9 @@ func TestFaultAPIServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(iclient, 0, informers.WithNamespace(feInfNS))
-	informer := factory.Demo().V1alpha1().Widgets().Informer()
-	stopInformer := make(chan struct{})
-	defer func() {
-		gate.open()
-		close(stopInformer)
-		factory.Shutdown()
-	}()
-	factory.Start(stopInformer)
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			t.Fatalf("informer for %v did not sync", typ)
-		}
-	}
+	// Open again before the informer stops (at the test's end).
+	defer gate.open()
+	informer := ssStartInformer(ctx, t, iclient, feInfNS)
 
 	// Changes before the restart, then a bookmark that covers them.
 	wr := &feWriter{c: s.Client}

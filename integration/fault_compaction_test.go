@@ -28,7 +28,6 @@ import (
 	"github.com/watchkeeper/watchkeeper/cacher"
 	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
-	informers "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/informers/externalversions"
 )
 
 // The second fault of issue 6: etcd compacts past the resourceVersion a
@@ -487,20 +486,9 @@ func fcHTTP(t *testing.T, decorator string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(iclient, 0, informers.WithNamespace(feInfNS))
-	informer := factory.Demo().V1alpha1().Widgets().Informer()
-	stopInformer := make(chan struct{})
-	defer func() {
-		gate.open()
-		close(stopInformer)
-		factory.Shutdown()
-	}()
-	factory.Start(stopInformer)
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			t.Fatalf("informer for %v did not sync", typ)
-		}
-	}
+	// Open again before the informer stops (at the test's end).
+	defer gate.open()
+	informer := ssStartInformer(ctx, t, iclient, feInfNS)
 	wr := &feWriter{c: s.Client}
 	wr.resize(ctx, t, "pre-0", 5)
 	fcConverge(ctx, t, ec, informer, "before the fault")

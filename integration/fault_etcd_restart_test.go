@@ -23,7 +23,6 @@ import (
 	"github.com/watchkeeper/watchkeeper/internal/testchild"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/apis/demo/v1alpha1"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
-	informers "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/informers/externalversions"
 )
 
 // The first fault of issue 6: etcd stopped and restarted while watches are
@@ -440,8 +439,6 @@ func TestFaultEtcdRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(iclient, 0, informers.WithNamespace(feInfNS))
-	informer := factory.Demo().V1alpha1().Widgets().Informer()
 	type ievent struct {
 		at   time.Time
 		desc string
@@ -458,24 +455,11 @@ func TestFaultEtcdRestart(t *testing.T) {
 			imu.Unlock()
 		}
 	}
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	informer := ssStartInformer(ctx, t, iclient, feInfNS, cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { note("add", o) },
 		UpdateFunc: func(_, o any) { note("update", o) },
 		DeleteFunc: func(o any) { note("delete", o) },
-	}); err != nil {
-		t.Fatal(err)
-	}
-	stopInformer := make(chan struct{})
-	defer func() {
-		close(stopInformer)
-		factory.Shutdown()
-	}()
-	factory.Start(stopInformer)
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			t.Fatalf("informer for %v did not sync", typ)
-		}
-	}
+	})
 
 	// A few changes before the fault, which the raw watch must see.
 	wr := &feWriter{c: s.Client}

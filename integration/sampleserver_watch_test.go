@@ -769,12 +769,17 @@ func ssResumeInsideWindow(ctx context.Context, t *testing.T, s *sampleServer, ns
 }
 
 // ssStartInformer starts a widgets informer of namespace ns over client,
-// with client-go's defaults (WatchList on), waits until it has synced, and
-// stops it when the test ends.
-func ssStartInformer(ctx context.Context, t *testing.T, client clientset.Interface, ns string) cache.SharedIndexInformer {
+// with client-go's defaults (WatchList on) and handlers added before it
+// starts, waits until it has synced, and stops it when the test ends.
+func ssStartInformer(ctx context.Context, t *testing.T, client clientset.Interface, ns string, handlers ...cache.ResourceEventHandler) cache.SharedIndexInformer {
 	t.Helper()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
 	informer := factory.Demo().V1alpha1().Widgets().Informer()
+	for _, h := range handlers {
+		if _, err := informer.AddEventHandler(h); err != nil {
+			t.Fatal(err)
+		}
+	}
 	stop := make(chan struct{})
 	t.Cleanup(func() {
 		close(stop)
