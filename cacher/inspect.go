@@ -89,10 +89,7 @@ func (c *Cacher) Inspect(ctx context.Context) Inspection {
 	in.Stalled = c.hub.StalledLen()
 	in.Calendar = c.hub.CalendarSlots()
 	in.OverBudget, in.Relayed = c.feed.OverBudget(), c.relays.len()
-	if c.cfg.MaxBytes > 0 {
-		s := c.feed.BudgetStats()
-		in.EstimatedBytes = s.ObjectCount * s.EstimatedAverageObjectSizeBytes
-	}
+	in.EstimatedBytes = c.feed.BudgetBytes()
 
 	in.EtcdRV, in.EtcdErr = c.feed.StorageRV(ctx)
 	return in

@@ -69,12 +69,16 @@ func (b *budget) measured(count, avg int64) (wentOver bool) {
 // says whether it fits again.
 func (b *budget) counted(count int64) (fits bool) {
 	b.count = count
-	if b.over && b.bytes() <= b.max/fitsAgainDen*fitsAgainNum {
+	if b.over && b.bytes() <= b.fitsBelow() {
 		b.over = false
 		return true
 	}
 	return false
 }
+
+// fitsBelow is the size at or below which a resource over the budget is
+// cached again.
+func (b *budget) fitsBelow() int64 { return b.max / fitsAgainDen * fitsAgainNum }
 
 // bytes is the resource's size by the last measure or count.
 func (b *budget) bytes() int64 { return b.count * b.avg }
@@ -91,6 +95,10 @@ func (f *Feed) OverBudget() bool { return f.overBudget.Load() }
 func (f *Feed) BudgetStats() storage.Stats {
 	return storage.Stats{ObjectCount: f.budgetCount.Load(), EstimatedAverageObjectSizeBytes: f.budgetAvg.Load()}
 }
+
+// BudgetBytes is the resource's size by the budget's last measure or
+// count (0 with no budget).
+func (f *Feed) BudgetBytes() int64 { return f.budgetCount.Load() * f.budgetAvg.Load() }
 
 // budgetTicker is the budget's period, or nil with no budget.
 func (f *Feed) budgetTicker() (<-chan time.Time, func()) {
@@ -150,7 +158,7 @@ func (f *Feed) serveFromStorage(ctx context.Context) bool {
 	f.metrics.Budget.OverBudget.Set(1)
 	f.logger.Info("Watch cache over its memory budget: serving the resource from etcd until it fits again",
 		"maxBytes", f.cfg.MaxBytes, "estimatedBytes", f.budget.bytes(), "objects", f.budget.count,
-		"averageObjectBytes", f.budget.avg, "fitsBelowBytes", f.cfg.MaxBytes/fitsAgainDen*fitsAgainNum)
+		"averageObjectBytes", f.budget.avg, "fitsBelowBytes", f.budget.fitsBelow())
 	t := f.clock.NewTicker(f.cfg.BudgetCheckPeriod)
 	defer t.Stop()
 	for {
