@@ -12,7 +12,6 @@ import (
 	"github.com/watchkeeper/watchkeeper/cacher"
 	"github.com/watchkeeper/watchkeeper/decorator"
 	"github.com/watchkeeper/watchkeeper/hack/bench/internal/result"
-	"github.com/watchkeeper/watchkeeper/internal/fixtures"
 	"github.com/watchkeeper/watchkeeper/internal/histogram"
 	"github.com/watchkeeper/watchkeeper/options"
 )
@@ -159,9 +158,7 @@ func startBudgetStorage(ctx context.Context, env Env, name string, objects int, 
 	if err != nil {
 		return nil, nil, err
 	}
-	res := corePods
-	s, destroy, err := d(res.config(env), resourcePrefix,
-		podKey, fixtures.PodReverseKeyFunc(resourcePrefix), res.newFunc, res.newListFunc, res.attrs, res.triggers(), res.indexers())
+	s, destroy, err := decorate(env, name, d, corePods)
 	if err != nil {
 		return nil, nil, err
 	}

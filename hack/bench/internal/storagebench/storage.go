@@ -131,6 +131,11 @@ func buildCache(env Env, name string, res resource) (storage.Interface, func(), 
 	default:
 		return nil, nil, fmt.Errorf("unknown decorator %q", name)
 	}
+	return decorate(env, name, d, res)
+}
+
+// decorate builds res's storage through d, as a registry would.
+func decorate(env Env, name string, d generic.StorageDecorator, res resource) (storage.Interface, func(), error) {
 	s, destroy, err := d(res.config(env), resourcePrefix,
 		podKey, fixtures.PodReverseKeyFunc(resourcePrefix), res.newFunc, res.newListFunc, res.attrs, res.triggers(), res.indexers())
 	if err != nil {
