@@ -34,9 +34,13 @@ func parentMain(args []string) error {
 	outDir := fs.String("out", "_output/bench", "where results.jsonl, results.md and the charts go (a run's output, kept out of docs/)")
 	workDir := fs.String("workdir", "_output/bench", "scratch: etcd data, run logs, the sample apiserver binary")
 	profDir := fs.String("cpuprofiles", "", "if set, each run writes a CPU profile of its process here (<run>.pprof), for go tool pprof with the bench binary")
+	windowDir := fs.String("window-cpuprofiles", "", "if set, each run of a scenario with a measured window (exactkey's writes, restart's resumes) writes a CPU profile of that window only here (<run>.window.pprof); not with -cpuprofiles")
 	memoryObjects := fs.String("memory-objects", "", "comma-separated object counts of the memory scenario, instead of the mode's (full: 10000,100000; quick: 2000)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *profDir != "" && *windowDir != "" {
+		return fmt.Errorf("-cpuprofiles and -window-cpuprofiles: one CPU profile at a time")
 	}
 	scenarios, err := pickList(*scenarioList, allScenarios, "scenario")
 	if err != nil {
@@ -112,6 +116,14 @@ func parentMain(args []string) error {
 				return err
 			}
 			if c.cpuProfile, err = filepath.Abs(filepath.Join(*profDir, runFileName(r)+".pprof")); err != nil {
+				return err
+			}
+		}
+		if *windowDir != "" {
+			if err := os.MkdirAll(*windowDir, 0o755); err != nil {
+				return err
+			}
+			if c.windowProfile, err = filepath.Abs(filepath.Join(*windowDir, runFileName(r)+".window.pprof")); err != nil {
 				return err
 			}
 		}

@@ -31,8 +31,8 @@ type childFlags struct {
 	// its whole run (the parent's -cpuprofiles names one per run).
 	cpuProfile string
 	// windowProfile, when set, is a profile of the scenario's measured
-	// window only (storagebench.Env.WindowProfile); by hand, not with
-	// cpuProfile.
+	// window only (storagebench.Env.WindowProfile; the parent's
+	// -window-cpuprofiles names one per run); not with cpuProfile.
 	windowProfile string
 	// heapProfile, when set, is where the memory scenario writes a heap
 	// profile of the state it measures (storagebench.Env.HeapProfile).
@@ -57,6 +57,9 @@ func (c childFlags) args() []string {
 	}
 	if c.cpuProfile != "" {
 		a = append(a, "--cpuprofile", c.cpuProfile)
+	}
+	if c.windowProfile != "" {
+		a = append(a, "--cpuprofile-window", c.windowProfile)
 	}
 	if r.Kind != "" {
 		a = append(a, "--kind", r.Kind)
@@ -95,7 +98,7 @@ func runMain(args []string) error {
 	fs.BoolVar(&c.quick, "quick", false, "quick mode (http level)")
 	fs.BoolVar(&watchParent, "exit-on-stdin-eof", false, "exit when stdin closes (set by the parent)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the run here")
-	fs.StringVar(&c.windowProfile, "cpuprofile-window", "", "write a CPU profile of the measured window only here (exactkey); not with --cpuprofile")
+	fs.StringVar(&c.windowProfile, "cpuprofile-window", "", "write a CPU profile of the measured window only here (exactkey, restart); not with --cpuprofile")
 	fs.StringVar(&c.heapProfile, "heapprofile", "", "write a heap profile of the measured state here (memory)")
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {

@@ -115,6 +115,7 @@ func Restart(ctx context.Context, env Env, decorator string, resources, objects,
 	// before the history (as a restart's kubelets and controllers resume
 	// from their last RV), while the GETs go on for restartResumeFor.
 	var resuming histogram.Histogram
+	stopProfile := profileWindow(env.WindowProfile)
 	resumed := make(chan error, 1)
 	var answered, gone atomic.Int64
 	resumeCtx, stopResumes := context.WithCancel(ctx)
@@ -150,7 +151,9 @@ func Restart(ctx context.Context, env Env, decorator string, resources, objects,
 		wg.Wait()
 		resumed <- nil
 	}()
-	if err := restartProbe(ctx, caches[0], &resuming, resumed, 0); err != nil {
+	err = restartProbe(ctx, caches[0], &resuming, resumed, 0)
+	stopProfile()
+	if err != nil {
 		return nil, err
 	}
 

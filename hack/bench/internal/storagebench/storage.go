@@ -45,9 +45,9 @@ type Env struct {
 	// Prefix is this run's etcd key prefix, so runs sharing the etcd never
 	// see each other's objects or events.
 	Prefix string
-	// WindowProfile, when set, is where a scenario that bills CPU to a
-	// window of work (exactkey's writes) writes a CPU profile of just that
-	// window: a whole-run profile is mostly setup.
+	// WindowProfile, when set, is where a scenario with a window of work
+	// (exactkey's writes, restart's resumes) writes a CPU profile of just
+	// that window: a whole-run profile is mostly setup.
 	WindowProfile string
 	// HeapProfile, when set, is where a scenario that measures the heap
 	// (memory) writes a heap profile of the state it measures.
