@@ -18,7 +18,7 @@ var (
 	allLevels    = []string{"storage", "http"}
 	// withBaseline are the storage-level scenarios that also run the
 	// baseline none, no cache.
-	withBaseline = []string{"idle", "exactkey", "memory", "budget"}
+	withBaseline = []string{"idle", "exactkey", "memory", "budget", "restart"}
 	// httpScenarios are the ones package httpbench provides.
 	httpScenarios = []string{"idle", "bookmarks", "fanout"}
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,8 +33,23 @@ const WatchkeeperNoBackfill = "watchkeeper-nobackfill"
 // backfill) runs then.
 const restartAfterReady = 5 * time.Second
 
-// restartResumeFor is how long the resumes run, the GETs with them.
+// restartResumeFor is how long each round of resumes runs, the GETs with
+// them.
 const restartResumeFor = 10 * time.Second
+
+// restartNearReach is how far behind etcd the first round of resumes is
+// (half the history, if that is less): within
+// cacher.DefaultBackfillMaxRevisions, beyond the history a cache reads
+// back after its list.
+const restartNearReach = 8_000
+
+// restartWriteInterval paces the writes outside every resource that go on
+// through the whole run, as a cluster's lease renewals go on through a
+// kube-apiserver's restart (300 nodes renew 30 a second). etcd's reads
+// wait behind a write that waits for etcd's read lock: a watch from an old
+// revision holds it while etcd reads that watch's events (syncWatchers),
+// so without writes a backfill's cost to other readers does not show.
+const restartWriteInterval = 20 * time.Millisecond
 
 // restartProbers read the probed object at once, as a restart's clients
 // (controllers, kubelets, the RBAC authorizer's informers) do.
@@ -48,9 +64,13 @@ const restartProbers = 4
 // sends to etcd). The figures: the GETs' latency from the caches' start
 // until restartAfterReady after every cache is ready, against the same GETs
 // before the start (the caches absent); the time until every cache is
-// ready; then, as the restart's clients come back, one watch per resource
-// resuming from before the history (upstream's cache answers 410,
-// watchkeeper's fills the gap from etcd) and the GETs' latency meanwhile.
+// ready; then, as the restart's clients come back, two rounds of one watch
+// per resource resuming, from restartNearReach behind etcd and from before
+// the whole history (upstream's cache answers 410; watchkeeper's fills the
+// gap from etcd when it is within cacher.DefaultBackfillMaxRevisions; no
+// cache, None, is an etcd watch from there) and the GETs' latency
+// meanwhile. Writes outside the resources go on throughout
+// (restartWriteInterval).
 func Restart(ctx context.Context, env Env, decorator string, resources, objects, events int) ([]result.Result, error) {
 	rec := result.NewRecorder("restart", Level, decorator, map[string]int{"resources": resources, "objects": objects, "events": events})
 	if resources < 1 || objects < 1 {
@@ -70,6 +90,11 @@ func Restart(ctx context.Context, env Env, decorator string, resources, objects,
 		return nil, err
 	}
 	defer rawDestroy()
+	writes, err := startRVMover(env, restartWriteInterval)
+	if err != nil {
+		return nil, err
+	}
+	defer writes.stop()
 
 	// Before: the same GETs straight to etcd, no cache starting.
 	var before histogram.Histogram
@@ -111,58 +136,31 @@ func Restart(ctx context.Context, env Env, decorator string, resources, objects,
 		return nil, err
 	}
 
-	// Then the clients come back: one watch per resource resumes from
-	// before the history (as a restart's kubelets and controllers resume
-	// from their last RV), while the GETs go on for restartResumeFor.
-	var resuming histogram.Histogram
+	// Then the clients come back: one watch per resource resumes, first
+	// from restartNearReach revisions behind etcd (a client that missed a
+	// few seconds: within a backfill's reach), then from before the whole
+	// history (a client that missed everything, as a restart's kubelets and
+	// controllers did before the old server bookmarked them), while the
+	// GETs go on for restartResumeFor each. The near ones go first: the far
+	// ones' backfill would fill the history they need.
+	current, err := raw.GetCurrentResourceVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
 	stopProfile := profileWindow(env.WindowProfile)
-	resumed := make(chan error, 1)
-	var answered, gone atomic.Int64
-	resumeCtx, stopResumes := context.WithCancel(ctx)
-	defer stopResumes()
-	go func() {
-		var wg sync.WaitGroup
-		for _, s := range caches {
-			wg.Go(func() {
-				w, err := s.Watch(resumeCtx, resourcePrefix, storage.ListOptions{
-					ResourceVersion: fmt.Sprint(resumeFrom), Recursive: true, Predicate: storage.Everything,
-				})
-				if err != nil {
-					gone.Add(1)
-					return
-				}
-				defer w.Stop()
-				select {
-				case ev, ok := <-w.ResultChan():
-					if !ok || ev.Type == "ERROR" {
-						gone.Add(1)
-					} else {
-						answered.Add(1)
-					}
-				case <-resumeCtx.Done():
-				}
-			})
-		}
-		select {
-		case <-time.After(restartResumeFor):
-		case <-ctx.Done():
-		}
-		stopResumes()
-		wg.Wait()
-		resumed <- nil
-	}()
-	err = restartProbe(ctx, caches[0], &resuming, resumed, 0)
+	near, err := restartResumes(ctx, caches, current-min(restartNearReach, uint64(events)/2))
 	stopProfile()
+	if err != nil {
+		return nil, err
+	}
+	far, err := restartResumes(ctx, caches, resumeFrom)
 	if err != nil {
 		return nil, err
 	}
 
 	rec.Add("ready_seconds", time.Duration(readyAt.Load()).Seconds(), "s", result.Lower)
-	rec.Add("get_resuming_p50_ms", ms(resuming.Quantile(0.50)), "ms", result.Lower)
-	rec.Add("get_resuming_p99_ms", ms(resuming.Quantile(0.99)), "ms", result.Lower)
-	rec.Add("get_resuming_max_ms", ms(resuming.Max()), "ms", result.Lower)
-	rec.Add("resumes_answered", float64(answered.Load()), "watches", result.Higher)
-	rec.Add("resumes_410", float64(gone.Load()), "watches", result.Lower)
+	near.record(rec, "resuming_near")
+	far.record(rec, "resuming")
 	rec.Add("get_before_p50_ms", ms(before.Quantile(0.50)), "ms", result.Lower)
 	rec.Add("get_before_p99_ms", ms(before.Quantile(0.99)), "ms", result.Lower)
 	rec.Add("get_during_p50_ms", ms(during.Quantile(0.50)), "ms", result.Lower)
@@ -203,6 +201,63 @@ func restartFill(ctx context.Context, env Env, envs []Env, objects, events int) 
 	}
 	from := uint64(resp.Header.Revision)
 	return from, runIndexed(fanOutWriters, events, func(i int) error { return put(created + i) })
+}
+
+// restartResumed is what one round of resumes saw: the GETs meanwhile and
+// how each resume was answered.
+type restartResumed struct {
+	gets           histogram.Histogram
+	answered, gone atomic.Int64
+}
+
+func (r *restartResumed) record(rec *result.Recorder, phase string) {
+	rec.Add("get_"+phase+"_p50_ms", ms(r.gets.Quantile(0.50)), "ms", result.Lower)
+	rec.Add("get_"+phase+"_p99_ms", ms(r.gets.Quantile(0.99)), "ms", result.Lower)
+	rec.Add("get_"+phase+"_max_ms", ms(r.gets.Max()), "ms", result.Lower)
+	rec.Add(strings.Replace(phase, "resuming", "resumes", 1)+"_answered", float64(r.answered.Load()), "watches", result.Higher)
+	rec.Add(strings.Replace(phase, "resuming", "resumes", 1)+"_410", float64(r.gone.Load()), "watches", result.Lower)
+}
+
+// restartResumes opens one watch per cache from rv and waits for its first
+// event (an event is answered, a 410 gone) while the GETs probe the first
+// cache, for restartResumeFor.
+func restartResumes(ctx context.Context, caches []storage.Interface, rv uint64) (*restartResumed, error) {
+	r := &restartResumed{}
+	resumed := make(chan error, 1)
+	resumeCtx, stopResumes := context.WithCancel(ctx)
+	defer stopResumes()
+	go func() {
+		var wg sync.WaitGroup
+		for _, s := range caches {
+			wg.Go(func() {
+				w, err := s.Watch(resumeCtx, resourcePrefix, storage.ListOptions{
+					ResourceVersion: fmt.Sprint(rv), Recursive: true, Predicate: storage.Everything,
+				})
+				if err != nil {
+					r.gone.Add(1)
+					return
+				}
+				defer w.Stop()
+				select {
+				case ev, ok := <-w.ResultChan():
+					if !ok || ev.Type == "ERROR" {
+						r.gone.Add(1)
+					} else {
+						r.answered.Add(1)
+					}
+				case <-resumeCtx.Done():
+				}
+			})
+		}
+		select {
+		case <-time.After(restartResumeFor):
+		case <-ctx.Done():
+		}
+		stopResumes()
+		wg.Wait()
+		resumed <- nil
+	}()
+	return r, restartProbe(ctx, caches[0], &r.gets, resumed, 0)
 }
 
 // runIndexed runs do(0..n-1) from writers goroutines, in order per
@@ -264,16 +319,21 @@ func restartProbe(ctx context.Context, s storage.Interface, h *histogram.Histogr
 	return err
 }
 
-// buildRestartCache is buildCache, and watchkeeper with no backfill after
-// its list built as the decorator builds it but for that one setting.
+// buildRestartCache is buildCache; None, the raw etcd3 storage (every
+// resume an etcd watch from its RV: what serving it costs etcd with no
+// cache at all); and watchkeeper with no backfill after its list built as
+// the decorator builds it but for that one setting.
 func buildRestartCache(env Env, name string) (storage.Interface, func(), error) {
-	if name != WatchkeeperNoBackfill {
+	if name != WatchkeeperNoBackfill && name != None {
 		return buildCache(env, name, pods)
 	}
 	config := pods.config(env)
 	raw, destroyRaw, err := generic.NewRawStorage(config, pods.newFunc, pods.newListFunc, fixtures.PodReverseKeyFunc(resourcePrefix), resourcePrefix)
 	if err != nil {
 		return nil, nil, err
+	}
+	if name == None {
+		return raw, destroyRaw, nil
 	}
 	cfg := decorator.Schedule(options.NewWatchCacheOptions(), schema.GroupResource{Resource: "pods"})
 	cfg.ListBackfillRevisions = 0
