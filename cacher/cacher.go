@@ -119,8 +119,8 @@ func New(cfg Config) (*Cacher, error) {
 		KeyFunc: cfg.KeyFunc, GetAttrsFunc: cfg.GetAttrsFunc, NewListFunc: cfg.NewListFunc,
 		HistoryCapacity: cfg.HistoryCapacity, EventsHistoryWindow: cfg.EventsHistoryWindow,
 		StorageSilenceTimeout: cfg.StorageSilenceTimeout, StorageWatchWithoutPrevKV: cfg.StorageWatchWithoutPrevKV,
-		ListBackfillRevisions: cfg.ListBackfillRevisions,
-		MaxBytes:              cfg.MaxBytes, BudgetCheckPeriod: cfg.BudgetCheckPeriod,
+		ListBackfillRevisions: cfg.ListBackfillRevisions, BackfillMaxRevisions: cfg.BackfillMaxRevisions,
+		MaxBytes: cfg.MaxBytes, BudgetCheckPeriod: cfg.BudgetCheckPeriod,
 	}, feed.Env{
 		Storage: c.storage, State: c.state, Trigger: trig, Clock: c.clock, Metrics: metrics, Logger: c.logger,
 		Stop: c.life.stopCh, WG: &c.life.wg, Ctx: c.life.ctx, Incoming: c.loop.Incoming(), EndWatchers: c.terminateAll,

@@ -31,6 +31,18 @@ const (
 	// takes seconds; read right after the list, it runs before the new
 	// server takes requests.
 	DefaultListBackfillRevisions = 2000
+	// DefaultBackfillMaxRevisions is how far behind the cache's RV a resume
+	// may be and still be backfilled (not a flag: decorator.Schedule sets
+	// it). etcd serves a watch from an old revision by reading every
+	// revision since, of every resource, while it holds its read lock
+	// (syncWatchers), and every read etcd gets meanwhile waits once a write
+	// waits for that lock: at 100,000 revisions of small pods a plain etcd
+	// watch from there held every GET up to 192 ms, the backfill's reads
+	// up to 745 ms (hack/bench restart, docs/performance.md). A resume
+	// from further back gets its 410 at once, as upstream's; a restart's
+	// own gap (the old server bookmarked every watch before it stopped)
+	// is some hundreds of revisions.
+	DefaultBackfillMaxRevisions = 10_000
 	// DefaultBudgetCheckPeriod is how often a cache with a memory budget
 	// measures itself: the store's estimate walks the cache's keys, so not
 	// on every event.
@@ -91,6 +103,10 @@ type Config struct {
 	// client to resume from there. Zero turns it off (a resume from before
 	// the list still backfills on demand).
 	ListBackfillRevisions uint64
+	// BackfillMaxRevisions: a resume from more than this many revisions
+	// behind the cache's RV gets its 410 without a backfill. Zero: no
+	// limit (DefaultBackfillMaxRevisions says why there is one).
+	BackfillMaxRevisions uint64
 	// StorageWatchWithoutPrevKV: the cache's own etcd watch asks for no
 	// previous values (gate WatchFromStorageWithoutPrevKV). The storage
 	// must then name a deleted object from its key: the etcd3 store needs

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -505,5 +506,123 @@ func TestFailedListBackfillLeavesResumesTheirOwn(t *testing.T) {
 	t.Cleanup(r.w.Stop)
 	if ev := cachertest.NextEvent(t, r.w); ev.Type != watch.Modified || cachertest.EventRV(t, ev) != 97 {
 		t.Fatalf("resume from 90 after the list's backfill failed: %s, want MODIFIED a@97", cachertest.Describe(ev))
+	}
+}
+
+// A resume further behind the cache than BackfillMaxRevisions gets its 410
+// at once, with no etcd watch from its RV (etcd would read every revision
+// since under its read lock) and a too_far counted; one within reach is
+// backfilled.
+func TestResumeTooFarBehindIsNotBackfilled(t *testing.T) {
+	fs := cachertest.NewFakeStorage(100, cachertest.NewPod("a", 97, nil, ""))
+	c := newTestCacher(t, fs, func(cfg *Config) { cfg.BackfillMaxRevisions = 8 })
+	c.waitReady(t)
+	fs.WaitWatch(t, 1)
+	fs.SetList(92, cachertest.NewPod("a", 90, nil, ""))
+	tooFar, err := testutil.GetCounterMetricValue(c.metrics.BackfillTooFar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resume := func(rv string) watch.Interface {
+		t.Helper()
+		w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: rv, Recursive: true, Predicate: cachertest.Everything(false)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		return w
+	}
+
+	// 10 revisions behind the cache's 100: 410, no backfill.
+	watches, lists := fs.WatchCount(), fs.ListCount()
+	if s := cachertest.ErrorStatus(t, cachertest.NextEvent(t, resume("90"))); s.Code != 410 {
+		t.Fatalf("resume 10 revisions behind: %+v, want 410", s)
+	}
+	if fs.WatchCount() != watches || fs.ListCount() != lists {
+		t.Fatalf("a resume beyond reach read etcd (%d watches, %d lists)", fs.WatchCount()-watches, fs.ListCount()-lists)
+	}
+	if v, _ := testutil.GetCounterMetricValue(c.metrics.BackfillTooFar); v-tooFar != 1 {
+		t.Errorf("too_far counted %v, want 1", v-tooFar)
+	}
+
+	// 8 behind: backfilled from etcd.
+	done := make(chan watch.Interface, 1)
+	go func() { done <- resume("92") }()
+	bw, opts := fs.WaitWatch(t, watches+1)
+	if opts.ResourceVersion != "92" {
+		t.Fatalf("backfill watch from %q, want 92", opts.ResourceVersion)
+	}
+	bw.Send(t, watch.Modified, cachertest.NewPod("a", 97, nil, ""))
+	bw.SendBookmark(t, 100)
+	if ev := cachertest.NextEvent(t, <-done); ev.Type != watch.Modified || cachertest.EventRV(t, ev) != 97 {
+		t.Fatalf("resume 8 behind: %s, want MODIFIED a@97", cachertest.Describe(ev))
+	}
+}
+
+// The key reads of every backfill of the process share one bound: two
+// caches resuming at once, each with more keys to read than the bound,
+// have no more than it in flight together (60 resources resuming at once
+// once sent etcd 5,700 reads together, and every other read waited).
+func TestBackfillKeyReadsAreBoundedAcrossCaches(t *testing.T) {
+	const keys = 100 // each cache's; two of them exceed feed's bound of 128
+	type resumed struct {
+		fs   *cachertest.FakeStorage
+		done <-chan watchResult
+	}
+	var all []resumed
+	var caches []*testCacher
+	gate := make(chan struct{})
+	for range 2 {
+		var pods []*example.Pod
+		for i := range 3 * keys {
+			pods = append(pods, cachertest.NewPod("p"+strconv.Itoa(i), 10, nil, ""))
+		}
+		fs := cachertest.NewFakeStorage(1000, pods...)
+		c := newTestCacher(t, fs, nil)
+		caches = append(caches, c)
+		c.waitReady(t)
+		fs.WaitWatch(t, 1)
+		fs.SetList(500, pods...)
+		fs.Mu.Lock()
+		fs.KeyGate = gate
+		fs.Mu.Unlock()
+		done := watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "500", Recursive: true, Predicate: cachertest.Everything(false)})
+		run, _ := fs.WaitWatch(t, 2)
+		for i := range keys {
+			run.Send(t, watch.Modified, cachertest.NewPod("p"+strconv.Itoa(i), uint64(501+i), nil, ""))
+		}
+		run.SendBookmark(t, 1000)
+		all = append(all, resumed{fs, done})
+	}
+	// Each cacher's cleanup checks that no cacher goroutine is left: both
+	// stop first, their held reads let go (should the test fail).
+	var release sync.Once
+	open := func() { release.Do(func() { close(gate) }) }
+	t.Cleanup(func() {
+		open()
+		for _, c := range caches {
+			c.Stop()
+		}
+	})
+	held := func() int { return len(all[0].fs.Held()) + len(all[1].fs.Held()) }
+	cachertest.Poll(t, "the key reads to fill the bound", func() bool { return held() >= 128 })
+	// Every key is pending by now; none past the bound starts.
+	time.Sleep(100 * time.Millisecond)
+	if n := held(); n != 128 {
+		t.Fatalf("%d key reads in flight across the two caches, want the bound of 128", n)
+	}
+	open()
+	for _, r := range all {
+		res := <-r.done
+		if res.err != nil {
+			t.Fatal(res.err)
+		}
+		t.Cleanup(res.w.Stop)
+		if ev := cachertest.NextEvent(t, res.w); ev.Type != watch.Modified || cachertest.EventRV(t, ev) != 501 {
+			t.Fatalf("first event %s, want MODIFIED p0@501", cachertest.Describe(ev))
+		}
+	}
+	if n := held(); n != 2*keys {
+		t.Errorf("%d keys read, want %d", n, 2*keys)
 	}
 }

@@ -265,5 +265,6 @@ func Schedule(o *options.WatchCacheOptions, gr schema.GroupResource) cacher.Conf
 		StallSlowWatchers:         r.StallSlowWatchers,
 		MaxBytes:                  r.MaxBytes,
 		ListBackfillRevisions:     cacher.DefaultListBackfillRevisions,
+		BackfillMaxRevisions:      cacher.DefaultBackfillMaxRevisions,
 	}
 }

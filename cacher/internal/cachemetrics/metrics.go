@@ -128,7 +128,7 @@ func registerMetrics(backfillCooldown time.Duration) {
 	registerOnce.Do(func() {
 		backfills = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem, Name: "history_backfills_total",
-			Help: fmt.Sprintf("Backfills of the history from etcd for watches resuming from before the cache's list, by result: filled, failed. "+
+			Help: fmt.Sprintf("Backfills of the history from etcd for watches resuming from before the cache's list, by result: filled, failed, too_far (a resume further behind the cache than a backfill may reach: 410 Expired without one). "+
 				"For %v after a failure, such resumes get 410 Expired at once (expired_watches_total) rather than wait on another.", backfillCooldown),
 			StabilityLevel: compbasemetrics.ALPHA,
 		}, []string{"group", "resource", "result"})
@@ -164,23 +164,23 @@ type Resource struct {
 	ShardFiltered  compbasemetrics.CounterMetric
 	GR             schema.GroupResource
 
-	BookmarksSent              compbasemetrics.CounterMetric
-	StorageBookmarks           compbasemetrics.CounterMetric
-	TickDuration               compbasemetrics.ObserverMetric
-	WatchersDue                compbasemetrics.ObserverMetric
-	HistoryEvents              compbasemetrics.GaugeMetric
-	HistoryForcedEvictions     compbasemetrics.CounterMetric
-	ExpiredWatches             compbasemetrics.CounterMetric
-	Backfilled, BackfillFailed compbasemetrics.CounterMetric
-	FreshnessTimeouts          map[string]compbasemetrics.CounterMetric
-	FreshnessProbes            compbasemetrics.CounterMetric
-	StorageWatchRetries        compbasemetrics.CounterMetric
-	Dropped                    map[string]compbasemetrics.CounterMetric
-	byState                    [3]compbasemetrics.GaugeMetric
-	NotReady                   map[string]compbasemetrics.CounterMetric
-	ReadsToStorage             map[StorageRead]compbasemetrics.CounterMetric
-	SlowWatchers               map[string]compbasemetrics.CounterMetric
-	Budget                     Budget
+	BookmarksSent                              compbasemetrics.CounterMetric
+	StorageBookmarks                           compbasemetrics.CounterMetric
+	TickDuration                               compbasemetrics.ObserverMetric
+	WatchersDue                                compbasemetrics.ObserverMetric
+	HistoryEvents                              compbasemetrics.GaugeMetric
+	HistoryForcedEvictions                     compbasemetrics.CounterMetric
+	ExpiredWatches                             compbasemetrics.CounterMetric
+	Backfilled, BackfillFailed, BackfillTooFar compbasemetrics.CounterMetric
+	FreshnessTimeouts                          map[string]compbasemetrics.CounterMetric
+	FreshnessProbes                            compbasemetrics.CounterMetric
+	StorageWatchRetries                        compbasemetrics.CounterMetric
+	Dropped                                    map[string]compbasemetrics.CounterMetric
+	byState                                    [3]compbasemetrics.GaugeMetric
+	NotReady                                   map[string]compbasemetrics.CounterMetric
+	ReadsToStorage                             map[StorageRead]compbasemetrics.CounterMetric
+	SlowWatchers                               map[string]compbasemetrics.CounterMetric
+	Budget                                     Budget
 }
 
 // Outcomes of a slow watcher, for slow_watchers_total.
@@ -220,6 +220,7 @@ func NewResource(gr schema.GroupResource, backfillCooldown time.Duration) *Resou
 		ExpiredWatches:         expiredWatches.WithLabelValues(g, r),
 		Backfilled:             backfills.WithLabelValues(g, r, "filled"),
 		BackfillFailed:         backfills.WithLabelValues(g, r, "failed"),
+		BackfillTooFar:         backfills.WithLabelValues(g, r, "too_far"),
 		FreshnessTimeouts:      map[string]compbasemetrics.CounterMetric{},
 		FreshnessProbes:        freshnessProbes.WithLabelValues(g, r),
 		StorageWatchRetries:    storageWatchRetries.WithLabelValues(g, r),

@@ -31,11 +31,19 @@ const BackfillCooldown = backfillTimeout
 // errBackfillCoolingDown: a backfill failed less than backfillCooldown ago.
 var errBackfillCoolingDown = fmt.Errorf("a history backfill failed less than %v ago", BackfillCooldown)
 
+// errBackfillTooFar: the resume is further behind than
+// Config.BackfillMaxRevisions.
+var errBackfillTooFar = goerrors.New("too far behind the cache for a backfill")
+
 // Backfill fills the history between rv and its start from etcd, when the
 // start is the cache's (re)list rather than history given up for room. A
 // client resuming from an RV just before the list (its apiserver restarted,
 // or the cache relisted after an etcd outage) then continues without a
 // relist, as it would have against the old cache.
+//
+// A resume more than BackfillMaxRevisions behind the cache is not
+// backfilled: etcd would read every revision since, of every resource,
+// under its read lock (cacher.DefaultBackfillMaxRevisions).
 //
 // Resumes share the work: one backfill runs at a time per resource, on the
 // cache's own context (bounded by backfillTimeout), and those that arrive
@@ -49,6 +57,10 @@ func (f *Feed) Backfill(ctx context.Context, rv uint64) error {
 		start, fromList := f.state.HistoryStart()
 		if !fromList || rv >= start {
 			return nil
+		}
+		if n, behind := f.cfg.BackfillMaxRevisions, f.state.CurrentRV()-rv; n > 0 && behind > n {
+			f.metrics.BackfillTooFar.Inc()
+			return fmt.Errorf("resume from %d, %d revisions behind the cache (at most %d): %w", rv, behind, n, errBackfillTooFar)
 		}
 		run, err := b.join(rv, f.clock.Now(), f.stopping(), f.startBackfill)
 		if goerrors.Is(err, errBackfillerStopped) {

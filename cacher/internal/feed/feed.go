@@ -159,6 +159,7 @@ type Config struct {
 	StorageSilenceTimeout     time.Duration
 	StorageWatchWithoutPrevKV bool
 	ListBackfillRevisions     uint64
+	BackfillMaxRevisions      uint64
 	MaxBytes                  int64
 	BudgetCheckPeriod         time.Duration
 }
