@@ -48,6 +48,8 @@ type podWriter struct {
 	// keyPrefix is what the etcd3 storage puts before a key under the
 	// resource: the run's prefix, then "/".
 	keyPrefix string
+	// highest is the highest revision a put of this writer got (closeCompacted).
+	highest atomic.Uint64
 }
 
 func newPodWriter(env Env) (*podWriter, error) {
@@ -85,7 +87,10 @@ func (w *podWriter) putObject(ctx context.Context, c runtime.Codec, obj runtime.
 	if err != nil {
 		return 0, 0, fmt.Errorf("writing %s: %w", key, err)
 	}
-	return uint64(resp.Header.Revision), len(data), nil
+	rv = uint64(resp.Header.Revision)
+	for h := w.highest.Load(); rv > h && !w.highest.CompareAndSwap(h, rv); h = w.highest.Load() {
+	}
+	return rv, len(data), nil
 }
 
 // deleteObject deletes the object of obj's name, one Delete without the
@@ -152,14 +157,15 @@ func waitFor(ctx context.Context, progress *atomic.Int64, stall time.Duration, c
 	return true
 }
 
-// compactTo compacts etcd up to rv (nothing for 0), once a run that wrote
-// its objects twice is done with them, so the runs after it reuse the
-// space under etcd's quota; a failure is logged, the run's figures stand.
-func (pw *podWriter) compactTo(rv uint64, run string) {
-	if rv == 0 {
-		return
+// closeCompacted compacts etcd up to the writer's last put (nothing if it
+// made none), once a run that wrote its objects twice is done with them,
+// so the runs after it reuse the space under etcd's quota; a failure is
+// logged, the run's figures stand. Then it closes the writer.
+func (pw *podWriter) closeCompacted(run string) {
+	if rv := pw.highest.Load(); rv != 0 {
+		if _, err := pw.client.Compact(context.Background(), int64(rv)); err != nil {
+			klog.InfoS("Compacting etcd after the run failed", "run", run, "rv", rv, "err", err)
+		}
 	}
-	if _, err := pw.client.Compact(context.Background(), int64(rv)); err != nil {
-		klog.InfoS("Compacting etcd after the run failed", "run", run, "rv", rv, "err", err)
-	}
+	pw.close()
 }

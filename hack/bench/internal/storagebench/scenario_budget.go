@@ -38,18 +38,12 @@ func Budget(ctx context.Context, env Env, decorator string, objects int) ([]resu
 		return nil, fmt.Errorf("budget: %d objects", objects)
 	}
 	k := memoryKinds[RealisticPods]
-	pw, err := newPodWriter(env)
+	pw, bytes, _, err := fillFromEtcd(ctx, env, k, objects)
 	if err != nil {
 		return nil, err
 	}
-	defer pw.close()
 	// As the memory run's: every pod written twice, compacted after.
-	var lastRV uint64
-	defer func() { pw.compactTo(lastRV, "budget") }()
-	bytes, _, err := writeGeneration(ctx, pw, k, objects, 0)
-	if err != nil {
-		return nil, fmt.Errorf("filling %d objects: %w", objects, err)
-	}
+	defer pw.closeCompacted("budget")
 	rec := result.NewRecorder("budget", Level, decorator, map[string]int{"objects": objects, "object_bytes": bytes / objects})
 
 	start := time.Now()
@@ -104,7 +98,7 @@ func Budget(ctx context.Context, env Env, decorator string, objects int) ([]resu
 	// A tenth updated: the watch open before has each.
 	updates := max(objects/10, 1)
 	updateStart := time.Now()
-	_, lastRV, err = writeGeneration(ctx, pw, k, updates, 1)
+	_, _, err = writeGeneration(ctx, pw, k, updates, 1)
 	if err != nil {
 		return nil, err
 	}

@@ -96,23 +96,15 @@ func Memory(ctx context.Context, env Env, decorator string, objects int, kind st
 		return nil, fmt.Errorf("memory: %d objects", objects)
 	}
 	goruntime.MemProfileRate = memoryProfileRate
-	pw, err := newPodWriter(env)
+	pw, bytes, fill, err := fillFromEtcd(ctx, env, k, objects)
 	if err != nil {
 		return nil, err
 	}
-	defer pw.close()
 	// The run writes every object twice (600 MB of values for 100k
 	// realistic pods), and the bench's one etcd keeps every revision. Once
 	// the cache is gone (deferred after this), compacting lets the runs
 	// after this one reuse the space, under etcd's quota.
-	var lastRV uint64
-	defer func() { pw.compactTo(lastRV, "memory") }()
-	fillStart := time.Now()
-	bytes, _, err := writeGeneration(ctx, pw, k, objects, 0)
-	if err != nil {
-		return nil, fmt.Errorf("filling %d objects: %w", objects, err)
-	}
-	fill := time.Since(fillStart)
+	defer pw.closeCompacted("memory")
 	rec := result.NewRecorder("memory", Level, decorator, map[string]int{"objects": objects, "object_bytes": bytes / objects})
 
 	start := time.Now()
@@ -130,7 +122,7 @@ func Memory(ctx context.Context, env Env, decorator string, objects int, kind st
 	filledHolders := heapHolders()
 
 	updateStart := time.Now()
-	_, lastRV, err = writeGeneration(ctx, pw, k, objects, 1)
+	_, lastRV, err := writeGeneration(ctx, pw, k, objects, 1)
 	if err != nil {
 		return nil, fmt.Errorf("updating %d objects: %w", objects, err)
 	}
@@ -209,6 +201,24 @@ func startMemoryStorage(ctx context.Context, env Env, decorator string, res reso
 		}
 	}
 	return s, destroy, nil
+}
+
+// fillFromEtcd opens a writer of env and writes objects objects of kind k
+// into etcd (generation 0), as the memory and budget runs start: the
+// writer (the caller defers its closeCompacted), the bytes written and how
+// long the writes took.
+func fillFromEtcd(ctx context.Context, env Env, k objectKind, objects int) (*podWriter, int, time.Duration, error) {
+	pw, err := newPodWriter(env)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	start := time.Now()
+	bytes, _, err := writeGeneration(ctx, pw, k, objects, 0)
+	if err != nil {
+		pw.close()
+		return nil, 0, 0, fmt.Errorf("filling %d objects: %w", objects, err)
+	}
+	return pw, bytes, time.Since(start), nil
 }
 
 // writeGeneration writes every object's generation from setupWriters
