@@ -120,7 +120,7 @@ func New(cfg Config) (*Cacher, error) {
 		HistoryCapacity: cfg.HistoryCapacity, EventsHistoryWindow: cfg.EventsHistoryWindow,
 		StorageSilenceTimeout: cfg.StorageSilenceTimeout, StorageWatchWithoutPrevKV: cfg.StorageWatchWithoutPrevKV,
 		ListBackfillRevisions: cfg.ListBackfillRevisions, BackfillMaxRevisions: cfg.BackfillMaxRevisions,
-		MaxBytes: cfg.MaxBytes, BudgetCheckPeriod: cfg.BudgetCheckPeriod,
+		MaxBytes: cfg.MaxBytes, BudgetCheckPeriod: cfg.BudgetCheckPeriod, ShareSiblings: cfg.ShareSiblings,
 	}, feed.Env{
 		Storage: c.storage, State: c.state, Trigger: trig, Clock: c.clock, Metrics: metrics, Logger: c.logger,
 		Stop: c.life.stopCh, WG: &c.life.wg, Ctx: c.life.ctx, Incoming: c.loop.Incoming(), EndWatchers: c.terminateAll,

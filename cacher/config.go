@@ -107,6 +107,13 @@ type Config struct {
 	// behind the cache's RV gets its 410 without a backfill. Zero: no
 	// limit (DefaultBackfillMaxRevisions says why there is one).
 	BackfillMaxRevisions uint64
+	// ShareSiblings: an object entering the cache (listed or added) uses the
+	// memory of every part it has equal to the last cached object of its
+	// kin: its controller's, else its generateName's, else its namespace's
+	// (internal/feed/siblings.go). A ReplicaSet's pods then hold their
+	// template once. The price is a walk of the object beside its sibling
+	// as it enters, a few microseconds for a pod.
+	ShareSiblings bool
 	// StorageWatchWithoutPrevKV: the cache's own etcd watch asks for no
 	// previous values (gate WatchFromStorageWithoutPrevKV). The storage
 	// must then name a deleted object from its key: the etcd3 store needs

@@ -11,7 +11,9 @@ import (
 	"unsafe"
 
 	"google.golang.org/grpc/metadata"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 
@@ -127,5 +129,53 @@ func TestUpdateSharesUnchangedAttributes(t *testing.T) {
 	}
 	if v2.Labels["app"] != "web" || v2.Fields["spec.nodeName"] != "n1" {
 		t.Errorf("old version's labels %v fields %v changed", v2.Labels, v2.Fields)
+	}
+}
+
+// Pods of one controller share what they have equal once cached: the
+// listed ones and one added later by the watch, their labels (in the
+// object and in the cache's attributes) held once; a pod of another
+// controller with the same labels keeps its own. With ShareSiblings off
+// every pod holds its own.
+func TestSiblingsShareTheirLabelsFromListAndWatch(t *testing.T) {
+	owned := func(name string, rv uint64, owner string) *example.Pod {
+		p := cachertest.NewPod(name, rv, map[string]string{"app": "web", "pod-template-hash": "5d8f"}, "n1")
+		yes := true
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: owner, UID: types.UID("uid-" + owner), Controller: &yes}}
+		return p
+	}
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ShareSiblings=%v", on), func(t *testing.T) {
+			// The fake storage hands the cache the very objects it holds:
+			// each gets labels of its own, as decoding would.
+			fs := cachertest.NewFakeStorage(100, owned("a", 99, "rs1"), owned("b", 100, "rs1"), owned("x", 100, "rs2"))
+			c := newTestCacher(t, fs, func(cfg *Config) { cfg.ShareSiblings = on })
+			c.waitReady(t)
+			sw, _ := fs.WaitWatch(t, 1)
+			sw.Send(t, watch.Added, owned("d", 101, "rs1"))
+			c.waitRV(t, 101)
+			cached := func(name string) *objects.Object {
+				t.Helper()
+				o, ok, _ := c.state.Get("/pods/ns/" + name)
+				if !ok {
+					t.Fatalf("pod %s not cached", name)
+				}
+				return o
+			}
+			a, b, d, x := cached("a"), cached("b"), cached("d"), cached("x")
+			objLabels := func(o *objects.Object) map[string]string { return o.Obj.(*example.Pod).Labels }
+			for _, o := range []*objects.Object{b, d} {
+				shared := aliasing.Map(objLabels(o), objLabels(a)) && aliasing.Map(o.Labels, a.Labels)
+				if shared != on {
+					t.Errorf("%s shares a's labels (object and attributes): %v, want %v", o.Key, shared, on)
+				}
+				if o.Labels["app"] != "web" || o.Fields["metadata.name"] != o.Obj.(*example.Pod).Name {
+					t.Errorf("%s reads labels %v fields %v", o.Key, o.Labels, o.Fields)
+				}
+			}
+			if aliasing.Map(objLabels(x), objLabels(a)) {
+				t.Error("a pod of another controller shares rs1's labels")
+			}
+		})
 	}
 }

@@ -34,6 +34,11 @@ type Inspection struct {
 	OverBudget     bool
 	EstimatedBytes int64
 	Relayed        int
+	// SiblingKins counts the kins (controllers, generateNames, namespaces
+	// with an object cached) whose last object the cache keeps, for each
+	// new object of the kin to share what it has equal
+	// (Config.ShareSiblings).
+	SiblingKins int
 	// Calendar is every filed slot of the bookmark calendar, oldest first.
 	Calendar []bookmarks.SlotCount
 	History  HistoryInspection
@@ -90,6 +95,7 @@ func (c *Cacher) Inspect(ctx context.Context) Inspection {
 	in.Calendar = c.hub.CalendarSlots()
 	in.OverBudget, in.Relayed = c.feed.OverBudget(), c.relays.len()
 	in.EstimatedBytes = c.feed.BudgetBytes()
+	in.SiblingKins = c.feed.SiblingKins()
 
 	in.EtcdRV, in.EtcdErr = c.feed.StorageRV(ctx)
 	return in

@@ -266,5 +266,6 @@ func Schedule(o *options.WatchCacheOptions, gr schema.GroupResource) cacher.Conf
 		MaxBytes:                  r.MaxBytes,
 		ListBackfillRevisions:     cacher.DefaultListBackfillRevisions,
 		BackfillMaxRevisions:      cacher.DefaultBackfillMaxRevisions,
+		ShareSiblings:             r.ShareSiblings,
 	}
 }

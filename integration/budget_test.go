@@ -139,8 +139,9 @@ func TestBudgetOverAndBackWithWatchesOpen(t *testing.T) {
 	}
 	from := rvs[len(rvs)-1]
 	bhWaitCached(ctx, t, e, ns, "p24", from)
-	if in := e.cacher.Inspect(ctx); in.OverBudget {
-		t.Fatalf("over the budget at 25 pods (%d bytes estimated, budget %d)", in.EstimatedBytes, budget)
+	if in := e.cacher.Inspect(ctx); in.OverBudget || in.SiblingKins != 1 {
+		t.Fatalf("at 25 pods of one namespace: over the budget %v (%d bytes estimated, budget %d), %d sibling kins kept (want 1)",
+			in.OverBudget, in.EstimatedBytes, budget, in.SiblingKins)
 	}
 	// Two watches from here: every pod, and the pods of one label.
 	all, err := e.cacher.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: fmt.Sprint(from), Recursive: true, Predicate: bhEverything(false)})
@@ -163,9 +164,10 @@ func TestBudgetOverAndBackWithWatchesOpen(t *testing.T) {
 		allRVs = append(allRVs, budgetPod(ctx, t, e, fmt.Sprintf("p%02d", i), 0))
 	}
 	over := budgetWaitFor(ctx, t, e, "over the budget at 60 pods", func(in cacher.Inspection) bool { return in.OverBudget })
-	if over.Ready || over.Relayed != 2 || over.EstimatedBytes <= budget {
-		t.Errorf("over the budget: ready %v (want false: it holds nothing), %d watches relayed (want 2), estimated %d bytes (budget %d)",
-			over.Ready, over.Relayed, over.EstimatedBytes, budget)
+	if over.Ready || over.Relayed != 2 || over.EstimatedBytes <= budget || over.SiblingKins != 0 {
+		t.Errorf("over the budget: ready %v (want false: it holds nothing), %d watches relayed (want 2), estimated %d bytes (budget %d), "+
+			"%d sibling kins kept (want 0: no object held for sharing)",
+			over.Ready, over.Relayed, over.EstimatedBytes, budget, over.SiblingKins)
 	}
 	if err := e.cacher.ReadinessCheck(); err != nil {
 		t.Errorf("over the budget the resource is served from etcd, but its readiness check fails: %v", err)

@@ -34,6 +34,9 @@ func TestDefaultsAreUpstreams(t *testing.T) {
 		// Beyond upstream, which closes a slow watcher: never worse for a
 		// client, so on (cacher/stall.go).
 		StallSlowWatchers: true,
+		// Cached objects are never written, so sharing what siblings have
+		// equal is invisible to clients (cacher/internal/feed/siblings.go).
+		ShareSiblings: true,
 	}
 	if diff := cmp.Diff(want, o, cmp.AllowUnexported(WatchCacheOptions{})); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
@@ -201,6 +204,11 @@ func TestParseAndValidate(t *testing.T) {
 			name: "slow watchers closed, as upstream's cache closes them",
 			args: []string{"--watch-cache-stall-slow-watchers=false"},
 			want: func(o *WatchCacheOptions) bool { return !o.StallSlowWatchers },
+		},
+		{
+			name: "each object its own copy, as upstream's cache holds them",
+			args: []string{"--watch-cache-share-siblings=false"},
+			want: func(o *WatchCacheOptions) bool { return !o.ShareSiblings },
 		},
 		{
 			name:       "NaN jitter",

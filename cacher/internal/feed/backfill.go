@@ -210,7 +210,7 @@ func (f *Feed) shareWithState(events []*objects.Event) {
 
 // stateAt is etcd's state of the whole resource at rv, by key.
 func (f *Feed) stateAt(ctx context.Context, rv uint64) (map[string]*objects.Object, error) {
-	objs, _, err := f.listStorage(ctx, f.cfg.ResourcePrefix, exactRead(rv, true))
+	objs, _, err := f.listStorage(ctx, f.cfg.ResourcePrefix, exactRead(rv, true), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +266,7 @@ func (f *Feed) eventsBetween(ctx context.Context, from, to uint64, each func(*ob
 				}
 				continue
 			}
-			e, err := f.newEvent(ev, now)
+			e, err := f.newEvent(ev, now, nil)
 			if err != nil {
 				return nil, err
 			}

@@ -164,7 +164,7 @@ func (r *pastStateReader) readKey(key string) ([]*objects.Object, error) {
 		// Switched to the whole resource, or failed, while it waited.
 		return nil, nil
 	}
-	objs, _, err := r.f.listStorage(r.ctx, key, exactRead(r.rv, false))
+	objs, _, err := r.f.listStorage(r.ctx, key, exactRead(r.rv, false), nil)
 	return objs, err
 }
 

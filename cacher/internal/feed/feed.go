@@ -69,6 +69,9 @@ type Feed struct {
 	checkingConsistency atomic.Bool
 	// backfills runs one history backfill at a time (backfill.go).
 	backfills backfiller
+	// siblings is the last cached object of each kin, the reflector's own
+	// but for its count (siblings.go).
+	siblings siblings
 	// forcedEvictionLog limits the capacity warning; only the reflector uses it.
 	forcedEvictionLog cachemetrics.EveryInterval
 	// watchEnd ends the storage watch when the liveness or the consistency
@@ -162,7 +165,12 @@ type Config struct {
 	BackfillMaxRevisions      uint64
 	MaxBytes                  int64
 	BudgetCheckPeriod         time.Duration
+	ShareSiblings             bool
 }
+
+// SiblingKins is how many kins' last objects the feed keeps for sharing
+// (siblings.go).
+func (f *Feed) SiblingKins() int { return int(f.siblings.kins.Load()) }
 
 // GoNotReady takes the cache out of service for why: pending until a list
 // or its storage watch mends it, or stopped for good; alsoLocked runs in

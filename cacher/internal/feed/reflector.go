@@ -48,6 +48,9 @@ func (f *Feed) reflectLoop() {
 	backoff := initialBackoff
 	for {
 		listed, err := f.listAndWatch(ctx)
+		// Whatever comes next (a relist, or etcd serving the resource over
+		// its budget) the cached objects go: their siblings with them.
+		f.siblings.reset()
 		if f.stopping() {
 			return
 		}
@@ -155,7 +158,12 @@ func (f *Feed) listAndWatch(ctx context.Context) (listed bool, err error) {
 
 func (f *Feed) list(ctx context.Context) (uint64, error) {
 	start := f.clock.Now()
-	listed, rv, err := f.listStorage(ctx, f.cfg.ResourcePrefix, storage.ListOptions{ResourceVersion: "", Recursive: true, Predicate: storage.Everything})
+	var share func(string, runtime.Object)
+	f.siblings.reset()
+	if f.cfg.ShareSiblings {
+		share = func(_ string, obj runtime.Object) { f.siblings.added(obj) }
+	}
+	listed, rv, err := f.listStorage(ctx, f.cfg.ResourcePrefix, storage.ListOptions{ResourceVersion: "", Recursive: true, Predicate: storage.Everything}, share)
 	if err != nil {
 		return 0, fmt.Errorf("listing %v: %w", f.cfg.GroupResource, err)
 	}
@@ -181,8 +189,9 @@ func (f *Feed) list(ctx context.Context) (uint64, error) {
 }
 
 // listStorage lists key (the resource's prefix, or one object's key) from
-// the wrapped storage with opts and returns its objects and the list's RV.
-func (f *Feed) listStorage(ctx context.Context, key string, opts storage.ListOptions) ([]*objects.Object, uint64, error) {
+// the wrapped storage with opts and returns its objects and the list's RV;
+// share, if set, sees each object first (newObject).
+func (f *Feed) listStorage(ctx context.Context, key string, opts storage.ListOptions, share func(string, runtime.Object)) ([]*objects.Object, uint64, error) {
 	list := f.cfg.NewListFunc()
 	if err := f.storage.GetList(ctx, key, opts, list); err != nil {
 		return nil, 0, err
@@ -205,7 +214,7 @@ func (f *Feed) listStorage(ctx context.Context, key string, opts storage.ListOpt
 	}
 	objs := make([]*objects.Object, 0, len(items))
 	for _, item := range items {
-		o, err := f.NewObject(item)
+		o, err := f.newObject(item, share)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -310,16 +319,20 @@ func (f *Feed) answered() {
 // the dispatcher.
 func (f *Feed) apply(ev watch.Event) (uint64, error) {
 	now := f.clock.Now()
-	e, err := f.newEvent(ev, now)
+	// Only this goroutine writes the state, so the object the event
+	// replaces can be read before the lock, and the event linked to it:
+	// nobody sees the event before the state holds it.
+	var prev *objects.Object
+	e, err := f.newEvent(ev, now, func(key string, obj runtime.Object) {
+		prev = f.state.Peek(key)
+		if prev == nil && ev.Type != watch.Deleted && f.cfg.ShareSiblings {
+			f.siblings.added(obj)
+		}
+	})
 	if err != nil {
 		return 0, err
 	}
 	cur, rv := e.Cur, e.RV
-
-	// Only this goroutine writes the state, so the object the event
-	// replaces can be read before the lock, and the event linked to it:
-	// nobody sees the event before the state holds it.
-	prev := f.state.Peek(cur.Key)
 	if e.Type == watch.Deleted && f.cfg.StorageWatchWithoutPrevKV {
 		// Without previous values a DELETE names the object only: clients
 		// are sent the cached object at the delete's RV, as etcd's
@@ -329,6 +342,13 @@ func (f *Feed) apply(ev watch.Event) (uint64, error) {
 		}
 	} else if prev != nil {
 		cur.ShareUnchanged(prev)
+	}
+	if f.cfg.ShareSiblings && prev != nil {
+		if e.Type == watch.Deleted {
+			f.siblings.deleted(prev.Obj)
+		} else {
+			f.siblings.replaced(prev.Obj, cur.Obj)
+		}
 	}
 	f.linkPrev(e, prev)
 	forced, err := f.state.Apply(e, now)
@@ -365,8 +385,9 @@ func (f *Feed) deletedObject(prev, stub *objects.Object, rv uint64) (*objects.Ob
 }
 
 // newEvent turns a storage watch event into a cached one, all but what it
-// changed from (linkPrev).
-func (f *Feed) newEvent(ev watch.Event, now time.Time) (*objects.Event, error) {
+// changed from (linkPrev); share, if set, sees its object first
+// (newObject).
+func (f *Feed) newEvent(ev watch.Event, now time.Time, share func(string, runtime.Object)) (*objects.Event, error) {
 	obj := ev.Object
 	var decoded int64
 	if wrapped, ok := obj.(storage.WatchEventWithRecordTime); ok {
@@ -376,7 +397,7 @@ func (f *Feed) newEvent(ev watch.Event, now time.Time) (*objects.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	cur, err := f.NewObject(obj)
+	cur, err := f.newObject(obj, share)
 	if err != nil {
 		return nil, err
 	}
@@ -409,10 +430,19 @@ func (f *Feed) push(e *objects.Event) {
 }
 
 // NewObject is the cache's object for obj: its key, labels and fields.
-func (f *Feed) NewObject(obj runtime.Object) (*objects.Object, error) {
+func (f *Feed) NewObject(obj runtime.Object) (*objects.Object, error) { return f.newObject(obj, nil) }
+
+// newObject is NewObject with share, if set, called with the key before
+// the attributes are taken: it may point obj's parts at a sibling's
+// (siblings.go), and the labels and fields then point at the shared parts
+// too, not at obj's own copies.
+func (f *Feed) newObject(obj runtime.Object, share func(key string, obj runtime.Object)) (*objects.Object, error) {
 	key, err := f.cfg.KeyFunc(obj)
 	if err != nil {
 		return nil, fmt.Errorf("computing the key of %T: %w", obj, err)
+	}
+	if share != nil {
+		share(key, obj)
 	}
 	lbls, flds, err := f.cfg.GetAttrsFunc(obj)
 	if err != nil {

@@ -1,0 +1,92 @@
+package feed
+
+import (
+	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/watchkeeper/watchkeeper/cacher/internal/versions"
+)
+
+// siblings makes objects made from one template share the memory of what
+// they have equal. A ReplicaSet's pods are its template with a name, a
+// UID, a node and a status: decoded one by one from etcd, each holds its
+// own copy of the spec, the labels and the managed fields, which is most
+// of a pod's heap. Each object entering the cache (listed, or added)
+// shares with the last cached object of its kin (versions.Share, the walk
+// an update's new version takes beside its old one), so the template's
+// parts are held once per kin, not once per object (docs/performance.md,
+// memory per cached object).
+//
+// An object's kin is its controller (the owner reference marked
+// controller), else its generateName in its namespace, else its namespace:
+// nodes, or a namespace's config maps, are alike too, only less often.
+// Cached objects are never written, so sharing is invisible to readers.
+//
+// Only the reflector's goroutine uses it. It holds one object per kin with
+// a live object in the cache: a kin's entry goes with its last object.
+type siblings struct {
+	last map[string]runtime.Object
+	// kins is len(last), for the cache's inspection on other goroutines.
+	kins atomic.Int64
+}
+
+// kin is the key obj's siblings share.
+func kin(obj runtime.Object) string {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return ""
+	}
+	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
+		return "c/" + string(ref.UID)
+	}
+	if g := m.GetGenerateName(); g != "" {
+		return "g/" + m.GetNamespace() + "/" + g
+	}
+	return "n/" + m.GetNamespace()
+}
+
+// reset forgets every kin: the cache's objects are replaced by a list.
+func (s *siblings) reset() {
+	s.last = nil
+	s.kins.Store(0)
+}
+
+// added shares obj, about to enter the cache and seen by nobody yet, with
+// the last object of its kin (versions.Share), and makes it that last. It
+// runs before obj's labels and fields are taken, so they point at the
+// shared parts too.
+func (s *siblings) added(obj runtime.Object) {
+	if s.last == nil {
+		s.last = map[string]runtime.Object{}
+	}
+	k := kin(obj)
+	if sib := s.last[k]; sib != nil {
+		versions.Share(obj, sib)
+	}
+	s.last[k] = obj
+	s.kins.Store(int64(len(s.last)))
+}
+
+// replaced follows an update of prev to cur (cur shares with prev
+// already): cur stands for its kin, so that prev's memory can go once the
+// history lets go of it.
+func (s *siblings) replaced(prev, cur runtime.Object) {
+	s.deleted(prev)
+	if s.last == nil {
+		s.last = map[string]runtime.Object{}
+	}
+	s.last[kin(cur)] = cur
+	s.kins.Store(int64(len(s.last)))
+}
+
+// deleted forgets prev if it stands for its kin.
+func (s *siblings) deleted(prev runtime.Object) {
+	k := kin(prev)
+	if s.last[k] == prev {
+		delete(s.last, k)
+		s.kins.Store(int64(len(s.last)))
+	}
+}
