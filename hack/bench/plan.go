@@ -249,6 +249,10 @@ func plan(sz sizes, scenarios, levels []string) (runs []runSpec, skipped []strin
 						// The question it asks: is it the backfill after
 						// each list?
 						decs = append(slices.Clone(decs), storagebench.WatchkeeperNoBackfill)
+					case "memory":
+						// What sharing siblings' memory saves, and what
+						// it costs the start.
+						decs = append(slices.Clone(decs), storagebench.WatchkeeperUnshared)
 					case "budget":
 						// What a budget saves and costs, beside the cache
 						// without one.

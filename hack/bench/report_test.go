@@ -76,9 +76,9 @@ func TestPlanAlternatesWhichCacheGoesFirst(t *testing.T) {
 	all, _ := plan(fullSizes, allScenarios, []string{"storage", "http"})
 	var runs []runSpec
 	for _, r := range all {
-		// The baseline, restart's backfill-off variant and budget's
-		// budgeted one are extra runs beside the pair.
-		if r.Decorator != decNone && r.Decorator != storagebench.WatchkeeperNoBackfill && r.Decorator != storagebench.WatchkeeperBudget {
+		// The baseline and the variants (restart's backfill-off, budget's
+		// budgeted, memory's unshared) are extra runs beside the pair.
+		if !slices.Contains([]string{decNone, storagebench.WatchkeeperNoBackfill, storagebench.WatchkeeperBudget, storagebench.WatchkeeperUnshared}, r.Decorator) {
 			runs = append(runs, r)
 		}
 	}
@@ -218,8 +218,9 @@ func TestNetFiguresOfMemory(t *testing.T) {
 }
 
 // The memory scenario runs each kind at each size with none before the
-// pair, its child is told the kind, and only the realistic pods at the
-// largest size write heap profiles, one per decorator.
+// pair and watchkeeper-unshared after it, its child is told the kind, and
+// only the realistic pods at the largest size write heap profiles, one per
+// decorator.
 func TestPlanMemory(t *testing.T) {
 	runs, skipped := plan(fullSizes, []string{"memory"}, []string{"storage", "http"})
 	if len(skipped) != 0 {
@@ -238,22 +239,23 @@ func TestPlanMemory(t *testing.T) {
 	}
 	for _, kind := range []string{"small", "realistic"} {
 		for _, n := range []int{10_000, 100_000} {
-			for _, dec := range []string{decNone, decUpstream, decWatchkeeper} {
+			for _, dec := range []string{decNone, decUpstream, decWatchkeeper, storagebench.WatchkeeperUnshared} {
 				if k := fmt.Sprintf("%s/%d/%s", kind, n, dec); got[k] != 1 {
 					t.Errorf("%s runs = %d, want 1", k, got[k])
 				}
 			}
 		}
 	}
-	for _, dec := range []string{decNone, decUpstream, decWatchkeeper} {
+	for _, dec := range []string{decNone, decUpstream, decWatchkeeper, storagebench.WatchkeeperUnshared} {
 		if k := "custom/10000/" + dec; got[k] != 1 {
 			t.Errorf("%s runs = %d, want 1", k, got[k])
 		}
 	}
-	if len(runs) != 15 {
-		t.Errorf("%d runs, want 15 (no 100k custom resources)", len(runs))
+	if len(runs) != 20 {
+		t.Errorf("%d runs, want 20 (no 100k custom resources)", len(runs))
 	}
-	want := []string{"memory/storage/none-o100000-realistic", "memory/storage/upstream-o100000-realistic", "memory/storage/watchkeeper-o100000-realistic"}
+	want := []string{"memory/storage/none-o100000-realistic", "memory/storage/upstream-o100000-realistic",
+		"memory/storage/watchkeeper-o100000-realistic", "memory/storage/watchkeeper-unshared-o100000-realistic"}
 	slices.Sort(profiled)
 	if !slices.Equal(profiled, want) {
 		t.Errorf("heap profiles from %v, want %v", profiled, want)

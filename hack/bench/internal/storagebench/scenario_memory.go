@@ -38,6 +38,12 @@ const (
 	CustomResources = "custom"
 )
 
+// WatchkeeperUnshared is watchkeeper with --watch-cache-share-siblings=false:
+// each cached object holds its own decoded copy, as in upstream's cache.
+// The memory scenario runs it to show what the sharing saves and what its
+// walk costs the start.
+const WatchkeeperUnshared = "watchkeeper-unshared"
+
 // MemoryKinds are the memory scenario's kinds, in the order they run.
 var MemoryKinds = []string{SmallPods, RealisticPods, CustomResources}
 

@@ -123,9 +123,11 @@ func buildCache(env Env, name string, res resource) (storage.Interface, func(), 
 	switch name {
 	case Upstream:
 		d = registry.StorageWithCacher()
-	case Watchkeeper:
+	case Watchkeeper, WatchkeeperUnshared:
+		opts := options.NewWatchCacheOptions()
+		opts.ShareSiblings = name == Watchkeeper
 		var err error
-		if d, err = decorator.New(options.NewWatchCacheOptions()); err != nil {
+		if d, err = decorator.New(opts); err != nil {
 			return nil, nil, err
 		}
 	default:
