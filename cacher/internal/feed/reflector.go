@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"strconv"
 	"time"
 
@@ -158,10 +159,12 @@ func (f *Feed) listAndWatch(ctx context.Context) (listed bool, err error) {
 
 func (f *Feed) list(ctx context.Context) (uint64, error) {
 	start := f.clock.Now()
-	var share func(string, runtime.Object)
 	f.siblings.reset()
+	var share func([]runtime.Object)
 	if f.cfg.ShareSiblings {
-		share = func(_ string, obj runtime.Object) { f.siblings.added(obj) }
+		share = func(items []runtime.Object) {
+			f.siblings.listed(items, min(goruntime.GOMAXPROCS(0), maxShareWorkers))
+		}
 	}
 	listed, rv, err := f.listStorage(ctx, f.cfg.ResourcePrefix, storage.ListOptions{ResourceVersion: "", Recursive: true, Predicate: storage.Everything}, share)
 	if err != nil {
@@ -190,8 +193,9 @@ func (f *Feed) list(ctx context.Context) (uint64, error) {
 
 // listStorage lists key (the resource's prefix, or one object's key) from
 // the wrapped storage with opts and returns its objects and the list's RV;
-// share, if set, sees each object first (newObject).
-func (f *Feed) listStorage(ctx context.Context, key string, opts storage.ListOptions, share func(string, runtime.Object)) ([]*objects.Object, uint64, error) {
+// share, if set, sees the listed objects before their attributes are taken
+// (newObject says why).
+func (f *Feed) listStorage(ctx context.Context, key string, opts storage.ListOptions, share func([]runtime.Object)) ([]*objects.Object, uint64, error) {
 	list := f.cfg.NewListFunc()
 	if err := f.storage.GetList(ctx, key, opts, list); err != nil {
 		return nil, 0, err
@@ -212,9 +216,12 @@ func (f *Feed) listStorage(ctx context.Context, key string, opts storage.ListOpt
 	if err != nil {
 		return nil, 0, err
 	}
+	if share != nil {
+		share(items)
+	}
 	objs := make([]*objects.Object, 0, len(items))
 	for _, item := range items {
-		o, err := f.newObject(item, share)
+		o, err := f.NewObject(item)
 		if err != nil {
 			return nil, 0, err
 		}

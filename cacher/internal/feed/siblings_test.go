@@ -2,6 +2,7 @@ package feed
 
 import (
 	"reflect"
+	goruntime "runtime"
 	"strconv"
 	"testing"
 
@@ -39,28 +40,54 @@ func decodedRealisticPod(t *testing.T, i int) *objects.Object {
 	return objectOf(t, obj)
 }
 
-// A ReplicaSet's pods, entering the cache one after another, hold what
-// they have equal once: pod i+50 (the realistic pods' next of the same
-// ReplicaSet) points its volumes, its annotations, its sidecar and the
-// strings of its field set at pod i's memory, and every pod still reads as it was decoded. Pods of another
+// A ReplicaSet's pods, entering the cache one after another or in one
+// list shared in workers, hold what they have equal once: pod i+50 (the
+// realistic pods' next of the same ReplicaSet) points its volumes, its
+// annotations, its sidecar and the strings of its field set at pod i's
+// memory, and every pod still reads as it was decoded. Pods of another
 // ReplicaSet share nothing with them, though much of their shape is alike.
 func TestSiblingsShareTheirTemplate(t *testing.T) {
-	const n = 200
-	var s siblings
-	held := make([]*objects.Object, n)
-	for i := range n {
-		pod := decodedRealisticPod(t, i).Obj
-		s.added(pod)
-		held[i] = objectOf(t, pod)
+	const n = 1600
+	for _, how := range []string{"added", "listed in 3 workers"} {
+		t.Run(how, func(t *testing.T) {
+			var s siblings
+			pods := make([]runtime.Object, n)
+			for i := range n {
+				pods[i] = decodedRealisticPod(t, i).Obj
+				if how == "added" {
+					s.added(pods[i])
+				}
+			}
+			if how != "added" {
+				s.listed(pods, 3)
+			}
+			held := make([]*objects.Object, n)
+			for i, pod := range pods {
+				held[i] = objectOf(t, pod)
+			}
+			checkSiblingsShared(t, held)
+			if len(s.last) != 50 || s.kins.Load() != 50 {
+				t.Errorf("%d kins kept (counted %d), want the 50 ReplicaSets", len(s.last), s.kins.Load())
+			}
+			for i := n - 50; i < n; i++ {
+				if s.last[kin(pods[i])] != pods[i] {
+					t.Fatalf("pod %d, its ReplicaSet's last, does not stand for it", i)
+				}
+			}
+		})
 	}
+}
+
+func checkSiblingsShared(t *testing.T, held []*objects.Object) {
+	t.Helper()
 	pod := func(i int) *corev1.Pod { return held[i].Obj.(*corev1.Pod) }
-	for i := range n {
+	for i := range held {
 		want := decodedRealisticPod(t, i)
 		if !reflect.DeepEqual(held[i].Obj, want.Obj) || !reflect.DeepEqual(held[i].Labels, want.Labels) || !reflect.DeepEqual(held[i].Fields, want.Fields) {
 			t.Fatalf("pod %d no longer reads as decoded once shared with its siblings", i)
 		}
 	}
-	for _, i := range []int{1, 7, 121} {
+	for _, i := range []int{1, 7, 121, 1001} {
 		p, sib := pod(i+50), pod(i)
 		if !aliasing.Slice(p.Spec.Volumes, sib.Spec.Volumes) {
 			t.Errorf("pod %d holds volumes of its own, want pod %d's (same ReplicaSet)", i+50, i)
@@ -110,7 +137,7 @@ func TestSiblingsForgetTheDeletedAndTheReplaced(t *testing.T) {
 
 // BenchmarkSiblingsShareAList is what sharing costs a list: 10k realistic
 // pods, decoded before it starts (out of the CPU's caches, as a list's
-// are), each shared with its kin's last as the reflector does.
+// are), shared on one goroutine and in the workers a list uses.
 func BenchmarkSiblingsShareAList(b *testing.B) {
 	const n = 10_000
 	encoded := make([][]byte, n)
@@ -121,21 +148,23 @@ func BenchmarkSiblingsShareAList(b *testing.B) {
 		}
 		encoded[i] = data
 	}
-	objs := make([]runtime.Object, n)
-	for b.Loop() {
-		b.StopTimer()
-		for i, data := range encoded {
-			obj, err := runtime.Decode(fixtures.CorePodCodec, data)
-			if err != nil {
-				b.Fatal(err)
+	for _, workers := range []int{1, min(goruntime.GOMAXPROCS(0), maxShareWorkers)} {
+		b.Run(strconv.Itoa(workers)+"-workers", func(b *testing.B) {
+			objs := make([]runtime.Object, n)
+			for b.Loop() {
+				b.StopTimer()
+				for i, data := range encoded {
+					obj, err := runtime.Decode(fixtures.CorePodCodec, data)
+					if err != nil {
+						b.Fatal(err)
+					}
+					objs[i] = obj
+				}
+				var s siblings
+				b.StartTimer()
+				s.listed(objs, workers)
 			}
-			objs[i] = obj
-		}
-		var s siblings
-		b.StartTimer()
-		for _, obj := range objs {
-			s.added(obj)
-		}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n)/1000, "us/object")
+		})
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n)/1000, "us/object")
 }
