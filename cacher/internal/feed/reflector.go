@@ -159,7 +159,6 @@ func (f *Feed) listAndWatch(ctx context.Context) (listed bool, err error) {
 
 func (f *Feed) list(ctx context.Context) (uint64, error) {
 	start := f.clock.Now()
-	f.siblings.reset()
 	var share func([]runtime.Object)
 	if f.cfg.ShareSiblings {
 		share = func(items []runtime.Object) {
