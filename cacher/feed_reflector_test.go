@@ -109,7 +109,7 @@ func TestUpdateSharesUnchangedAttributes(t *testing.T) {
 	if !aliasing.Map(v2.Labels, v1.Labels) || !aliasing.Map(v2.Fields, v1.Fields) {
 		t.Errorf("unchanged labels shared %v, fields shared %v; want both", aliasing.Map(v2.Labels, v1.Labels), aliasing.Map(v2.Fields, v1.Fields))
 	}
-	objLabels := func(o *objects.Object) map[string]string { return o.Obj.(*example.Pod).Labels }
+	objLabels := func(o *objects.Object) map[string]string { return o.Decoded().(*example.Pod).Labels }
 	if !aliasing.Map(objLabels(v2), objLabels(v1)) {
 		t.Error("the new version's object holds labels of its own, want the old one's (versions.Share)")
 	}
@@ -163,13 +163,13 @@ func TestSiblingsShareTheirLabelsFromListAndWatch(t *testing.T) {
 				return o
 			}
 			a, b, d, x := cached("a"), cached("b"), cached("d"), cached("x")
-			objLabels := func(o *objects.Object) map[string]string { return o.Obj.(*example.Pod).Labels }
+			objLabels := func(o *objects.Object) map[string]string { return o.Decoded().(*example.Pod).Labels }
 			for _, o := range []*objects.Object{b, d} {
 				shared := aliasing.Map(objLabels(o), objLabels(a)) && aliasing.Map(o.Labels, a.Labels)
 				if shared != on {
 					t.Errorf("%s shares a's labels (object and attributes): %v, want %v", o.Key, shared, on)
 				}
-				if o.Labels["app"] != "web" || o.Fields["metadata.name"] != o.Obj.(*example.Pod).Name {
+				if o.Labels["app"] != "web" || o.Fields["metadata.name"] != o.Decoded().(*example.Pod).Name {
 					t.Errorf("%s reads labels %v fields %v", o.Key, o.Labels, o.Fields)
 				}
 			}

@@ -60,7 +60,11 @@ func (c *Cacher) initialAdded(objs []*objects.Object, pred storage.SelectionPred
 }
 
 func (c *Cacher) addedEvent(o *objects.Object, rv uint64) (watch.Event, bool) {
-	s, err := objects.Share(o.Obj)
+	obj, err := o.Get()
+	var s *objects.SharedObject
+	if err == nil {
+		s, err = objects.Share(obj)
+	}
 	if err != nil {
 		c.dropped(cachemetrics.DropInitialEvent, rv, err, "key", o.Key)
 		return watch.Event{}, false

@@ -67,6 +67,9 @@ func (c *Cacher) fillList(listObj runtime.Object, objs iter.Seq[*objects.Object]
 	} else {
 		p = selectPage(listVal, objs, sizeHint, opts.Predicate, limit)
 	}
+	if p.err != nil {
+		return p.err
+	}
 	upstream.RecordListCacheMetrics(c.cfg.GroupResource, index, p.fetched, listVal.Len())
 	next, remaining, err := storage.PrepareContinueToken(p.lastKey, key, int64(rv), int64(p.total), p.hasMore, opts)
 	if err != nil {
@@ -82,12 +85,13 @@ func (c *Cacher) fillList(listObj runtime.Object, objs iter.Seq[*objects.Object]
 
 // listPage is what filling a list found: the last key listed, how many
 // objects it looked at (fetched) and how many there are (total, counted
-// only when the continue token's remaining count needs it), and whether
-// more match than the limit let in.
+// only when the continue token's remaining count needs it), whether
+// more match than the limit let in, and the first object it could not read.
 type listPage struct {
 	lastKey        string
 	fetched, total int
 	hasMore        bool
+	err            error
 }
 
 // copyAll copies every object of objs into the slice listVal, which it
@@ -99,10 +103,15 @@ func copyAll(listVal reflect.Value, objs iter.Seq[*objects.Object], sizeHint int
 	listVal.Set(reflect.MakeSlice(listVal.Type(), sizeHint, sizeHint))
 	var p listPage
 	for o := range objs {
+		obj, err := o.Get()
+		if err != nil {
+			p.err = err
+			break
+		}
 		if p.fetched < sizeHint {
-			listVal.Index(p.fetched).Set(reflect.ValueOf(o.Obj).Elem())
+			listVal.Index(p.fetched).Set(reflect.ValueOf(obj).Elem())
 		} else {
-			listVal.Set(reflect.Append(listVal, reflect.ValueOf(o.Obj).Elem()))
+			listVal.Set(reflect.Append(listVal, reflect.ValueOf(obj).Elem()))
 		}
 		p.fetched++
 		p.lastKey = o.Key
@@ -138,7 +147,12 @@ func selectPage(listVal reflect.Value, objs iter.Seq[*objects.Object], sizeHint 
 	}
 	listVal.Set(reflect.MakeSlice(listVal.Type(), len(selected), len(selected)))
 	for i, o := range selected {
-		listVal.Index(i).Set(reflect.ValueOf(o.Obj).Elem())
+		obj, err := o.Get()
+		if err != nil {
+			p.err = err
+			break
+		}
+		listVal.Index(i).Set(reflect.ValueOf(obj).Elem())
 		p.lastKey = o.Key
 	}
 	return p

@@ -31,7 +31,7 @@ import (
 func TestCopyAllFitsItsHint(t *testing.T) {
 	var objs []*objects.Object
 	for i := range 5 {
-		objs = append(objs, &objects.Object{Key: fmt.Sprintf("/pods/ns/p%d", i), Obj: cachertest.NewPod(fmt.Sprintf("p%d", i), 10, nil, "")})
+		objs = append(objs, objects.NewDecoded(fmt.Sprintf("/pods/ns/p%d", i), cachertest.NewPod(fmt.Sprintf("p%d", i), 10, nil, ""), nil, nil))
 	}
 	for _, hint := range []int{1, 4, 5, 6, 50} {
 		list := &example.PodList{}

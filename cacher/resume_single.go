@@ -44,12 +44,16 @@ func (c *Cacher) unchangedSinceLocked(key, name string, rv uint64) bool {
 	if o == nil {
 		return false
 	}
+	obj, err := o.Get()
+	if err != nil {
+		return false
+	}
 	if name != "" {
-		if m, err := meta.Accessor(o.Obj); err != nil || m.GetName() != name {
+		if m, err := meta.Accessor(obj); err != nil || m.GetName() != name {
 			return false
 		}
 	}
-	objRV, err := c.cfg.Versioner.ObjectResourceVersion(o.Obj)
+	objRV, err := c.cfg.Versioner.ObjectResourceVersion(obj)
 	return err == nil && objRV <= rv
 }
 

@@ -57,7 +57,11 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 		}
 		return storage.NewKeyNotFoundError(key, int64(cacheRV))
 	}
-	return setObject(objPtr, o.Obj)
+	obj, err := o.Get()
+	if err != nil {
+		return err
+	}
+	return setObject(objPtr, obj)
 }
 
 // GetList implements storage.Interface. Lists the cache can serve exactly

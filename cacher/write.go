@@ -67,8 +67,12 @@ func (c *Cacher) suggestion(key string, preconditions *storage.Preconditions) ru
 	if o == nil {
 		return nil
 	}
-	if err := preconditions.Check(key, o.Obj); err != nil {
+	obj, err := o.Copy()
+	if err != nil {
 		return nil
 	}
-	return o.Obj.DeepCopyObject()
+	if err := preconditions.Check(key, obj); err != nil {
+		return nil
+	}
+	return obj
 }

@@ -45,7 +45,11 @@ func (t *cacheTxn) initialState(ctx context.Context, ignoreNotFound bool) (*stor
 		return nil, storage.NewTooLargeResourceVersionError(0, t.c.state.CurrentRV(), 0)
 	}
 	if o, ok, _ := t.c.state.Get(t.key); ok {
-		return storage.GetStateFromObject(t.c.cfg.Versioner, t.c.cfg.Codec, o.Obj.DeepCopyObject(), false)
+		obj, err := o.Copy()
+		if err != nil {
+			return nil, err
+		}
+		return storage.GetStateFromObject(t.c.cfg.Versioner, t.c.cfg.Codec, obj, false)
 	}
 	return t.GetCurrentState(ctx, ignoreNotFound)
 }
@@ -69,7 +73,10 @@ func (t *cacheTxn) stateAt(ctx context.Context, rv uint64, ignoreNotFound bool) 
 	var obj runtime.Object
 	switch {
 	case ok:
-		obj = o.Obj.DeepCopyObject()
+		var err error
+		if obj, err = o.Copy(); err != nil {
+			return nil, err
+		}
 	case !ignoreNotFound:
 		return nil, storage.NewKeyNotFoundError(t.key, int64(cacheRV))
 	default:

@@ -202,7 +202,11 @@ func (f *Feed) shareWithState(events []*objects.Event) {
 		if held == nil || held == e.Cur {
 			continue
 		}
-		if rv, err := f.cfg.Versioner.ObjectResourceVersion(held.Obj); err == nil && rv == e.RV {
+		obj, err := held.Get()
+		if err != nil {
+			continue
+		}
+		if rv, err := f.cfg.Versioner.ObjectResourceVersion(obj); err == nil && rv == e.RV {
 			e.Cur = held
 		}
 	}

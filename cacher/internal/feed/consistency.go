@@ -88,7 +88,11 @@ func (f *Feed) CheckConsistency(ctx context.Context) error {
 	}
 	var differ []string
 	for key, o := range etcd {
-		etcdRV, err := f.cfg.Versioner.ObjectResourceVersion(o.Obj)
+		var etcdRV uint64
+		obj, err := o.Get()
+		if err == nil {
+			etcdRV, err = f.cfg.Versioner.ObjectResourceVersion(obj)
+		}
 		switch cacheRV, ok := cached[key]; {
 		case !ok:
 			differ = append(differ, fmt.Sprintf("%s (not in the cache, etcd rv %d)", key, etcdRV))

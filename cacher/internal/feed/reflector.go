@@ -351,9 +351,9 @@ func (f *Feed) apply(ev watch.Event) (uint64, error) {
 	}
 	if f.cfg.ShareSiblings && prev != nil {
 		if e.Type == watch.Deleted {
-			f.siblings.deleted(prev.Obj)
+			f.siblings.deleted(prev.Decoded())
 		} else {
-			f.siblings.replaced(prev.Obj, cur.Obj)
+			f.siblings.replaced(prev.Decoded(), cur.Decoded())
 		}
 	}
 	f.linkPrev(e, prev)
@@ -383,11 +383,14 @@ func (f *Feed) deletedObject(prev, stub *objects.Object, rv uint64) (*objects.Ob
 		f.logger.Info("Watch cache got a DELETE of an object it does not hold; clients are sent its name only", "key", stub.Key, "resourceVersion", rv)
 		return stub, nil
 	}
-	obj := prev.Obj.DeepCopyObject()
+	obj, err := prev.Copy()
+	if err != nil {
+		return nil, err
+	}
 	if err := f.cfg.Versioner.UpdateObject(obj, rv); err != nil {
 		return nil, err
 	}
-	return &objects.Object{Key: prev.Key, Obj: obj, Labels: prev.Labels, Fields: prev.Fields}, nil
+	return objects.NewDecoded(prev.Key, obj, prev.Labels, prev.Fields), nil
 }
 
 // newEvent turns a storage watch event into a cached one, all but what it
@@ -418,9 +421,9 @@ func (f *Feed) linkPrev(e *objects.Event, prev *objects.Object) {
 		e.Prev = e.Cur
 	}
 	if f.trigger != nil {
-		e.CurTrigger = f.trigger.Value(e.Cur.Obj)
+		e.CurTrigger = f.trigger.Of(e.Cur)
 		if e.Prev != nil {
-			e.PrevTrigger = f.trigger.Value(e.Prev.Obj)
+			e.PrevTrigger = f.trigger.Of(e.Prev)
 		} else {
 			e.PrevTrigger = e.CurTrigger
 		}
@@ -454,5 +457,5 @@ func (f *Feed) newObject(obj runtime.Object, share func(key string, obj runtime.
 	if err != nil {
 		return nil, fmt.Errorf("computing the attributes of %s: %w", key, err)
 	}
-	return &objects.Object{Key: key, Obj: obj, Labels: lbls, Fields: flds}, nil
+	return objects.NewDecoded(key, obj, lbls, flds), nil
 }

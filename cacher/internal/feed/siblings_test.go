@@ -22,7 +22,7 @@ func objectOf(t *testing.T, obj runtime.Object) *objects.Object {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &objects.Object{Key: "/pods/ns/" + obj.(*corev1.Pod).Name, Obj: obj, Labels: lbls, Fields: flds}
+	return objects.NewDecoded("/pods/ns/"+obj.(*corev1.Pod).Name, obj, lbls, flds)
 }
 
 // decodedRealisticPod is realistic pod i as the cache gets it: decoded
@@ -53,7 +53,7 @@ func TestSiblingsShareTheirTemplate(t *testing.T) {
 			var s siblings
 			pods := make([]runtime.Object, n)
 			for i := range n {
-				pods[i] = decodedRealisticPod(t, i).Obj
+				pods[i] = decodedRealisticPod(t, i).Decoded()
 				if how == "added" {
 					s.added(pods[i])
 				}
@@ -80,10 +80,10 @@ func TestSiblingsShareTheirTemplate(t *testing.T) {
 
 func checkSiblingsShared(t *testing.T, held []*objects.Object) {
 	t.Helper()
-	pod := func(i int) *corev1.Pod { return held[i].Obj.(*corev1.Pod) }
+	pod := func(i int) *corev1.Pod { return held[i].Decoded().(*corev1.Pod) }
 	for i := range held {
 		want := decodedRealisticPod(t, i)
-		if !reflect.DeepEqual(held[i].Obj, want.Obj) || !reflect.DeepEqual(held[i].Labels, want.Labels) || !reflect.DeepEqual(held[i].Fields, want.Fields) {
+		if !reflect.DeepEqual(held[i].Decoded(), want.Decoded()) || !reflect.DeepEqual(held[i].Labels, want.Labels) || !reflect.DeepEqual(held[i].Fields, want.Fields) {
 			t.Fatalf("pod %d no longer reads as decoded once shared with its siblings", i)
 		}
 	}
@@ -112,7 +112,7 @@ func checkSiblingsShared(t *testing.T, held []*objects.Object) {
 // for its kin in place of the old.
 func TestSiblingsForgetTheDeletedAndTheReplaced(t *testing.T) {
 	var s siblings
-	a, b, c := decodedRealisticPod(t, 1).Obj, decodedRealisticPod(t, 51).Obj, decodedRealisticPod(t, 2).Obj
+	a, b, c := decodedRealisticPod(t, 1).Decoded(), decodedRealisticPod(t, 51).Decoded(), decodedRealisticPod(t, 2).Decoded()
 	s.added(a)
 	s.added(b)
 	s.added(c)
@@ -123,7 +123,7 @@ func TestSiblingsForgetTheDeletedAndTheReplaced(t *testing.T) {
 	if s.last[kin(b)] != b {
 		t.Error("deleting an object that is not its kin's last forgot the kin")
 	}
-	b2 := decodedRealisticPod(t, 51).Obj
+	b2 := decodedRealisticPod(t, 51).Decoded()
 	s.replaced(b, b2)
 	if s.last[kin(b)] != b2 {
 		t.Error("after an update the old version still stands for its kin")

@@ -54,7 +54,7 @@ func TestEachDeliveryTimedByStage(t *testing.T) {
 	// then two events behind it, and a bookmark.
 	var objs [DispatchBatch]EventObjects
 	objs[0] = EventObjects{
-		Event: &objects.Event{Type: watch.Modified, RV: 101, Cur: &objects.Object{Key: "/pods/ns/" + cachertest.PodName(1), Obj: cachertest.NewPod(cachertest.PodName(1), 101, nil, "")},
+		Event: &objects.Event{Type: watch.Modified, RV: 101, Cur: objects.NewDecoded("/pods/ns/"+cachertest.PodName(1), cachertest.NewPod(cachertest.PodName(1), 101, nil, ""), nil, nil),
 			DecodedNanos: times.Decoded, RecordedNanos: times.Received},
 		DispatchedNanos: times.Dispatched,
 	}

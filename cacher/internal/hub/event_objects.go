@@ -50,7 +50,11 @@ func (x *EventObjects) ForSelection(sel selection) (watch.Event, bool) {
 		return watch.Event{}, false
 	}
 	if x.cur == nil && !x.curFailed {
-		s, err := objects.Share(e.Cur.Obj)
+		obj, err := e.Cur.Get()
+		var s *objects.SharedObject
+		if err == nil {
+			s, err = objects.Share(obj)
+		}
 		if err != nil {
 			x.curFailed = true
 			x.Dropped(cachemetrics.DropEvent, e.RV, err, "key", e.Cur.Key)
@@ -67,8 +71,11 @@ func (x *EventObjects) ForSelection(sel selection) (watch.Event, bool) {
 
 func (x *EventObjects) movedOutEvent() (watch.Event, bool) {
 	if x.movedOut == nil && !x.movedOutFailed {
-		old := x.Event.Prev.Obj.DeepCopyObject()
-		s, err := objects.Share(old)
+		old, err := x.Event.Prev.Copy()
+		var s *objects.SharedObject
+		if err == nil {
+			s, err = objects.Share(old)
+		}
 		if err == nil {
 			err = x.Versioner.UpdateObject(old, x.Event.RV)
 		}

@@ -69,7 +69,7 @@ func (ct *classTest) watch(t *testing.T, key string, sel string) *Watcher {
 func podA(rv uint64, status string) *objects.Object {
 	pod := cachertest.NewPod("a", rv, nil, "")
 	key, _ := cachertest.PodKey(pod)
-	return &objects.Object{Key: key, Obj: pod, Labels: labels.Set{}, Fields: fields.Set{"metadata.name": "a", "status": status}}
+	return objects.NewDecoded(key, pod, labels.Set{}, fields.Set{"metadata.name": "a", "status": status})
 }
 
 // Ten watchers of one Secret with one selector (kubelets' shape) cost one

@@ -192,7 +192,7 @@ func (s *watcherSet) shardCandidates(dst []*Watcher, o *objects.Object) ([]*Watc
 	key := o.Key
 	filtered := 0
 	for field := range s.shardFields {
-		h, ok := objects.ShardHash(o.Obj, field)
+		h, ok := objects.ShardHashOf(o, field)
 		for i := 0; i < len(key); i++ {
 			if key[i] != '/' {
 				continue

@@ -149,7 +149,7 @@ func TestWatcherSetFilesShardedWatchersByRange(t *testing.T) {
 	check := func(step int) {
 		for i := range 300 {
 			name, ns := fmt.Sprintf("p%d", i), []string{"ns1", "ns2"}[i%2]
-			o := &objects.Object{Key: "/pods/" + ns + "/" + name, Obj: cachertest.ShardPod(name, ns)}
+			o := objects.NewDecoded("/pods/"+ns+"/"+name, cachertest.ShardPod(name, ns), nil, nil)
 			got, filtered := s.candidatesAndShardFiltered(nil, &objects.Event{Cur: o})
 			seen := map[*Watcher]bool{}
 			for _, w := range got {

@@ -138,7 +138,7 @@ func TestDispatcherAlone(t *testing.T) {
 	}}
 	pod := cachertest.NewPod("a", 150, nil, "")
 	key, _ := cachertest.PodKey(pod)
-	cur := &objects.Object{Key: key, Obj: pod, Labels: labels.Set{}, Fields: fields.Set{}}
+	cur := objects.NewDecoded(key, pod, labels.Set{}, fields.Set{})
 	d.Dispatch(&objects.Event{Type: watch.Added, RV: 150, Cur: cur})
 	if dispatched != 1 || len(slow) != 1 || slow[0] != full {
 		t.Fatalf("counted %d events dispatched, %d watchers too slow; want 1 (once per event) and the full one", dispatched, len(slow))
@@ -190,7 +190,7 @@ func TestDispatcherBatch(t *testing.T) {
 	obj := func(name string, rv uint64) *objects.Object {
 		pod := cachertest.NewPod(name, rv, nil, "")
 		key, _ := cachertest.PodKey(pod)
-		return &objects.Object{Key: key, Obj: pod, Labels: labels.Set{}, Fields: fields.Set{}}
+		return objects.NewDecoded(key, pod, labels.Set{}, fields.Set{})
 	}
 	d.Dispatch(
 		&objects.Event{Type: watch.Added, RV: 150, Cur: obj("a", 150)},

@@ -1,41 +1,9 @@
 package objects
 
 import (
-	"maps"
-
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
-
-	"github.com/watchkeeper/watchkeeper/cacher/internal/versions"
 )
-
-// Object is a cached object with the attributes selectors look at, computed
-// once when it enters the cache instead of once per watcher.
-type Object struct {
-	Key    string
-	Obj    runtime.Object
-	Labels labels.Set
-	Fields fields.Set
-}
-
-// ShareUnchanged makes o, a new version of prev, hold prev's key and, where
-// they did not change, its labels and fields, and the parts of its object
-// (versions.Share): the history keeps both versions, and most updates (a
-// status, a spec field) leave the rest as it was. None is written once
-// made.
-func (o *Object) ShareUnchanged(prev *Object) {
-	o.Key = prev.Key
-	versions.Share(o.Obj, prev.Obj)
-	if maps.Equal(o.Labels, prev.Labels) {
-		o.Labels = prev.Labels
-	}
-	if maps.Equal(o.Fields, prev.Fields) {
-		o.Fields = prev.Fields
-	}
-}
 
 // Event is one change as the cache saw it. prev is the object before the
 // change (nil for an addition), so a watcher whose selector the object moved
@@ -72,7 +40,11 @@ func matches(pred storage.SelectionPredicate, o *Object) bool {
 	if pred.ShardSelector == nil {
 		return true
 	}
-	ok, err := pred.MatchesSharding(o.Obj)
+	obj, err := o.Get()
+	if err != nil {
+		return false
+	}
+	ok, err := pred.MatchesSharding(obj)
 	return err == nil && ok
 }
 

@@ -113,8 +113,17 @@ func (f *ShardFilter) Selects(o *Object) bool {
 	if f == nil {
 		return true
 	}
-	h, ok := ShardHash(o.Obj, f.Field)
+	h, ok := ShardHashOf(o, f.Field)
 	return ok && f.Contains(h)
+}
+
+// ShardHashOf is ShardHash of o's object; false when it cannot be read.
+func ShardHashOf(o *Object, field string) (uint64, bool) {
+	obj, err := o.Get()
+	if err != nil {
+		return 0, false
+	}
+	return ShardHash(obj, field)
 }
 
 // ShardHash is the hash of obj's shard key field, the way apimachinery's

@@ -14,7 +14,7 @@ import (
 
 // shardPod is cachertest.ShardPod as the cache holds it.
 func shardPod(name, namespace string) *Object {
-	return &Object{Key: "/pods/" + namespace + "/" + name, Obj: cachertest.ShardPod(name, namespace)}
+	return NewDecoded("/pods/"+namespace+"/"+name, cachertest.ShardPod(name, namespace), nil, nil)
 }
 
 // The compiled filter selects exactly what upstream's selector does, for
@@ -40,7 +40,7 @@ func TestShardFilterAgreesWithUpstreamsSelector(t *testing.T) {
 			t.Fatalf("%s: filter %v, %v", expr, f, err)
 		}
 		for _, o := range objs {
-			want, err := pred.ShardSelector.Matches(o.Obj)
+			want, err := pred.ShardSelector.Matches(o.Decoded())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -33,6 +33,16 @@ func NewTrigger(funcs storage.IndexerFuncs) (*Trigger, error) {
 	return nil, fmt.Errorf("cacher: one trigger function is supported, got %d (%v)", len(funcs), names)
 }
 
+// Of is o's trigger value; an object that cannot be read has none, as an
+// object without the field.
+func (t *Trigger) Of(o *Object) string {
+	obj, err := o.Get()
+	if err != nil {
+		return ""
+	}
+	return t.Value(obj)
+}
+
 // ValueFor is the trigger value a watcher pins: its field selector requires
 // an exact value of the trigger field, and the predicate says that field is
 // indexed.

@@ -296,7 +296,11 @@ func (s *State) ObjectRVs(rvOf func(runtime.Object) (uint64, error)) (map[string
 	cached := map[string]uint64{}
 	var err error
 	for _, o := range s.ordered.under(s.prefix) {
-		if cached[o.Key], err = rvOf(o.Obj); err != nil {
+		var obj runtime.Object
+		if obj, err = o.Get(); err != nil {
+			break
+		}
+		if cached[o.Key], err = rvOf(obj); err != nil {
 			break
 		}
 	}

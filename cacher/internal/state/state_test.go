@@ -32,7 +32,7 @@ func TestCacheStateInvariants(t *testing.T) {
 	s := New("/pods/", nil, time.Hour, 10_000, true, cachemetrics.NewResource(schema.GroupResource{Resource: "pods"}, time.Minute), now)
 	obj := func(name string, rv uint64) *objects.Object {
 		pod := cachertest.NewPod(name, rv, map[string]string{"rv": fmt.Sprint(rv)}, "")
-		return &objects.Object{Key: "/pods/" + cachertest.Namespace + "/" + name, Obj: pod}
+		return objects.NewDecoded("/pods/"+cachertest.Namespace+"/"+name, pod, nil, nil)
 	}
 
 	model := map[string]*objects.Object{} // key -> the object held
@@ -176,7 +176,7 @@ func listed(t *testing.T, s *State, rv uint64, past bool) []string {
 			t.Fatalf("no snapshot at %d, which hasStateAt claims", rv)
 		}
 		for o := range state.Ascend("/pods/", "/pods/") {
-			keys = append(keys, o.Key+"@"+o.Obj.(interface{ GetResourceVersion() string }).GetResourceVersion())
+			keys = append(keys, o.Key+"@"+o.Decoded().(interface{ GetResourceVersion() string }).GetResourceVersion())
 		}
 		return keys
 	}
@@ -185,7 +185,7 @@ func listed(t *testing.T, s *State, rv uint64, past bool) []string {
 		t.Fatalf("the current list is at %d, want %d", at, rv)
 	}
 	for o := range walk {
-		keys = append(keys, o.Key+"@"+o.Obj.(interface{ GetResourceVersion() string }).GetResourceVersion())
+		keys = append(keys, o.Key+"@"+o.Decoded().(interface{ GetResourceVersion() string }).GetResourceVersion())
 	}
 	return keys
 }
@@ -193,7 +193,7 @@ func listed(t *testing.T, s *State, rv uint64, past bool) []string {
 func sortedKeys(state map[string]*objects.Object) []string {
 	var keys []string
 	for _, k := range slices.Sorted(maps.Keys(state)) {
-		keys = append(keys, k+"@"+state[k].Obj.(interface{ GetResourceVersion() string }).GetResourceVersion())
+		keys = append(keys, k+"@"+state[k].Decoded().(interface{ GetResourceVersion() string }).GetResourceVersion())
 	}
 	return keys
 }
@@ -213,7 +213,7 @@ func newFilledState(tb testing.TB, n int, window time.Duration, now time.Time) *
 	list := make([]any, n)
 	for i := range f.held {
 		pod := cachertest.NewPod(cachertest.PodName(i), 100, nil, "")
-		f.held[i] = &objects.Object{Key: "/pods/" + cachertest.Namespace + "/" + pod.Name, Obj: pod}
+		f.held[i] = objects.NewDecoded("/pods/"+cachertest.Namespace+"/"+pod.Name, pod, nil, nil)
 		list[i] = f.held[i]
 	}
 	s.mu.Lock()
@@ -228,7 +228,7 @@ func (f *filledState) update(tb testing.TB, i int, now time.Time) {
 	f.rv++
 	k := (i * 7919) % len(f.held)
 	prev := f.held[k]
-	cur := &objects.Object{Key: prev.Key, Obj: prev.Obj}
+	cur := objects.NewDecoded(prev.Key, prev.Decoded(), nil, nil)
 	if _, err := f.s.Apply(&objects.Event{Type: watch.Modified, RV: f.rv, Cur: cur, Prev: prev, RecordedNanos: now.UnixNano()}, now); err != nil {
 		tb.Fatal(err)
 	}

@@ -35,6 +35,10 @@ func unwrapIndexFunc(f cache.IndexFunc) cache.IndexFunc {
 		if !ok {
 			return nil, fmt.Errorf("watch cache store holds %T, not *object", obj)
 		}
-		return f(o.Obj)
+		held, err := o.Get()
+		if err != nil {
+			return nil, err
+		}
+		return f(held)
 	}
 }
