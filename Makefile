@@ -15,7 +15,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 25m -parallel 8
 FUZZTIME ?= 15s
 FUZZ_FLAGS ?= -run XXX -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 
-.PHONY: all build test fuzz verify lint run bench-bookmarks bench bench-quick update-codegen soak e2e image kube-apiserver kube-e2e kube-e2e-build kube-load
+.PHONY: all build test test-compact fuzz verify lint run bench-bookmarks bench bench-quick update-codegen soak e2e image kube-apiserver kube-e2e kube-e2e-build kube-load
 
 all: build
 
@@ -29,6 +29,12 @@ test:
 ifeq ($(PKGS),./...)
 	$(GO) -C hack test $(TEST_FLAGS) ./...
 endif
+
+# The cacher's and the integration suites (the storage conformance suite
+# among them) again with every cache holding its objects in compact form
+# (--watch-cache-compact): the tests judge that mode as they judge the default.
+test-compact:
+	WATCHKEEPER_TEST_COMPACT=1 $(GO) test $(TEST_FLAGS) ./cacher/ ./integration/
 
 fuzz:
 	$(GO) test $(FUZZ_FLAGS) -fuzz '^FuzzCalendar$$' ./bookmarks/

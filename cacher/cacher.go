@@ -92,6 +92,12 @@ func New(cfg Config) (*Cacher, error) {
 	if err != nil {
 		return nil, err
 	}
+	var compactor *objects.Compactor
+	if cfg.Compact {
+		if compactor, err = objects.NewCompactor(cfg.Codec, cfg.Versioner, trig, cfg.Indexers); err != nil {
+			return nil, err
+		}
+	}
 	metrics := cachemetrics.NewResource(cfg.GroupResource, feed.BackfillCooldown)
 	c := &Cacher{
 		trigger: trig,
@@ -120,7 +126,8 @@ func New(cfg Config) (*Cacher, error) {
 		HistoryCapacity: cfg.HistoryCapacity, EventsHistoryWindow: cfg.EventsHistoryWindow,
 		StorageSilenceTimeout: cfg.StorageSilenceTimeout, StorageWatchWithoutPrevKV: cfg.StorageWatchWithoutPrevKV,
 		ListBackfillRevisions: cfg.ListBackfillRevisions, BackfillMaxRevisions: cfg.BackfillMaxRevisions,
-		MaxBytes: cfg.MaxBytes, BudgetCheckPeriod: cfg.BudgetCheckPeriod, ShareSiblings: cfg.ShareSiblings,
+		MaxBytes: cfg.MaxBytes, BudgetCheckPeriod: cfg.BudgetCheckPeriod, ShareSiblings: cfg.ShareSiblings && !cfg.Compact,
+		Compactor: compactor,
 	}, feed.Env{
 		Storage: c.storage, State: c.state, Trigger: trig, Clock: c.clock, Metrics: metrics, Logger: c.logger,
 		Stop: c.life.stopCh, WG: &c.life.wg, Ctx: c.life.ctx, Incoming: c.loop.Incoming(), EndWatchers: c.terminateAll,

@@ -375,7 +375,11 @@ func TestMovedOutDeleteDoesNotMutateCache(t *testing.T) {
 	})
 	for _, e := range since {
 		if e.Prev != nil {
-			if rv, _ := c.cfg.Versioner.ObjectResourceVersion(e.Prev.Decoded()); rv != 90 {
+			prev, err := e.Prev.Get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rv, _ := c.cfg.Versioner.ObjectResourceVersion(prev); rv != 90 {
 				t.Errorf("the cached previous object's RV is %d after conversion, want 90", rv)
 			}
 		}

@@ -114,6 +114,12 @@ type Config struct {
 	// template once. The price is a walk of the object beside its sibling
 	// as it enters, a few microseconds for a pod.
 	ShareSiblings bool
+	// Compact holds each object serialized with Codec, beside its key,
+	// labels, fields and RV, and decodes it for every read: a fraction of
+	// a decoded object's heap, for a decode per object a list returns and
+	// per event the cache fans out (internal/objects/compact.go). Sharing
+	// with siblings has nothing to share then. Needs Codec.
+	Compact bool
 	// StorageWatchWithoutPrevKV: the cache's own etcd watch asks for no
 	// previous values (gate WatchFromStorageWithoutPrevKV). The storage
 	// must then name a deleted object from its key: the etcd3 store needs
@@ -152,6 +158,9 @@ func (c *Config) complete() error {
 	}
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
+	}
+	if c.Compact && c.Codec == nil {
+		return fmt.Errorf("cacher: Compact needs the resource's Codec")
 	}
 	// Zero is never a default here: the defaults are the options package's
 	// (decorator.Schedule turns options into a Config). A knob that can be

@@ -20,6 +20,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
+	"github.com/watchkeeper/watchkeeper/internal/fixtures"
 )
 
 // TestMain fails the run, through goleak, if any goroutine outlives the
@@ -125,6 +126,12 @@ func newTestCacher(t testing.TB, fs *cachertest.FakeStorage, mutate func(*Config
 	}
 	if mutate != nil {
 		mutate(&cfg)
+	}
+	if fixtures.CompactTests() {
+		cfg.Compact = true
+		if cfg.Codec == nil {
+			cfg.Codec = fixtures.ProtoCodec
+		}
 	}
 	c, err := New(cfg)
 	if err != nil {

@@ -44,16 +44,16 @@ func (c *Cacher) unchangedSinceLocked(key, name string, rv uint64) bool {
 	if o == nil {
 		return false
 	}
-	obj, err := o.Get()
-	if err != nil {
-		return false
-	}
 	if name != "" {
+		obj, err := o.Get()
+		if err != nil {
+			return false
+		}
 		if m, err := meta.Accessor(obj); err != nil || m.GetName() != name {
 			return false
 		}
 	}
-	objRV, err := c.cfg.Versioner.ObjectResourceVersion(obj)
+	objRV, err := o.RV(c.cfg.Versioner)
 	return err == nil && objRV <= rv
 }
 

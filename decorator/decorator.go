@@ -267,5 +267,6 @@ func Schedule(o *options.WatchCacheOptions, gr schema.GroupResource) cacher.Conf
 		ListBackfillRevisions:     cacher.DefaultListBackfillRevisions,
 		BackfillMaxRevisions:      cacher.DefaultBackfillMaxRevisions,
 		ShareSiblings:             r.ShareSiblings,
+		Compact:                   r.Compact,
 	}
 }

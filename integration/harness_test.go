@@ -129,6 +129,9 @@ func startCache(t *testing.T, client *kubernetes.Client, raw storage.Interface, 
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if fixtures.CompactTests() && cfg.Codec != nil {
+		cfg.Compact = true
+	}
 	c, err := cacher.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ type ResourceOverride struct {
 	BookmarkJitter            *float64
 	BookmarkMaxStaleness      *time.Duration
 	MaxBytes                  *int64
+	Compact                   *bool
 }
 
 // overrideKeys are the settings an override may carry: the global flags'
@@ -35,6 +36,7 @@ var overrideKeys = []string{
 	strings.TrimPrefix(FlagBookmarkJitter, flagPrefix),
 	strings.TrimPrefix(FlagBookmarkMaxStaleness, flagPrefix),
 	strings.TrimPrefix(FlagMaxBytes, flagPrefix),
+	strings.TrimPrefix(FlagCompact, flagPrefix),
 }
 
 const flagPrefix = "watch-cache-"
@@ -58,6 +60,9 @@ func (r ResourceOverride) apply(o WatchCacheOptions) WatchCacheOptions {
 	}
 	if r.MaxBytes != nil {
 		o.MaxBytes = *r.MaxBytes
+	}
+	if r.Compact != nil {
+		o.Compact = *r.Compact
 	}
 	o.ResourceOverrides = nil
 	return o
@@ -177,6 +182,14 @@ func parseOverride(s string) (schema.GroupResource, ResourceOverride, error) {
 				return gr, r, fmt.Errorf("%s: %s=%q: %w", name, key, value, err)
 			}
 			r.MaxBytes = &n
+			continue
+		}
+		if key == strings.TrimPrefix(FlagCompact, flagPrefix) {
+			b, err := strconv.ParseBool(value)
+			if err != nil {
+				return gr, r, fmt.Errorf("%s: %s=%q: want true or false", name, key, value)
+			}
+			r.Compact = &b
 			continue
 		}
 		var dst **time.Duration

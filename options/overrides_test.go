@@ -68,6 +68,25 @@ func TestResourceOverrides(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "compact pods, the rest decoded",
+			args: []string{flag + "pods:compact=true"},
+			check: func(t *testing.T, o *WatchCacheOptions) {
+				if !o.ForResource(pods).Compact || o.ForResource(widgets).Compact {
+					t.Errorf("compact: pods %v, widgets %v; want true, false", o.ForResource(pods).Compact, o.ForResource(widgets).Compact)
+				}
+			},
+		},
+		{
+			name: "compact all but one",
+			args: []string{"--" + FlagCompact, flag + "pods:compact=false"},
+			check: func(t *testing.T, o *WatchCacheOptions) {
+				if o.ForResource(pods).Compact || !o.ForResource(widgets).Compact {
+					t.Errorf("compact: pods %v, widgets %v; want false, true", o.ForResource(pods).Compact, o.ForResource(widgets).Compact)
+				}
+			},
+		},
+		{name: "bad compact", args: []string{flag + "pods:compact=yes please"}, parseErr: `compact="yes please": want true or false`},
 		{name: "bad max bytes", args: []string{flag + "pods:max-bytes=lots"}, parseErr: `max-bytes="lots": not a quantity of bytes`},
 		{name: "a fraction of a byte", args: []string{"--" + FlagMaxBytes + "=1500m"}, parseErr: "not a whole number of bytes"},
 		{

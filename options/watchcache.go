@@ -43,6 +43,7 @@ const (
 	FlagStallSlowWatchers         = "watch-cache-stall-slow-watchers"
 	FlagMaxBytes                  = "watch-cache-max-bytes"
 	FlagShareSiblings             = "watch-cache-share-siblings"
+	FlagCompact                   = "watch-cache-compact"
 )
 
 // WatchCacheOptions configures the watch cache of every resource.
@@ -120,6 +121,13 @@ type WatchCacheOptions struct {
 	// cache saves the walk of each object beside its sibling as it enters
 	// (a few microseconds a pod).
 	ShareSiblings bool
+	// Compact holds each cached object serialized (with its key, labels,
+	// fields and RV beside it) and decodes it on every read: a fraction of
+	// the heap, for a decode per object a list returns and per event a
+	// watch is sent. Off by default, it is meant per resource
+	// (compact=true in an override), for resources listed and watched
+	// little for their size.
+	Compact bool
 	// ResourceOverrides sets part of the schedule per group/resource; see
 	// --watch-cache-resource-overrides.
 	ResourceOverrides map[schema.GroupResource]ResourceOverride
@@ -199,6 +207,11 @@ func (o *WatchCacheOptions) AddFlags(fs *pflag.FlagSet) {
 			"that object's memory (a ReplicaSet's pods: their spec, labels and managed fields). false: each cached object "+
 			"holds its own decoded copy, as in upstream's cache, saving the walk of each object beside its sibling as it "+
 			"enters (a few microseconds a pod) at the cost of the memory.")
+	fs.BoolVar(&o.Compact, FlagCompact, o.Compact,
+		"Hold each cached object in compact form: serialized with the resource's storage codec, with its key, labels, fields "+
+			"and resourceVersion beside it, decoded for every list, get and watch event that reads it. A fraction of a decoded "+
+			"object's heap (docs/performance.md), for a decode per object a list returns and per event the cache fans out; "+
+			"--"+FlagShareSiblings+" has nothing to share then. Meant per resource: --"+FlagResourceOverrides+" compact=true.")
 	fs.Var(overridesValue{&o.ResourceOverrides}, FlagResourceOverrides,
 		"Settings for one resource (its schedule, its memory budget), e.g. widgets.demo.watchkeeper.io:bookmark-frequency=5s,events-history-window=20s "+
 			"(repeat the flag for more resources; the core group is the resource alone). Keys: "+strings.Join(overrideKeys, ", ")+

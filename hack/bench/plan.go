@@ -251,8 +251,13 @@ func plan(sz sizes, scenarios, levels []string) (runs []runSpec, skipped []strin
 						decs = append(slices.Clone(decs), storagebench.WatchkeeperNoBackfill)
 					case "memory":
 						// What sharing siblings' memory saves, and what
-						// it costs the start.
-						decs = append(slices.Clone(decs), storagebench.WatchkeeperUnshared)
+						// it costs the start; what compact form saves.
+						decs = append(slices.Clone(decs), storagebench.WatchkeeperUnshared, storagebench.WatchkeeperCompact)
+					case "list", "fanout":
+						// What compact form's decodes cost a read.
+						if level == "storage" {
+							decs = append(slices.Clone(decs), storagebench.WatchkeeperCompact)
+						}
 					case "budget":
 						// What a budget saves and costs, beside the cache
 						// without one.

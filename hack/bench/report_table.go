@@ -64,7 +64,7 @@ func markdownReport(h reportHeader, results []result.Result, failures []failure)
 	}
 	if vs := variantRows(main); len(vs) > 0 {
 		b.WriteString("\nVariants of watchkeeper some scenarios also run (restart: watchkeeper-nobackfill, without the history " +
-			"backfill after each list; budget: watchkeeper-budget, over a memory budget; memory: watchkeeper-unshared, each object its own copy), beside upstream's figure of the same run:\n\n")
+			"backfill after each list; budget: watchkeeper-budget, over a memory budget; memory: watchkeeper-unshared, each object its own copy; memory, list, fanout: watchkeeper-compact, objects held serialized), beside upstream's figure of the same run:\n\n")
 		b.WriteString("| scenario | level | params | metric | variant | value | upstream | ratio variant/upstream |\n|---|---|---|---|---|---:|---:|---:|\n")
 		for _, v := range vs {
 			up, hasUp := v.row.values[decUpstream]

@@ -77,8 +77,8 @@ func TestPlanAlternatesWhichCacheGoesFirst(t *testing.T) {
 	var runs []runSpec
 	for _, r := range all {
 		// The baseline and the variants (restart's backfill-off, budget's
-		// budgeted, memory's unshared) are extra runs beside the pair.
-		if !slices.Contains([]string{decNone, storagebench.WatchkeeperNoBackfill, storagebench.WatchkeeperBudget, storagebench.WatchkeeperUnshared}, r.Decorator) {
+		// budgeted, memory's unshared, compact) are extra runs beside the pair.
+		if !slices.Contains([]string{decNone, storagebench.WatchkeeperNoBackfill, storagebench.WatchkeeperBudget, storagebench.WatchkeeperUnshared, storagebench.WatchkeeperCompact}, r.Decorator) {
 			runs = append(runs, r)
 		}
 	}
@@ -105,10 +105,15 @@ func TestPlanRunsPairs(t *testing.T) {
 	}
 	seen := map[size][]string{}
 	baselines := map[size][]int{}
+	compact := map[size]int{}
 	for _, r := range all {
 		k := size{r.Scenario, r.Level, r.Watchers}
 		if r.Decorator == decNone {
 			baselines[k] = append(baselines[k], r.Pair+1)
+			continue
+		}
+		if r.Decorator == storagebench.WatchkeeperCompact {
+			compact[k]++
 			continue
 		}
 		seen[k] = append(seen[k], fmt.Sprintf("%d:%s", r.Pair+1, r.Decorator))
@@ -123,6 +128,16 @@ func TestPlanRunsPairs(t *testing.T) {
 		}
 		if fmt.Sprint(baselines[k]) != fmt.Sprint(want) {
 			t.Errorf("%v: baseline runs in pairs %v, want %v", k, baselines[k], want)
+		}
+	}
+	for k := range seen {
+		// Compact form beside the pair: fan-out at the storage level only.
+		want := 0
+		if k.scenario == "fanout" && k.level == "storage" {
+			want = 1
+		}
+		if compact[k] != want {
+			t.Errorf("%v: %d watchkeeper-compact runs, want %d", k, compact[k], want)
 		}
 	}
 	for k, got := range seen {
@@ -239,23 +254,24 @@ func TestPlanMemory(t *testing.T) {
 	}
 	for _, kind := range []string{"small", "realistic"} {
 		for _, n := range []int{10_000, 100_000} {
-			for _, dec := range []string{decNone, decUpstream, decWatchkeeper, storagebench.WatchkeeperUnshared} {
+			for _, dec := range []string{decNone, decUpstream, decWatchkeeper, storagebench.WatchkeeperUnshared, storagebench.WatchkeeperCompact} {
 				if k := fmt.Sprintf("%s/%d/%s", kind, n, dec); got[k] != 1 {
 					t.Errorf("%s runs = %d, want 1", k, got[k])
 				}
 			}
 		}
 	}
-	for _, dec := range []string{decNone, decUpstream, decWatchkeeper, storagebench.WatchkeeperUnshared} {
+	for _, dec := range []string{decNone, decUpstream, decWatchkeeper, storagebench.WatchkeeperUnshared, storagebench.WatchkeeperCompact} {
 		if k := "custom/10000/" + dec; got[k] != 1 {
 			t.Errorf("%s runs = %d, want 1", k, got[k])
 		}
 	}
-	if len(runs) != 20 {
-		t.Errorf("%d runs, want 20 (no 100k custom resources)", len(runs))
+	if len(runs) != 25 {
+		t.Errorf("%d runs, want 25 (no 100k custom resources)", len(runs))
 	}
 	want := []string{"memory/storage/none-o100000-realistic", "memory/storage/upstream-o100000-realistic",
-		"memory/storage/watchkeeper-o100000-realistic", "memory/storage/watchkeeper-unshared-o100000-realistic"}
+		"memory/storage/watchkeeper-compact-o100000-realistic", "memory/storage/watchkeeper-o100000-realistic",
+		"memory/storage/watchkeeper-unshared-o100000-realistic"}
 	slices.Sort(profiled)
 	if !slices.Equal(profiled, want) {
 		t.Errorf("heap profiles from %v, want %v", profiled, want)

@@ -202,11 +202,7 @@ func (f *Feed) shareWithState(events []*objects.Event) {
 		if held == nil || held == e.Cur {
 			continue
 		}
-		obj, err := held.Get()
-		if err != nil {
-			continue
-		}
-		if rv, err := f.cfg.Versioner.ObjectResourceVersion(obj); err == nil && rv == e.RV {
+		if rv, err := held.RV(f.cfg.Versioner); err == nil && rv == e.RV {
 			e.Cur = held
 		}
 	}

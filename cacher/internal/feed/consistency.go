@@ -73,7 +73,7 @@ func (f *Feed) CheckConsistency(ctx context.Context) error {
 	count := func(status string) {
 		upstream.StorageConsistencyCheckTotal.WithLabelValues(f.cfg.GroupResource.Group, f.cfg.GroupResource.Resource, status).Inc()
 	}
-	cached, rv, ready, err := f.state.ObjectRVs(f.cfg.Versioner.ObjectResourceVersion)
+	cached, rv, ready, err := f.state.ObjectRVs(f.cfg.Versioner)
 	if !ready {
 		return fmt.Errorf("watch cache of %v not ready", f.cfg.GroupResource)
 	}
@@ -88,11 +88,7 @@ func (f *Feed) CheckConsistency(ctx context.Context) error {
 	}
 	var differ []string
 	for key, o := range etcd {
-		var etcdRV uint64
-		obj, err := o.Get()
-		if err == nil {
-			etcdRV, err = f.cfg.Versioner.ObjectResourceVersion(obj)
-		}
+		etcdRV, err := o.RV(f.cfg.Versioner)
 		switch cacheRV, ok := cached[key]; {
 		case !ok:
 			differ = append(differ, fmt.Sprintf("%s (not in the cache, etcd rv %d)", key, etcdRV))

@@ -166,6 +166,8 @@ type Config struct {
 	MaxBytes                  int64
 	BudgetCheckPeriod         time.Duration
 	ShareSiblings             bool
+	// Compactor, when set, holds the cache's objects in compact form.
+	Compactor *objects.Compactor
 }
 
 // SiblingKins is how many kins' last objects the feed keeps for sharing

@@ -390,7 +390,7 @@ func (f *Feed) deletedObject(prev, stub *objects.Object, rv uint64) (*objects.Ob
 	if err := f.cfg.Versioner.UpdateObject(obj, rv); err != nil {
 		return nil, err
 	}
-	return objects.NewDecoded(prev.Key, obj, prev.Labels, prev.Fields), nil
+	return f.hold(prev.Key, obj, prev.Labels, prev.Fields)
 }
 
 // newEvent turns a storage watch event into a cached one, all but what it
@@ -456,6 +456,14 @@ func (f *Feed) newObject(obj runtime.Object, share func(key string, obj runtime.
 	lbls, flds, err := f.cfg.GetAttrsFunc(obj)
 	if err != nil {
 		return nil, fmt.Errorf("computing the attributes of %s: %w", key, err)
+	}
+	return f.hold(key, obj, lbls, flds)
+}
+
+// hold is obj as the cache holds it: decoded, or in compact form.
+func (f *Feed) hold(key string, obj runtime.Object, lbls labels.Set, flds fields.Set) (*objects.Object, error) {
+	if f.cfg.Compactor != nil {
+		return f.cfg.Compactor.Hold(key, obj, lbls, flds)
 	}
 	return objects.NewDecoded(key, obj, lbls, flds), nil
 }

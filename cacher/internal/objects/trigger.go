@@ -36,6 +36,9 @@ func NewTrigger(funcs storage.IndexerFuncs) (*Trigger, error) {
 // Of is o's trigger value; an object that cannot be read has none, as an
 // object without the field.
 func (t *Trigger) Of(o *Object) string {
+	if f, ok := o.held.(*compactForm); ok && f.by.trigger == t {
+		return f.trigger
+	}
 	obj, err := o.Get()
 	if err != nil {
 		return ""

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/objects"
@@ -284,10 +283,10 @@ func (s *State) SnapshotAt(rv uint64, compacted int64) (pastState, bool) {
 	return pastState{Tree: from.tree, undo: undoSince(events)}, true
 }
 
-// ObjectRVs is each held object's RV (rvOf) by key and the state's RV, for
-// the consistency check; false when the state is not ready. It stops at the
-// first error of rvOf.
-func (s *State) ObjectRVs(rvOf func(runtime.Object) (uint64, error)) (map[string]uint64, uint64, bool, error) {
+// ObjectRVs is each held object's RV (read with v) by key and the state's
+// RV, for the consistency check; false when the state is not ready. It
+// stops at the first error.
+func (s *State) ObjectRVs(v storage.Versioner) (map[string]uint64, uint64, bool, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.ready.state != Ready {
@@ -296,11 +295,7 @@ func (s *State) ObjectRVs(rvOf func(runtime.Object) (uint64, error)) (map[string
 	cached := map[string]uint64{}
 	var err error
 	for _, o := range s.ordered.under(s.prefix) {
-		var obj runtime.Object
-		if obj, err = o.Get(); err != nil {
-			break
-		}
-		if cached[o.Key], err = rvOf(obj); err != nil {
+		if cached[o.Key], err = o.RV(v); err != nil {
 			break
 		}
 	}

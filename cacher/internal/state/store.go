@@ -15,7 +15,7 @@ func newStore(indexers *cache.Indexers) cache.Indexer {
 	wrapped := cache.Indexers{}
 	if indexers != nil {
 		for name, f := range *indexers {
-			wrapped[name] = unwrapIndexFunc(f)
+			wrapped[name] = unwrapIndexFunc(name, f)
 		}
 	}
 	return cache.NewIndexer(objectKey, wrapped)
@@ -29,16 +29,12 @@ func objectKey(obj any) (string, error) {
 	return o.Key, nil
 }
 
-func unwrapIndexFunc(f cache.IndexFunc) cache.IndexFunc {
+func unwrapIndexFunc(name string, f cache.IndexFunc) cache.IndexFunc {
 	return func(obj any) ([]string, error) {
 		o, ok := obj.(*objects.Object)
 		if !ok {
 			return nil, fmt.Errorf("watch cache store holds %T, not *object", obj)
 		}
-		held, err := o.Get()
-		if err != nil {
-			return nil, err
-		}
-		return f(held)
+		return o.IndexValues(name, f)
 	}
 }

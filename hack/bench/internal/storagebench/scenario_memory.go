@@ -44,6 +44,11 @@ const (
 // walk costs the start.
 const WatchkeeperUnshared = "watchkeeper-unshared"
 
+// WatchkeeperCompact is watchkeeper with --watch-cache-compact: each cached
+// object held serialized and decoded on every read. The memory, list and
+// fan-out scenarios run it for what it saves and what its decodes cost.
+const WatchkeeperCompact = "watchkeeper-compact"
+
 // MemoryKinds are the memory scenario's kinds, in the order they run.
 var MemoryKinds = []string{SmallPods, RealisticPods, CustomResources}
 

@@ -123,9 +123,10 @@ func buildCache(env Env, name string, res resource) (storage.Interface, func(), 
 	switch name {
 	case Upstream:
 		d = registry.StorageWithCacher()
-	case Watchkeeper, WatchkeeperUnshared:
+	case Watchkeeper, WatchkeeperUnshared, WatchkeeperCompact:
 		opts := options.NewWatchCacheOptions()
 		opts.ShareSiblings = name == Watchkeeper
+		opts.Compact = name == WatchkeeperCompact
 		var err error
 		if d, err = decorator.New(opts); err != nil {
 			return nil, nil, err
