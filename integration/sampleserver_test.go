@@ -16,8 +16,10 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/watchkeeper/watchkeeper/internal/etcdtest"
+	"github.com/watchkeeper/watchkeeper/internal/fixtures"
 	"github.com/watchkeeper/watchkeeper/internal/freeport"
 	"github.com/watchkeeper/watchkeeper/internal/testchild"
+	"github.com/watchkeeper/watchkeeper/options"
 	clientset "github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/generated/clientset/versioned"
 	"github.com/watchkeeper/watchkeeper/sample-apiserver/pkg/server"
 )
@@ -48,6 +50,9 @@ func startSampleServer(t *testing.T, args ...string) *sampleServer {
 		fs.AddFlagSet(f)
 	}
 	all := append([]string{"--data-dir=" + etcdtest.DataDir(t), "--secure-port=" + strconv.Itoa(port)}, args...)
+	if fixtures.CompactTests() {
+		all = append([]string{"--" + options.FlagCompact}, all...)
+	}
 	if err := fs.Parse(all); err != nil {
 		t.Fatalf("parsing %v: %v", all, err)
 	}

@@ -218,13 +218,9 @@ func (f *Feed) listStorage(ctx context.Context, key string, opts storage.ListOpt
 	if share != nil {
 		share(items)
 	}
-	objs := make([]*objects.Object, 0, len(items))
-	for _, item := range items {
-		o, err := f.NewObject(item)
-		if err != nil {
-			return nil, 0, err
-		}
-		objs = append(objs, o)
+	objs, err := f.listedObjects(items)
+	if err != nil {
+		return nil, 0, err
 	}
 	return objs, rv, nil
 }
