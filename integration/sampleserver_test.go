@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,24 +45,19 @@ type sampleServer struct {
 // and a fresh data directory, and serves until the test ends.
 func startSampleServer(t *testing.T, args ...string) *sampleServer {
 	t.Helper()
-	port := freeLoopbackPort(t)
-	o := server.NewOptions()
-	fs := pflag.NewFlagSet("sample-apiserver", pflag.ContinueOnError)
-	for _, f := range o.Flags().FlagSets {
-		fs.AddFlagSet(f)
+	var s *server.Server
+	// A free port can be taken by another process between the probe and
+	// the server's bind: then another port, a few times. k8s.io/apiserver's
+	// serving options format the bind error (%v): only its text says so.
+	for attempt := 1; ; attempt++ {
+		var err error
+		if s, err = buildSampleServer(t, args); err == nil {
+			break
+		} else if !strings.Contains(err.Error(), syscall.EADDRINUSE.Error()) || attempt == 3 {
+			t.Fatalf("building the server: %v", err)
+		}
+		t.Logf("building the server, attempt %d: %v; again on another port", attempt, err)
 	}
-	all := append([]string{"--data-dir=" + etcdtest.DataDir(t), "--secure-port=" + strconv.Itoa(port)}, args...)
-	if fixtures.CompactTests() {
-		all = append([]string{"--" + options.FlagCompact}, all...)
-	}
-	if err := fs.Parse(all); err != nil {
-		t.Fatalf("parsing %v: %v", all, err)
-	}
-	o.Complete()
-	if errs := o.Validate(); len(errs) > 0 {
-		t.Fatalf("options %v: %v", all, errs)
-	}
-	s := newInProcessServer(t, o)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
@@ -103,12 +100,44 @@ func startSampleServer(t *testing.T, args ...string) *sampleServer {
 // so in-process servers leave it unset.
 func newInProcessServer(t *testing.T, o *server.Options) *server.Server {
 	t.Helper()
-	s, err := server.New(o, io.Discard)
+	s, err := newInProcessServerOrError(o)
 	if err != nil {
 		t.Fatalf("building the server: %v", err)
 	}
-	etcd3metrics.SetStorageMonitorGetter(func() ([]etcd3metrics.Monitor, error) { return nil, nil })
 	return s
+}
+
+func newInProcessServerOrError(o *server.Options) (*server.Server, error) {
+	s, err := server.New(o, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	etcd3metrics.SetStorageMonitorGetter(func() ([]etcd3metrics.Monitor, error) { return nil, nil })
+	return s, nil
+}
+
+// buildSampleServer parses args as the binary would, on top of a free port
+// and a fresh data directory, and builds the server.
+func buildSampleServer(t *testing.T, args []string) (*server.Server, error) {
+	t.Helper()
+	port := freeLoopbackPort(t)
+	o := server.NewOptions()
+	fs := pflag.NewFlagSet("sample-apiserver", pflag.ContinueOnError)
+	for _, f := range o.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+	all := append([]string{"--data-dir=" + etcdtest.DataDir(t), "--secure-port=" + strconv.Itoa(port)}, args...)
+	if fixtures.CompactTests() {
+		all = append([]string{"--" + options.FlagCompact}, all...)
+	}
+	if err := fs.Parse(all); err != nil {
+		t.Fatalf("parsing %v: %v", all, err)
+	}
+	o.Complete()
+	if errs := o.Validate(); len(errs) > 0 {
+		t.Fatalf("options %v: %v", all, errs)
+	}
+	return newInProcessServerOrError(o)
 }
 
 func (s *sampleServer) waitReady(t *testing.T) {
