@@ -57,10 +57,13 @@ const (
 	floodSilence = 3 * time.Second
 )
 
-// gatedWatchStorage holds the cache's first storage watch until the test
+// gatedWatchStorage holds the cache's storage watches until the test
 // opens the gate: the cache lists, the test writes a backlog, and the
 // watch then starts behind it, as a resource's watch does after a write
-// burst during its list.
+// burst during its list. Every watch waits, not only the first: the
+// after-list backfill opens one of its own beside the reflector's, and when
+// it was the first (once in CI, under -race) the reflector's watch ran live
+// through the flood and the run proved nothing.
 type gatedWatchStorage struct {
 	storage.Interface
 	asked chan struct{} // closed when the first watch is asked for
@@ -69,14 +72,11 @@ type gatedWatchStorage struct {
 }
 
 func (s *gatedWatchStorage) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
-	first := false
-	s.once.Do(func() { first = true; close(s.asked) })
-	if first {
-		select {
-		case <-s.gate:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	s.once.Do(func() { close(s.asked) })
+	select {
+	case <-s.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 	return s.Interface.Watch(ctx, key, opts)
 }
@@ -86,7 +86,7 @@ func (s *gatedWatchStorage) Watch(ctx context.Context, key string, opts storage.
 // when every watcher on that gRPC stream is synced, so caches that shared
 // one stream over one etcd client would see the quiet one's check go
 // unanswered while etcd's revision moves on, and relist it. Two caches
-// share one client here; one is flooded and its watch starts 30,000
+// share one client here; one is flooded and its watch starts floodRevisions
 // revisions behind, the other stays idle through several silence timeouts
 // and must not relist, have its watch called silent, go not ready, refuse
 // a read or end a watcher.
