@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -17,6 +18,7 @@ import (
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/utils/ptr"
 
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachemetrics"
 	"github.com/watchkeeper/watchkeeper/cacher/internal/cachertest"
@@ -351,5 +353,59 @@ func TestReadsToStorageAreCountedByReason(t *testing.T) {
 	expect("reads while not ready", map[cachemetrics.StorageRead]float64{cachemetrics.GetConsistent: 1, cachemetrics.ListDelegated: 1, cachemetrics.ListConsistentFallback: 1, cachemetrics.GetNotReady: 1, cachemetrics.ListNotReady: 1})
 	if got := gathered(t, "watchkeeper_watch_cache_reads_to_storage_total", map[string]string{"group": gr.Group, "verb": "get", "reason": "not_ready"}) - registered; got != 1 {
 		t.Errorf("the registry's reads_to_storage_total{verb=get,reason=not_ready} +%v, want +1", got)
+	}
+}
+
+// etcd's answer to a progress request is timed from the oldest request it
+// has not answered: one that went unanswered and was sent again counts
+// from the first. A progress notification nobody asked for (etcd's own
+// periodic ones) is not an answer.
+func TestProgressAnswerIsTimedFromTheOldestRequest(t *testing.T) {
+	gr := schema.GroupResource{Group: "metrics.test", Resource: "progresspods"}
+	fs := cachertest.NewFakeStorage(100)
+	c := newTestCacher(t, fs, func(cfg *Config) { cfg.GroupResource = gr })
+	c.waitReady(t)
+	sw, _ := fs.WaitWatch(t, 1)
+	counts := func() (requests float64, answers uint64, sum float64) {
+		t.Helper()
+		requests, err := testutil.GetCounterMetricValue(c.metrics.ProgressRequests)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if answers, err = testutil.GetHistogramMetricCount(c.metrics.ProgressAnswer); err != nil {
+			t.Fatal(err)
+		}
+		if sum, err = testutil.GetHistogramMetricValue(c.metrics.ProgressAnswer); err != nil {
+			t.Fatal(err)
+		}
+		return requests, answers, sum
+	}
+
+	sw.SendBookmark(t, 100)
+	cachertest.Poll(t, "the unasked-for notification to be applied", func() bool {
+		return gathered(t, "watchkeeper_watch_cache_storage_bookmarks_total", map[string]string{"resource": gr.Resource}) == 1
+	})
+	if _, answers, _ := counts(); answers != 0 {
+		t.Fatalf("a notification nobody asked for was timed as an answer (%d answers)", answers)
+	}
+
+	done := watchAsync(c, "/pods/", storage.ListOptions{ResourceVersion: "200", Recursive: true,
+		Predicate: cachertest.Everything(true), SendInitialEvents: ptr.To(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
+	cachertest.Poll(t, "the first progress request", func() bool { return fs.ProgressCount() == 1 && c.clk.Waiters() == cacheTimers+2 })
+	c.clk.Step(feed.ProgressRequestPeriod)
+	cachertest.Poll(t, "the request sent again", func() bool { return fs.ProgressCount() == 2 && c.clk.Waiters() == cacheTimers+2 })
+	c.clk.Step(50 * time.Millisecond)
+	sw.SendBookmark(t, 200)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Watch: %v", r.err)
+	}
+	r.w.Stop()
+	requests, answers, sum := counts()
+	if requests != 2 || answers != 1 {
+		t.Fatalf("progress_requests_total %v, answers timed %d; want 2 and 1", requests, answers)
+	}
+	if want := (feed.ProgressRequestPeriod + 50*time.Millisecond).Seconds(); sum != want {
+		t.Errorf("the answer took %vs, want %vs: from the first request, not the one sent again", sum, want)
 	}
 }

@@ -60,7 +60,7 @@ package cacher
 // state's exclusive hold that hands the watchers to etcd, budget_relay.go,
 // and alone), the feed's backfiller mu
 // (never with the state's mu), a backfill's pastStateReader.mu, dropLog.mu,
-// the feed's watchEnd.mu, a shared object's mu, the dispatch stages' mu and
+// the feed's watchEnd.mu and progressAnswers.mu, a shared object's mu, the dispatch stages' mu and
 // internal/versions' planMu.
 // Only a type's own methods take its lock. Methods named ...Locked want
 // their type's lock held by the caller, the Cacher's (startLocked,

@@ -77,6 +77,20 @@ var (
 		Help:           "Progress requests made so that bookmarks about to be due carry an RV etcd confirmed within --watch-cache-bookmark-max-staleness.",
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource"})
+	progressRequests = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "progress_requests_total",
+		Help: "Progress requests the cache sent etcd on its own watch stream (for reads and watches waiting for a " +
+			"resourceVersion, the storage liveness check and fresh bookmarks).",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+	progressAnswer = compbasemetrics.NewHistogramVec(&compbasemetrics.HistogramOpts{
+		Namespace: namespace, Subsystem: subsystem, Name: "progress_request_answer_seconds",
+		Help: "Time from the oldest progress request not yet answered to the next progress notification the cache's " +
+			"storage watch delivered. etcd answers a request only while every watch on the stream is synced; a request " +
+			"it did not answer stays the oldest until one is, so the re-sent ones count from the first.",
+		Buckets:        compbasemetrics.ExponentialBuckets(0.001, 2, 15),
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
 	storageWatchRetries = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem, Name: "storage_watch_retries_total",
 		Help: "Storage watches re-opened from the cache's resourceVersion after a transient failure (no leader, unavailable, " +
@@ -139,6 +153,7 @@ func registerMetrics(backfillCooldown time.Duration) {
 		for _, m := range []compbasemetrics.Registerable{
 			bookmarksSent, storageBookmarks, tickDuration, watchersDue, watchersByState,
 			historyEvents, historyForcedEvictions, expiredWatches, backfills, freshnessTimeouts, freshnessProbes,
+			progressRequests, progressAnswer,
 			storageWatchRetries, dropped, notReady, readsToStorage, slowWatchers,
 		} {
 			legacyregistry.MustRegister(m)
@@ -174,6 +189,8 @@ type Resource struct {
 	Backfilled, BackfillFailed, BackfillTooFar compbasemetrics.CounterMetric
 	FreshnessTimeouts                          map[string]compbasemetrics.CounterMetric
 	FreshnessProbes                            compbasemetrics.CounterMetric
+	ProgressRequests                           compbasemetrics.CounterMetric
+	ProgressAnswer                             compbasemetrics.ObserverMetric
 	StorageWatchRetries                        compbasemetrics.CounterMetric
 	Dropped                                    map[string]compbasemetrics.CounterMetric
 	byState                                    [3]compbasemetrics.GaugeMetric
@@ -223,6 +240,8 @@ func NewResource(gr schema.GroupResource, backfillCooldown time.Duration) *Resou
 		BackfillTooFar:         backfills.WithLabelValues(g, r, "too_far"),
 		FreshnessTimeouts:      map[string]compbasemetrics.CounterMetric{},
 		FreshnessProbes:        freshnessProbes.WithLabelValues(g, r),
+		ProgressRequests:       progressRequests.WithLabelValues(g, r),
+		ProgressAnswer:         progressAnswer.WithLabelValues(g, r),
 		StorageWatchRetries:    storageWatchRetries.WithLabelValues(g, r),
 		Dropped:                map[string]compbasemetrics.CounterMetric{},
 		NotReady:               map[string]compbasemetrics.CounterMetric{},

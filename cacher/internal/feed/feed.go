@@ -60,6 +60,7 @@ type Feed struct {
 	// storage_liveness.go.
 	heardNanos atomic.Int64
 	progress   *progressRequester
+	answers    progressAnswers
 	// verifying is whether a check of etcd's revision after a silence runs.
 	verifying atomic.Bool
 	// silenced is set while the cache is not ready because its storage

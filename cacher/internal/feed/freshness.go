@@ -94,5 +94,8 @@ func (f *Feed) sendProgressRequest(ctx context.Context) {
 	//lint:ignore SA1019 upstream's cacher asks for progress through it too; storage.Interface has no other way yet
 	if err := f.storage.RequestWatchProgress(ctx); err != nil {
 		f.logger.V(4).Info("Requesting watch progress failed", "err", err)
+		return
 	}
+	f.metrics.ProgressRequests.Inc()
+	f.answers.sent(f.clock.Now())
 }

@@ -286,6 +286,9 @@ func (f *Feed) watchFrom(ctx context.Context, rv uint64) (_ uint64, delivered bo
 					return rv, delivered, err
 				}
 				f.metrics.StorageBookmarks.Inc()
+				if took, ok := f.answers.answered(f.clock.Now()); ok {
+					f.metrics.ProgressAnswer.Observe(took.Seconds())
+				}
 				f.state.Advance(next)
 				f.push(objects.Progress(next))
 				rv = max(rv, next)
