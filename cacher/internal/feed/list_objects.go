@@ -1,7 +1,6 @@
 package feed
 
 import (
-	goruntime "runtime"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,7 +17,7 @@ func (f *Feed) listedObjects(items []runtime.Object) ([]*objects.Object, error) 
 	objs := make([]*objects.Object, len(items))
 	workers := 1
 	if f.cfg.Compactor != nil {
-		workers = max(1, min(goruntime.GOMAXPROCS(0), maxShareWorkers, len(items)/minObjectsPerShareWorker))
+		workers = listWorkers(len(items), listWorkerLimit())
 	}
 	errs := make([]error, workers)
 	run := func(w int) {

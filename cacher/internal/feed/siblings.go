@@ -3,6 +3,7 @@ package feed
 import (
 	"hash/maphash"
 	"maps"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 
@@ -95,7 +96,7 @@ func (s *siblings) counted() { s.kins.Store(int64(len(s.last))) }
 // shared, every kin's last recorded.
 func (s *siblings) listed(objs []runtime.Object, workers int) {
 	s.reset()
-	workers = max(1, min(workers, len(objs)/minObjectsPerShareWorker))
+	workers = listWorkers(len(objs), workers)
 	if workers == 1 {
 		for _, obj := range objs {
 			s.added(obj)
@@ -135,6 +136,15 @@ const minObjectsPerShareWorker = 500
 
 // maxShareWorkers bounds the goroutines one list shares its objects in.
 const maxShareWorkers = 4
+
+// listWorkers is how many goroutines work through a list of n objects
+// (sharing siblings, or holding compact objects): at most limit, and none
+// with fewer than minObjectsPerShareWorker objects.
+func listWorkers(n, limit int) int { return max(1, min(limit, n/minObjectsPerShareWorker)) }
+
+// listWorkerLimit is the limit a list's workers have: a core each, up to
+// maxShareWorkers.
+func listWorkerLimit() int { return min(goruntime.GOMAXPROCS(0), maxShareWorkers) }
 
 // replaced follows an update of prev to cur (cur shares with prev
 // already): cur stands for its kin, so that prev's memory can go once the
