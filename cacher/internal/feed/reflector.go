@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	goruntime "runtime"
 	"strconv"
 	"time"
 
@@ -162,7 +161,7 @@ func (f *Feed) list(ctx context.Context) (uint64, error) {
 	var share func([]runtime.Object)
 	if f.cfg.ShareSiblings {
 		share = func(items []runtime.Object) {
-			f.siblings.listed(items, min(goruntime.GOMAXPROCS(0), maxShareWorkers))
+			f.siblings.listed(items, listWorkerLimit())
 		}
 	}
 	listed, rv, err := f.listStorage(ctx, f.cfg.ResourcePrefix, storage.ListOptions{ResourceVersion: "", Recursive: true, Predicate: storage.Everything}, share)
@@ -210,8 +209,14 @@ func (f *Feed) listStorage(ctx context.Context, key string, opts storage.ListOpt
 	// Each item copied out of the list's array: cached objects leave the
 	// cache one by one as they change, and an item pointing into the array
 	// would keep the whole array (and every dead slot in it) alive until the
-	// last of them goes (client-go's reflector does the same).
-	items, err := meta.ExtractListWithAlloc(list)
+	// last of them goes (client-go's reflector does the same). In compact
+	// form no item is kept, only its bytes: the array goes with the list,
+	// and a copy would be one more of every object for nothing.
+	extract := meta.ExtractListWithAlloc
+	if f.cfg.Compactor != nil {
+		extract = meta.ExtractList
+	}
+	items, err := extract(list)
 	if err != nil {
 		return nil, 0, err
 	}
