@@ -33,6 +33,7 @@ var scrapePrefixes = []string{
 	apfWait,
 	etcdRequest,
 	cacheReadWait,
+	progressAnswer,
 	filterLatency,
 	gcCycles,
 	gcPauses,
@@ -192,6 +193,19 @@ const cacheReadWait = "apiserver_watch_cache_read_wait_seconds_bucket"
 // resource.
 func cacheReadWaits(acc scraped) map[string]latency {
 	return bucketsBy(acc, cacheReadWait, func(l map[string]string) (string, bool) {
+		return groupResource(l), true
+	})
+}
+
+// progressAnswer is how long each of watchkeeper's caches waited for
+// etcd's answer to its progress requests, from the oldest unanswered one:
+// the part of a read wait that is etcd's answer on the cache's own stream
+// (stock's caches share one stream and have no such series).
+const progressAnswer = "watchkeeper_watch_cache_progress_request_answer_seconds_bucket"
+
+// progressAnswers groups the increase of the answer time by resource.
+func progressAnswers(acc scraped) map[string]latency {
+	return bucketsBy(acc, progressAnswer, func(l map[string]string) (string, bool) {
 		return groupResource(l), true
 	})
 }

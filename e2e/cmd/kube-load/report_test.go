@@ -611,6 +611,18 @@ func TestReportShowsCacheReadWaitByResourceAndPhase(t *testing.T) {
 		"storm    nodes                             300      300     5.1ms     5.1ms   550.0ms    55.0ms  10.00x\n\n")
 }
 
+func TestReportShowsProgressAnswersByResourceAndPhase(t *testing.T) {
+	// Storm: the nodes cache's requests answered within 1s; stock has no
+	// such series.
+	nodes := map[string]string{"group": "", "resource": "nodes"}
+	out := reportOf(func(wk, up *result) {
+		wk.byPhase[apiStorm] = histogramOf(progressAnswer, nodes, 40, 1)
+	})
+	wantInReport(t, out, "watchkeeper's progress request to etcd's answer (watchkeeper_watch_cache_progress_request_answer_seconds), by phase and resource with >= 20 answers:\n"+
+		"phase    resource                         n wk  n stock    p50 wk p50 stock    p99 wk p99 stock   ratio\n"+
+		"storm    nodes                              40        0     5.1ms         -   550.0ms         -        \n\n")
+}
+
 func TestReportShowsFilterLatencyByFilterAndPhase(t *testing.T) {
 	// Restart: authentication up to 1s on watchkeeper, 0.1s on stock.
 	authn := map[string]string{"filter": "authentication"}
